@@ -1,0 +1,169 @@
+"""`moeforge`: compile, check, explain, rules, lint-config, migrate.
+
+Exit codes: 0 clean, 1 the input has errors (diagnostics printed), 2 usage or internal
+error. No command ever shows a traceback for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .diagnostics import CompileError, render_all
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+NON_RECIPE_DIRS = ("platforms", "models")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moeforge", description="Compile MoE training recipes into Megatron launches.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def recipe_cmd(name, help_):
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("recipe", help="recipe id (tiny-moe/cpu) or path under recipes/")
+        c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a recipe value, e.g. --set parallelism.ep=8 (repeatable)")
+        c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
+        c.add_argument("--format", choices=("text", "json", "github"), default="text")
+        return c
+
+    c = recipe_cmd("compile", "check, solve and emit build/<recipe>/")
+    c.add_argument("--out", default=str(ROOT / "build"), help="build root (default: build/)")
+    recipe_cmd("explain", "print every decision and why")
+    c = sub.add_parser("check", help="validate and solve every recipe under PATHS")
+    c.add_argument("paths", nargs="*", default=[str(RECIPES)])
+    c.add_argument("--strict", action="store_true")
+    c.add_argument("--format", choices=("text", "json", "github"), default="text")
+    sub.add_parser("rules", help="print the rule catalogue")
+    c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON)")
+    c.add_argument("rest", nargs=argparse.REMAINDER)
+    c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c = sub.add_parser("matrix", help="recipes x platforms: status, dispatcher, overlap")
+    c.add_argument("paths", nargs="*", default=[str(RECIPES)])
+    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    c = sub.add_parser("migrate", help="rewrite documents to the current schema version, comments kept")
+    c.add_argument("files", nargs="+")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lint-config"]:  # its options are its own
+        from .lintconfig import main_lint_config
+        return main_lint_config(argv[1:])
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    try:
+        return COMMANDS[args.command](args)
+    except CompileError as exc:
+        print(render_all(exc.diagnostics, getattr(args, "format", "text")))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in moeforge, not in the recipe: say so plainly
+        print(f"moeforge: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_compile(args) -> int:
+    from . import emit
+    from .pipeline import load, resolve
+    from .plan import build
+
+    resolved = resolve(load(args.recipe, args.overrides), args.strict)
+    plan = build(resolved)
+    out = Path(args.out) / resolved.composed.recipe_id
+    build_dir = _relative(out)
+    emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
+    if resolved.diagnostics:
+        print(render_all(resolved.diagnostics, args.format))
+    if args.format == "text":
+        lay = plan["layout"]
+        tc = plan["transformer_config"]
+        print(f"compiled {resolved.composed.recipe_id} -> {build_dir}/  "
+              f"({lay['world_size']} ranks: TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']}; "
+              f"dispatcher {tc.get('moe_token_dispatcher_type')}; EP overlap "
+              f"{'on' if tc.get('overlap_moe_expert_parallel_comm') else 'off'}; delayed wgrad "
+              f"{'on' if tc.get('delay_wgrad_compute') else 'off'})")
+    return 0
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path.resolve())
+
+
+def cmd_explain(args) -> int:
+    from .explain import explain
+    from .pipeline import load, resolve
+
+    print(explain(resolve(load(args.recipe, args.overrides), args.strict)))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .check import check_paths
+
+    return check_paths(args.paths, args.strict, args.format)
+
+
+def cmd_rules(args) -> int:
+    from .rules import PREFERENCES, RULES
+
+    for r in RULES:
+        print(f"{r.id}  [{r.severity}{', silent' if r.silent else ''}; {r.origin}]")
+        print(f"    when {r.when!r}  require {r.require!r}")
+        print(f"    {r.message}")
+        if r.megatron_message:
+            print(f"    megatron: {r.megatron_message}")
+        print(f"    source: {r.source}")
+        print(f"    fix: {r.fix}")
+        if r.versions:
+            print("    versions: " + ", ".join(f"{f} {spec}" for f, spec in r.versions))
+    for p in PREFERENCES:
+        print(f"{p.id}  [preference, weight {p.weight}]\n    prefer {p.prefer!r} when {p.when!r}\n    {p.reason}")
+    return 0
+
+
+def cmd_migrate(args) -> int:
+    from .migrate import migrate_file
+
+    for name in args.files:
+        changed = migrate_file(Path(name))
+        print(f"{name}: {'migrated' if changed else 'already current'}")
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from .diff import diff, render
+
+    rows = diff(args.a, args.b)
+    print(render(rows, args.a, args.b, args.format))
+    return 0
+
+
+def cmd_matrix(args) -> int:
+    from . import matrix
+
+    rows, plats, table = matrix.build(args.paths)
+    print(matrix.text(rows, plats, table))
+    if args.html:
+        from .emit import write_file_atomically
+        write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
+    return 0
+
+
+COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
+            "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""`moeforge diff A B`: what differs between two recipes or two compiled plans, knob by knob.
+
+A reviewer of a recipe change wants the resolved difference (after extends, platform,
+model and the solver), with where each side's value came from.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import knobs as K
+
+
+def _side(ref: str, overrides=()) -> tuple[str, dict]:
+    path = Path(ref)
+    if path.suffix == ".json" or path.is_dir():
+        plan_path = path / "plan.json" if path.is_dir() else path
+        plan = json.loads(plan_path.read_text())
+        return str(plan_path), {d["field"]: d for d in plan["decisions"]}
+    from .pipeline import load, resolve
+
+    r = resolve(load(ref, overrides))
+    return r.composed.file, {f: {"field": f, "value": d.value, "source": d.source, "where": d.where,
+                                 "rule": d.rule, "reason": d.reason} for f, d in r.decisions.items()}
+
+
+def diff(a: str, b: str) -> list[dict]:
+    (_, left), (_, right) = _side(a), _side(b)
+    out = []
+    for field in [k.field for k in K.KNOBS] + [k.field for k in K.FACTS]:
+        x, y = left.get(field), right.get(field)
+        vx, vy = (x or {}).get("value"), (y or {}).get("value")
+        if vx != vy:
+            out.append({"knob": K.display(field), "field": field, "a": vx, "b": vy,
+                        "a_from": _origin(x), "b_from": _origin(y)})
+    return out
+
+
+def _origin(d: dict | None) -> str:
+    if not d:
+        return "absent"
+    if d.get("source") in ("rule", "preference", "megatron") and d.get("rule"):
+        return f"{d['source']} {d['rule']}"
+    return d.get("where") or d.get("source", "?")
+
+
+def render(rows: list[dict], a: str, b: str, fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps(rows, indent=2, default=str)
+    if not rows:
+        return f"{a} and {b} resolve to the same configuration"
+    lines = [f"--- {a}", f"+++ {b}"]
+    for r in rows:
+        lines.append(f"{r['knob']}: {json.dumps(r['a'])} -> {json.dumps(r['b'])}")
+        lines.append(f"    a: {r['a_from']}")
+        lines.append(f"    b: {r['b_from']}")
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""Render a plan into build/<recipe>/ through Jinja2 templates, atomically.
+
+Templates get a flat, prepared view (every name decided here or in flags.py); every
+value that reaches a shell goes through the `q` filter. All files are rendered in memory
+first and the build directory is swapped in whole, so a failed compile leaves the
+previous build intact and concurrent compiles never see a half-written one.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+from . import __version__
+from .flags import TABLE
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
+           "bridge.overrides", "EXPLAIN.md")
+EXECUTABLE = {"torchrun.sh", "launch.sbatch"}
+
+
+@lru_cache(maxsize=1)
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["tojson"] = lambda v: json.dumps(v)
+    return env
+
+
+def master_port(recipe_id: str) -> int:
+    """Deterministic per recipe, so two recipes launched side by side do not collide."""
+    return 20000 + zlib.crc32(recipe_id.encode()) % 20000
+
+
+def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
+    launch = composed_data.get("launch", {}) or {}
+    layout, platform = plan["layout"], plan["platform"]
+    device = platform["device"]
+    image = launch.get("container_image") or platform.get("container_image")
+    return {
+        "recipe_id": plan["recipe"]["id"], "job_name": plan["recipe"]["name"], "build_dir": build_dir,
+        "plan_file": "plan.json", "report_file": "report.json",
+        "nnodes": layout["nnodes"], "nproc_per_node": layout["nproc_per_node"], "world_size": layout["world_size"],
+        "gpus_per_node": layout["nproc_per_node"] if device == "cuda" else 0, "device": device,
+        "master_port": launch.get("master_port") or master_port(plan["recipe"]["id"]),
+        "python": "python3",
+        "slurm": {"partition": launch.get("partition"), "account": launch.get("account"),
+                  "time": launch.get("time", "00:30:00"), "container_image": image,
+                  "container_mounts": list(launch.get("container_mounts", [])),
+                  "extra_args": list(launch.get("extra_sbatch_args", []))},
+        "k8s": {"namespace": launch.get("k8s_namespace", "default"), "image": image or "moeforge-runtime:latest",
+                "service_account": None},
+        "env": [{"name": k, "value": v["value"], "reason": v["reason"]} for k, v in plan["env"].items()],
+        "moeforge_version": __version__,
+        "megatron_args": megatron_args(plan),
+        "bridge_overrides": bridge_overrides(plan),
+        "plan": plan,
+    }
+
+
+def megatron_args(plan: dict) -> list[tuple[str, str | None]]:
+    """pretrain_gpt.py flags for the platform's megatron-core version, from the flag table."""
+    from .rules.expr import version_int
+
+    mcore = version_int(plan["platform"]["software"]["megatron_core"])
+    values = {d["field"]: d["value"] for d in plan["decisions"]}
+    backend = values.get("moe_flex_dispatcher_backend")
+    out = []
+    for field, target in TABLE.items():
+        flag, value = target.mlm_flag(mcore), values.get(field)
+        if not flag or field not in values or value is None:
+            continue
+        if "{backend}" in flag:
+            if values.get("moe_token_dispatcher_type") != "flex" or backend not in ("deepep", "hybridep"):
+                continue
+            flag = flag.format(backend=backend)
+        if isinstance(value, bool):
+            negated = flag.startswith("--no-")
+            if value != negated:
+                out.append((flag, None))
+        elif isinstance(value, list):
+            out.append((flag, " ".join(map(str, value))))
+        else:
+            out.append((flag, str(value)))
+    return out
+
+
+def bridge_overrides(plan: dict) -> list[tuple[str, str]]:
+    values = {d["field"]: d["value"] for d in plan["decisions"]}
+    out = []
+    for field, target in TABLE.items():
+        if target.bridge and field in values:
+            out.append((target.bridge, json.dumps(values[field])))
+    return out
+
+
+def render(plan: dict, composed_data: dict, build_dir: str) -> dict[str, str]:
+    ctx = context(plan, composed_data, build_dir)
+    files = {"plan.json": json.dumps(plan, indent=2, sort_keys=True) + "\n"}
+    for name in OUTPUTS:
+        files[name] = _env().get_template(f"{name}.j2").render(**ctx)
+    return files
+
+
+def write_atomically(target: Path, files: dict[str, str]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for name, text in files.items():
+            path = staging / name
+            path.write_text(text, encoding="utf-8")
+            os.chmod(path, 0o755 if name in EXECUTABLE else 0o644)
+        os.chmod(staging, 0o755)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent compiles of one recipe swap in turn
+            retired = None
+            if target.exists():
+                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+                os.replace(target, retired / "build")
+            os.replace(staging, target)
+        if retired:
+            shutil.rmtree(retired, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def write_file_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,156 @@
+"""Safe YAML loading that remembers where every value came from.
+
+PyYAML composes the node graph (libyaml when present); we build plain values from it
+ourselves so that we can refuse what a recipe never needs: tags beyond the YAML core
+schema, duplicate keys, non-string keys, alias bombs, deep nesting and huge documents.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .diagnostics import CompileError, Position, error
+
+MAX_BYTES = 1 << 20          # a recipe is a page, not a data set
+MAX_NODES = 50_000           # after alias expansion
+MAX_DEPTH = 64
+
+_CORE = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_construct = yaml.constructor.SafeConstructor()
+
+Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
+
+
+@dataclass(frozen=True)
+class Document:
+    """A loaded YAML document: plain values plus the source position of each path."""
+
+    file: str
+    data: Any
+    positions: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def pos(self, path: Path_) -> Position:
+        """Position of the value at path, or of its nearest ancestor that exists."""
+        path = tuple(path)
+        while path:
+            if path in self.positions:
+                return self.positions[path]
+            path = path[:-1]
+        return self.positions.get((), Position(self.file, 1, 1))
+
+
+def load_text(text: str | bytes, file: str) -> Document:
+    if isinstance(text, bytes):
+        if len(text) > MAX_BYTES:
+            raise CompileError([error("E_YAML_TOO_LARGE",
+                                      f"document is {len(text)} bytes; the limit is {MAX_BYTES}",
+                                      Position(file, 1, 1),
+                                      help="a recipe should be small; split it with extends:")])
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = text[: exc.start].count(b"\n") + 1
+            col = exc.start - (text.rfind(b"\n", 0, exc.start) + 1) + 1
+            raise CompileError([error("E_YAML_ENCODING",
+                                      f"not valid UTF-8 (byte 0x{text[exc.start]:02x})",
+                                      Position(file, line, col),
+                                      help="save the file as UTF-8")]) from None
+    if len(text) > MAX_BYTES:
+        raise CompileError([error("E_YAML_TOO_LARGE", f"document is larger than {MAX_BYTES} bytes",
+                                  Position(file, 1, 1))])
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        pos = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
+        raise CompileError([error("E_YAML_SYNTAX", f"{exc.problem or exc.context}", pos)]) from None
+    except yaml.YAMLError as exc:  # e.g. reader errors on control characters
+        raise CompileError([error("E_YAML_SYNTAX", str(exc).splitlines()[0], Position(file, 1, 1))]) from None
+    if node is None:
+        return Document(file, {}, {(): Position(file, 1, 1)})
+    builder = _Builder(file)
+    data = builder.build(node, (), 0)
+    if builder.errors:
+        raise CompileError(builder.errors)
+    return Document(file, data, builder.positions)
+
+
+def load_file(path: Path, display: str | None = None) -> Document:
+    display = display or str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise CompileError([error("E_YAML_TOO_LARGE",
+                                      f"document is {size} bytes; the limit is {MAX_BYTES}",
+                                      Position(display, 1, 1))])
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CompileError([error("E_IO", f"cannot read: {exc.strerror}", Position(display))]) from None
+    return load_text(raw, display)
+
+
+class _Builder:
+    def __init__(self, file: str):
+        self.file = file
+        self.positions: dict = {}
+        self.errors: list = []
+        self.count = 0
+
+    def _pos(self, node) -> Position:
+        return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def build(self, node, path: tuple, depth: int):
+        self.count += 1
+        if self.count > MAX_NODES:
+            self._fail("E_YAML_TOO_MANY_NODES",
+                       f"more than {MAX_NODES} values after expanding aliases (an alias bomb?)",
+                       node, "remove the anchors/aliases that multiply the document")
+        if depth > MAX_DEPTH:
+            self._fail("E_YAML_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels", node,
+                       "flatten the document")
+        self.positions.setdefault(path, self._pos(node))
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != _CORE + "seq":
+                self._bad_tag(node)
+            return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        if node.tag not in _SCALAR_TAGS:
+            self._bad_tag(node)
+            return None
+        return _construct.construct_object(node, deep=True)
+
+    def _mapping(self, node, path, depth):
+        if node.tag != _CORE + "map":
+            self._bad_tag(node)
+        out: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _CORE + "merge":
+                self._fail("E_YAML_MERGE_KEY", "merge keys (<<) are not supported", key_node,
+                           "use extends: to share values between recipes")
+                continue
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _CORE + "str":
+                self.errors.append(error("E_YAML_KEY", "mapping keys must be plain strings",
+                                         self._pos(key_node)))
+                continue
+            key = key_node.value
+            if key in out:
+                self.errors.append(error("E_YAML_DUPLICATE_KEY", f"duplicate key '{key}'",
+                                         self._pos(key_node),
+                                         help="each key may appear once in a mapping"))
+                continue
+            out[key] = self.build(value_node, path + (key,), depth + 1)
+        return out
+
+    def _bad_tag(self, node):
+        self._fail("E_YAML_TAG", f"tag '{node.tag}' is not allowed", node,
+                   "recipes use plain YAML values only (strings, numbers, booleans, null, lists, maps)")
+
+    def _fail(self, code, message, node, help_):
+        self.errors.append(error(code, message, self._pos(node), help=help_))
+        raise CompileError(self.errors)

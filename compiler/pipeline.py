@@ -1,0 +1,118 @@
+"""The compiler's stages wired together: load/compose -> migrate -> validate -> solve.
+
+Each stage collects all of its diagnostics before the next runs; a stage that found
+errors stops the pipeline with a CompileError carrying every one of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import knobs as K
+from . import validate
+from .compose import RECIPES, Composed, compose, resolve_recipe
+from .config import concrete, pins_and_auto
+from .diagnostics import CompileError, Diagnostic, Note
+from .rules import PREFERENCES, RULES, Rule
+from .rules.expr import evaluate
+from .solve import Decision, solve
+
+
+@dataclass
+class Resolved:
+    composed: Composed
+    pins: dict
+    auto: set
+    env: dict                      # every field's final value
+    decisions: dict                # field -> Decision
+    diagnostics: list = field(default_factory=list)   # warnings and advice (errors raise)
+
+
+def load(recipe: str | Path, overrides=(), root: Path = RECIPES) -> Composed:
+    path = resolve_recipe(str(recipe), root)
+    composed = compose(path, list(overrides), root)
+    diags = []
+    for doc in composed.documents:
+        kind = _kind_of(doc, root)
+        diags += validate.missing_schema(doc.data, doc.file)
+        diags += validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
+    recipe_part = {k: v for k, v in composed.data.items() if k not in ("platform", "model")}
+    recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
+                        if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
+    recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
+    if not diags:  # the merged tree (overrides included) must be a valid recipe too
+        diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
+    if diags:
+        raise CompileError(diags)
+    return composed
+
+
+def _kind_of(doc, root: Path) -> str:
+    parent = Path(doc.file).parent.name
+    return next((k for k in ("platform", "model") if parent == f"{k}s"), "recipe")
+
+
+def rules_in_force(env: dict) -> list[Rule]:
+    return [r for r in RULES if r.applies(env) is not False]
+
+
+def resolve(c: Composed, strict: bool = False) -> Resolved:
+    pins, auto = pins_and_auto(c)
+    facts = {f: p.value for f, p in pins.items()}
+    rules = rules_in_force(facts)
+    hard = [r for r in rules if r.severity == "error" and not r.silent]
+    silent = [r for r in rules if r.silent]
+    solution = solve(pins, auto, hard, list(PREFERENCES), silent)
+    if not solution.ok:
+        raise CompileError(solution.diagnostics)
+    env = concrete(pins, solution.values)
+    decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
+                             str(p.pos) if p.pos else None) for f, p in pins.items()}
+    decisions.update(solution.decisions)
+    diags = _silent(silent, pins, auto, env, decisions, strict)
+    diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)
+    errors = [d for d in diags if d.is_error]
+    if errors:
+        raise CompileError(errors)
+    return Resolved(c, pins, auto, env, decisions, diags)
+
+
+def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
+    """What Megatron would rewrite unasked, given what the recipe itself says."""
+    as_written = dict(env)
+    for name in auto:
+        as_written[name] = K.BY_FIELD[name].default
+    out = []
+    for r in rules:
+        if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
+            changes = ", ".join(f"{K.display(f)} = {v}" for f, v in r.silent.items())
+            d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
+                      if r.silent.keys() - auto else r.message)
+            out.append(d.as_error() if strict else d)
+            for f, v in r.silent.items():
+                if f not in auto:
+                    env[f] = v
+                    decisions[f] = Decision(f, v, "megatron", rule=r.id, reason=r.message)
+    return out
+
+
+def _advice(rules, env, pins) -> list[Diagnostic]:
+    out = []
+    for r in rules:
+        when = evaluate(r.when, env)
+        if when is True and evaluate(r.require, env) is False:
+            out.append(_diag(r, pins, r.message))
+    return out
+
+
+def _diag(r: Rule, pins, message: str) -> Diagnostic:
+    involved = [f for f in sorted(r.fields) if f in pins and pins[f].pos]
+    anchor = next((pins[f].pos for f in involved if pins[f].origin in ("pinned", "override")),
+                  pins[involved[0]].pos if involved else None)
+    notes = tuple(Note(f"{K.display(f)} = {pins[f].value}", pins[f].pos) for f in involved
+                  if pins[f].origin != "fact")
+    if r.evidence:
+        notes += (Note(f"evidence: {r.evidence}"),)
+    return Diagnostic(r.severity, r.id, message, anchor, notes, r.source, r.fix, r.megatron_message,
+                      tuple(sorted(r.fields)))
+

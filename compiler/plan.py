@@ -1,0 +1,175 @@
+"""The Plan: what the runtime builds, as plan.json (schemas/plan.v1.json).
+
+Everything here is derived from the resolved values; field names are chosen for the
+platform's megatron-core version through compiler/flags.py, so the runtime can pass the
+sections straight to megatron-core.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from . import __version__
+from . import knobs as K
+from .config import lookup, _MISSING
+from .flags import TABLE, tc_name
+from .pipeline import Resolved
+
+ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+               "kv_channels", "normalization", "gated_linear_unit", "add_bias_linear", "add_qkv_bias",
+               "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+               "qk_pos_emb_head_dim", "v_head_dim", "rotary_base")
+MOE_FIELDS = {"num_experts": "num_moe_experts", "router_topk": "moe_router_topk",
+              "ffn_hidden_size": "moe_ffn_hidden_size",
+              "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+              "layer_freq": "moe_layer_freq", "router_load_balancing_type": "moe_router_load_balancing_type",
+              "aux_loss_coeff": "moe_aux_loss_coeff", "router_score_function": "moe_router_score_function",
+              "router_enable_expert_bias": "moe_router_enable_expert_bias",
+              "router_num_groups": "moe_router_num_groups", "router_group_topk": "moe_router_group_topk",
+              "router_topk_scaling_factor": "moe_router_topk_scaling_factor",
+              "shared_expert_gate": "moe_shared_expert_gate"}
+CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
+           "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
+           "expert_tensor_parallel_size", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
+           "recompute_granularity", "recompute_method", "recompute_modules", "moe_router_force_load_balancing")
+BACKEND_MODULES = {"deepep": ("deep_ep", "DeepEP"), "hybridep": ("deep_ep", "HybridEP (DeepEP hybrid-ep branch)")}
+
+
+def build(r: Resolved) -> dict:
+    env, data = r.env, r.composed.data
+    platform, model = data["platform"], data["model"]
+    mcore = env["megatron_core"]
+    tc = _transformer_config(env, model, mcore)
+    layout = _layout(env)
+    mbs, gbs = env["micro_batch_size"], env["global_batch_size"] or env["micro_batch_size"] * layout["dp"]
+    arch = model.get("architecture", {})
+    return {
+        "schema": "moeforge/plan/v1",
+        "moeforge_version": __version__,
+        "recipe": {"id": r.composed.recipe_id, "name": data.get("name", r.composed.recipe_id.replace("/", "-")),
+                   "path": r.composed.file, "revision": data.get("revision")},
+        "platform": {k: platform.get(k) for k in ("name", "device", "gpu", "gpus_per_node", "nvlink_domain",
+                                                  "distributed_backend", "software", "container_image")},
+        "layout": layout,
+        "transformer_config": tc,
+        "model": {"vocab_size": arch.get("vocab_size"),
+                  "max_sequence_length": max(arch.get("max_position_embeddings") or 0, env["seq_length"]),
+                  "position_embedding_type": arch.get("position_embedding_type", "rope"),
+                  "share_embeddings_and_output_weights": not arch.get("untie_embeddings_and_output_weights", True)},
+        "ddp_config": {"overlap_grad_reduce": env["overlap_grad_reduce"],
+                       "overlap_param_gather": env["overlap_param_gather"],
+                       "use_distributed_optimizer": env["use_distributed_optimizer"],
+                       "grad_reduce_in_fp32": True, "bucket_size": None},
+        "optimizer": {"optimizer": "adam", "lr": env["lr"], "weight_decay": 0.0, "clip_grad": 1.0,
+                      "use_distributed_optimizer": env["use_distributed_optimizer"]},
+        "training": {"micro_batch_size": mbs, "global_batch_size": gbs, "seq_length": env["seq_length"],
+                     "train_iters": env["train_iters"], "seed": env["seed"],
+                     "num_microbatches": gbs // (mbs * layout["dp"]),
+                     "data": lookup(data, "training.data") if lookup(data, "training.data") is not _MISSING
+                     else "synthetic",
+                     "report_window": [min(2, env["train_iters"]), env["train_iters"]]},
+        "runtime": {"transformer_impl": "transformer_engine" if env["transformer_engine"] else "local",
+                    "schedule": _schedule(env), "requires": _requires(env),
+                    "checked_fields": [f for f in CHECKED if f in tc]},
+        "env": environment(env),
+        "decisions": [_decision(d) for _, d in sorted(r.decisions.items()) if d.field in K.BY_FIELD],
+        "warnings": [d.to_json() for d in r.diagnostics],
+    }
+
+
+def _transformer_config(env, model, mcore) -> dict:
+    arch, moe = model.get("architecture", {}), model.get("moe", {})
+    tc = {name: arch[name] for name in ARCH_FIELDS if arch.get(name) is not None}
+    if arch.get("activation") == "swiglu":
+        tc["gated_linear_unit"], tc["activation_func"] = True, "silu"
+    elif arch.get("activation"):
+        tc["activation_func"] = arch["activation"]
+    tc.update({dest: moe[src] for src, dest in MOE_FIELDS.items() if moe.get(src) is not None})
+    if model.get("mtp_num_layers"):
+        tc["mtp_num_layers"] = model["mtp_num_layers"]
+    backend = env["moe_flex_dispatcher_backend"] if env["moe_token_dispatcher_type"] == "flex" else None
+    for field, target in TABLE.items():
+        if target.section != "tc":
+            continue
+        name = tc_name(field, mcore, backend)
+        value = env.get(field)
+        if name is None or (value is None and field != "expert_tensor_parallel_size"):
+            continue
+        if field == "moe_flex_dispatcher_backend" and backend is None:
+            continue
+        if field == "cuda_graph_modules":
+            value = list(value or [])
+        tc[name] = value
+    if tc.get("expert_tensor_parallel_size") is None:
+        tc["expert_tensor_parallel_size"] = env["tensor_model_parallel_size"]
+    dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
+    tc["params_dtype"] = tc["pipeline_dtype"] = dtype
+    tc["batch_p2p_comm"] = not env.get("overlap_p2p_comm", False)
+    return tc
+
+
+def _layout(env) -> dict:
+    tp, pp, cp, ep = (env[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                       "context_parallel_size", "expert_model_parallel_size"))
+    etp = env["expert_tensor_parallel_size"] or tp
+    world = env["world_size"]
+    return {"world_size": world, "nnodes": env["num_nodes"], "nproc_per_node": env["gpus_per_node"],
+            "tp": tp, "pp": pp, "vpp": env["virtual_pipeline_model_parallel_size"], "cp": cp, "ep": ep,
+            "etp": etp, "dp": world // (tp * cp * pp), "edp": world // (etp * ep * pp)}
+
+
+def _schedule(env) -> str:
+    pipelined = env["pipeline_model_parallel_size"] > 1
+    if env["overlap_moe_expert_parallel_comm"]:
+        return "combined_1f1b"
+    if pipelined:
+        return "interleaved_1f1b" if env["virtual_pipeline_model_parallel_size"] else "1f1b"
+    return "no_pipelining"
+
+
+def _requires(env) -> list[dict]:
+    out = []
+    if env["moe_token_dispatcher_type"] == "flex" and env["moe_flex_dispatcher_backend"] in BACKEND_MODULES:
+        module, what = BACKEND_MODULES[env["moe_flex_dispatcher_backend"]]
+        out.append({"module": module, "package": what,
+                    "needed_for": f"moe.dispatcher=flex, moe.flex_backend={env['moe_flex_dispatcher_backend']}",
+                    "alternative": "moe.dispatcher=alltoall"})
+    if env["transformer_engine"]:
+        out.append({"module": "transformer_engine", "package": "transformer-engine[pytorch]",
+                    "needed_for": "the Transformer Engine layer spec (platform.software.transformer_engine)",
+                    "alternative": "a platform without transformer_engine (local spec)"})
+    return out
+
+
+def environment(env) -> dict:
+    """Launch-time environment variables the plan needs, each with its reason."""
+    out = {}
+    if env["device"] != "cuda":
+        return out
+    tp, cp = env["tensor_model_parallel_size"], env["context_parallel_size"]
+    product, ep = env["gpu_product"], env["expert_model_parallel_size"]
+    flex = env["moe_token_dispatcher_type"] == "flex"
+    backend = env["moe_flex_dispatcher_backend"] if flex else None
+    if product in ("B200", "B300", "GB200", "GB300"):
+        value, why = "32", f"{product}: Megatron-Bridge's perf harness uses 32 connections on Blackwell"
+    elif (tp > 1 or cp > 1) and not env["overlap_moe_expert_parallel_comm"]:
+        value, why = "1", "TP/CP > 1 without EP overlap: one connection keeps TP/CP collectives ordered"
+    elif backend in ("deepep", "hybridep"):
+        value, why = "32", f"flex dispatcher with {backend}: many concurrent streams"
+    else:
+        value, why = "8", "EP overlap / default: several streams so dispatch can overlap compute"
+    out["CUDA_DEVICE_MAX_CONNECTIONS"] = {"value": value, "reason": why}
+    if backend == "hybridep":
+        nvl72 = env["nvlink_domain"] >= 72
+        ranks = env.get("hybridep_ranks_per_nvlink_domain") or (ep if nvl72 else min(ep, 8))
+        out["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = {
+            "value": str(ranks), "reason": "HybridEP must know the EP ranks per NVLink domain "
+            + ("(EP on NVL72)" if nvl72 else "(min(EP, 8) on NVL8)")}
+        out["USE_MNNVL"] = {"value": "1" if nvl72 else "0",
+                            "reason": "multi-node NVLink " + ("present (NVL72)" if nvl72 else "absent")}
+    return out
+
+
+def _decision(d) -> dict:
+    data = asdict(d)
+    data["knob"] = K.display(d.field)
+    return data

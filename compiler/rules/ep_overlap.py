@@ -1,0 +1,125 @@
+"""EP (expert-parallel) A2A overlap prerequisites: overlap_moe_expert_parallel_comm.
+
+Mirrors megatron-core TransformerConfig.__post_init__ (authoritative: it runs in every
+front-end) and Megatron-Bridge CommOverlapConfig._get_model_comm_overlap_cfgs (runs first
+under Bridge, with its own wording, kept in `also`). Behaviour by megatron-core version:
+
+- 0.16-0.17: mtp_num_layers must be None or 1, and MTP with EP overlap needs PP > 1;
+  any CUDA graph must be the transformer_engine implementation without moe/mlp scopes.
+- 0.17+: 'moe' may not be in recompute_modules (Bridge checks it for every version).
+- 0.18+: the CUDA-graph restriction only applies to cuda_graph_impl=transformer_engine.
+- 0.19: mtp_num_layers in (None, 0, 1) with new wording; ncclep + expert_fc1 offloading.
+"""
+from . import Rule
+from .cuda_graphs import GRAPH_ANY, GRAPH_LOCAL, GRAPH_TE
+from .expr import F, AtLeast, Has, IsSet, Not, Or
+
+MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.14+)"
+BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
+BOTH = f"{MCORE}; {BRIDGE}"
+B = "megatron-bridge CommOverlapConfig"
+
+EP_OVERLAP = F("overlap_moe_expert_parallel_comm") == True  # noqa: E712
+OFF = "or set moe.overlap.ep_comm: false"
+
+RULES = (
+    Rule("EP_OVERLAP_NEEDS_EP", "error", EP_OVERLAP, F("expert_model_parallel_size") > 1,
+         "EP overlap needs expert parallelism (EP > 1)", BOTH,
+         f"set parallelism.ep > 1, {OFF}",
+         "overlap_moe_expert_parallel_comm is only supported with expert model parallelism",
+         also=((B, "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1"),)),
+    Rule("EP_OVERLAP_NEEDS_EXPERTS", "error", EP_OVERLAP, F("num_moe_experts") > 1,
+         "EP overlap needs an MoE model with more than one expert", BRIDGE,
+         f"use an MoE model, {OFF}",
+         # Bridge's f-string ends its first line with a backslash continuation, so the
+         # 20 spaces of the next source line are part of the message.
+         "overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1,"
+         "                     but got {num_moe_experts}",
+         origin="megatron-bridge"),
+    Rule("EP_OVERLAP_NEEDS_A2A_OR_FLEX", "error", EP_OVERLAP,
+         F("moe_token_dispatcher_type").isin("alltoall", "flex"),
+         "EP overlap needs the alltoall or flex token dispatcher", BOTH,
+         "set moe.dispatcher to alltoall or flex",
+         "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher",
+         also=((B, "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == "
+                   "'alltoall' or 'flex',                      but got {moe_token_dispatcher_type}"),)),
+    Rule("EP_OVERLAP_NEEDS_BF16_OR_FP16", "error", EP_OVERLAP, Or(F("bf16") == True, F("fp16") == True),  # noqa: E712
+         "EP overlap needs a bf16 or fp16 model", BOTH, "set precision.dtype: bf16",
+         "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model",
+         also=((B, "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models"),)),
+    Rule("EP_OVERLAP_NEEDS_TORCH_2_6", "error", EP_OVERLAP, AtLeast("torch", "2.6.0"),
+         "EP overlap hangs with PyTorch older than 2.6.0", BOTH,
+         f"use a platform with torch >= 2.6.0, {OFF}",
+         "A2A Overlap encounters hang issue with torch version < 2.6.0"),
+    Rule("EP_OVERLAP_NEEDS_VPP", "error", EP_OVERLAP & (F("pipeline_model_parallel_size") > 1),
+         IsSet(F("virtual_pipeline_model_parallel_size")),
+         "EP overlap with pipeline parallelism needs a virtual pipeline size", BOTH,
+         f"set parallelism.vpp, {OFF}",
+         "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified "
+         "when pipeline_model_parallel_size > 1"),
+    Rule("EP_OVERLAP_NO_FULL_RECOMPUTE", "error", EP_OVERLAP, F("recompute_granularity") != "full",
+         "EP overlap cannot be combined with full activation recompute", BOTH,
+         f"use recompute.granularity: selective, {OFF}",
+         "disable full recomputation when enabling overlap_moe_expert_parallel_comm"),
+    Rule("EP_OVERLAP_NO_RECOMPUTE_METHOD", "error", EP_OVERLAP, Not(IsSet(F("recompute_method"))),
+         "EP overlap needs recompute.method unset", BOTH, "remove recompute.method",
+         "disable recomputation method when enabling overlap_moe_expert_parallel_comm"),
+    Rule("EP_OVERLAP_NO_RECOMPUTE_NUM_LAYERS", "error", EP_OVERLAP, Not(IsSet(F("recompute_num_layers"))),
+         "EP overlap needs recompute.num_layers unset", BOTH, "remove recompute.num_layers",
+         "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"),
+    Rule("EP_OVERLAP_NO_MOE_RECOMPUTE", "error", EP_OVERLAP, Not(Has(F("recompute_modules"), "moe")),
+         "EP overlap cannot recompute whole MoE layers ('moe' in recompute.modules)",
+         f"{BRIDGE} (all versions); megatron-core TransformerConfig.__post_init__ (0.17+)",
+         "remove 'moe' from recompute.modules (moe_act keeps most of the saving)",
+         "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+         origin="megatron-bridge"),
+    Rule("EP_OVERLAP_NO_SHARED_EXPERT_OVERLAP", "error", EP_OVERLAP, F("moe_shared_expert_overlap") == False,  # noqa: E712
+         "EP overlap and shared-expert overlap are mutually exclusive", BOTH,
+         "set moe.overlap.shared_expert: false",
+         "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"),
+    # 0.16-0.18 accept None or 1 (0 is rejected there; the solver cannot tell 0 from None),
+    # 0.19 and Bridge accept None, 0 or 1.
+    Rule("EP_OVERLAP_MTP_AT_MOST_ONE", "error", EP_OVERLAP, F("mtp_num_layers") <= 1,
+         "EP overlap supports at most one MTP layer", BOTH,
+         f"set model.mtp_num_layers to 1 or null, {OFF}",
+         "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm.",
+         variants=(((("megatron_core", "<0.19.0"),),
+                    "MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm."),)),
+    Rule("EP_OVERLAP_MTP_NEEDS_PP", "error", EP_OVERLAP & (F("mtp_num_layers") == 1),
+         F("pipeline_model_parallel_size") > 1,
+         "with megatron-core < 0.18, EP overlap with an MTP layer needs pipeline parallelism",
+         "megatron-core 0.16-0.17 transformer/transformer_config.py TransformerConfig.__post_init__",
+         "set parallelism.pp > 1 (with parallelism.vpp), or use a platform with megatron-core >= 0.18",
+         "Pipeline model parallel size must be larger than 1 when enabling "
+         "overlap_moe_expert_parallel_comm with MTP layer.",
+         versions=(("megatron_core", "<0.18.0"),)),
+    Rule("EP_OVERLAP_CUDA_GRAPH_SCOPE", "error",
+         EP_OVERLAP & GRAPH_TE,
+         Not(Has(F("cuda_graph_modules"), "moe")) & Not(Has(F("cuda_graph_modules"), "mlp")),
+         "EP overlap cannot run with the moe or mlp CUDA-graph scopes", MCORE,
+         "drop moe and mlp from cuda_graph.modules (attn, moe_router, moe_preprocess are fine)",
+         "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm"),
+    Rule("EP_OVERLAP_CUDA_GRAPH_IMPL", "error",
+         EP_OVERLAP & GRAPH_ANY, GRAPH_TE & Not(GRAPH_LOCAL),
+         "with megatron-core < 0.18, EP overlap only works with the transformer_engine CUDA-graph "
+         "implementation",
+         "megatron-core 0.16-0.17 transformer/transformer_config.py TransformerConfig.__post_init__",
+         f"set cuda_graph.impl: transformer_engine (or none), use megatron-core >= 0.18, {OFF}",
+         "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm",
+         versions=(("megatron_core", "<0.18.0"),)),
+    Rule("EP_OVERLAP_NCCLEP_NO_EXPERT_FC1_OFFLOAD", "error",
+         EP_OVERLAP & (F("moe_token_dispatcher_type") == "flex") & (F("moe_flex_dispatcher_backend") == "ncclep"),
+         Not((F("fine_grained_activation_offloading") == True)  # noqa: E712
+             & Has(F("offload_modules"), "expert_fc1")),
+         "EP overlap with the ncclep backend cannot offload expert_fc1 activations",
+         "megatron-core 0.19 transformer/transformer_config.py TransformerConfig.__post_init__",
+         "remove expert_fc1 from recompute.offload.modules",
+         "overlap_moe_expert_parallel_comm with ncclep does not support offloading 'expert_fc1': it forces "
+         "expert FC1 to save the raw bf16 input, which the overlap path eagerly frees.",
+         versions=(("megatron_core", ">=0.19.0"),)),
+    Rule("EP_OVERLAP_EARLY_ATTN_RELEASE_NEEDS_EP_OVERLAP", "error",
+         F("ep_overlap_early_attn_memory_release") == True, EP_OVERLAP,  # noqa: E712
+         "early attention-memory release is part of EP overlap", MCORE,
+         "set moe.overlap.ep_comm: true, or moe.overlap.early_attn_memory_release: false",
+         "overlap_moe_expert_parallel_comm must be enabled when enabling ep_overlap_early_attn_memory_release"),
+)

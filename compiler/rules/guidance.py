@@ -1,0 +1,97 @@
+"""The seeds' guidance as weighted preferences for knobs a recipe leaves `auto`.
+
+Weights (the solver maximises the sum of satisfied preferences; hard rules and pins always
+win; Megatron's silent rewrites weigh 50, Megatron's default 1 per knob):
+
+ 10  platform-specific dispatcher (HybridEP on GB200/GB300 NVL72, DeepEP on H100/B200 for EP >= 8)
+  8  HybridEP ranks per NVLink domain = the platform's formula (a mismatch hurts correctness too)
+  6  alltoall where the hardware is unknown or a CPU; EP overlap where it paid / off where it did not
+  5  delayed wgrad off; sequence parallel with TP; ETP = 1 with EP (Bridge's choice)
+  4  never allgather with EP; TE-scoped CUDA graphs for dropless MoE; distributed optimizer with DP
+  3  alltoall at small EP; DP grad-reduce / param-gather overlap; PP overlap with VPP
+  2  SM counts for the flex backends; gradient accumulation fusion with TE
+"""
+from . import Preference
+from .expr import F, Has, IsSet, Not, Or
+
+DISP, BACKEND = F("moe_token_dispatcher_type"), F("moe_flex_dispatcher_backend")
+EP, TP = F("expert_model_parallel_size"), F("tensor_model_parallel_size")
+ON_GPU = F("device") == "cuda"
+MOE = F("num_moe_experts") > 1
+NVL72 = F("gpu_product").isin("GB200", "GB300") & (F("nvlink_domain") >= 72)
+DEEPEP_GPU = Or(F("gpu_major").isin(8, 9), F("gpu_product").isin("B200", "B300"))
+HAS_TE = F("transformer_engine") > 0
+M = F("cuda_graph_modules")
+DP = F("data_parallel_size")
+
+PREFERENCES = (
+    # --- dispatcher by hardware and EP size (nemo-mbridge-perf-moe-dispatcher-selection)
+    Preference("PREFER_HYBRIDEP_ON_NVL72", (DISP == "flex") & (BACKEND == "hybridep"), 10,
+               "GB200/GB300 NVL72: HybridEP is the strongest starting point (NVLink-domain-aware dispatch, "
+               "lower memory pressure), given the HybridEP package is installed",
+               ON_GPU & MOE & (EP > 1) & NVL72 & (F("hybrid_ep_installed") == True)),  # noqa: E712
+    Preference("PREFER_DEEPEP_ON_H100_B200", (DISP == "flex") & (BACKEND == "deepep"), 10,
+               "H100/B200-class GPUs: DeepEP is the strong default once EP is medium or large (EP >= 8), "
+               "given the DeepEP package is installed",
+               ON_GPU & MOE & (EP >= 8) & DEEPEP_GPU & Not(NVL72) & (F("deep_ep_installed") == True)),  # noqa: E712
+    Preference("PREFER_ALLTOALL_UNKNOWN_HARDWARE", DISP == "alltoall", 6,
+               "unknown hardware, a CPU or first bring-up: alltoall is the easiest path for correctness and "
+               "debugging", MOE & (EP > 1) & Or(F("device") == "cpu", F("gpu_product").isin("none", "other"))),
+    Preference("PREFER_ALLTOALL_SMALL_EP", DISP == "alltoall", 3,
+               "small EP: the dispatcher choice is second-order; alltoall is the simplest",
+               MOE & (EP > 1) & (EP < 8)),
+    Preference("PREFER_NO_ALLGATHER_WITH_EP", DISP != "allgather", 4,
+               "with expert parallelism use alltoall or flex (allgather replicates every token to every rank)",
+               MOE & (EP > 1)),
+    # --- EP overlap where it pays (perf-expert-parallel-overlap, communication-overlap.md)
+    Preference("PREFER_EP_OVERLAP_INTER_NODE", F("overlap_moe_expert_parallel_comm") == True, 6,  # noqa: E712
+               "EP overlap paid 1.32x at EP=16 across H100 nodes (41.25 s -> 31.31 s)",
+               ON_GPU & MOE & (EP >= 8) & (EP > F("gpus_per_node"))),
+    Preference("PREFER_NO_EP_OVERLAP_SMALL_EP", F("overlap_moe_expert_parallel_comm") == False, 6,  # noqa: E712
+               "EP overlap measured flat to 13% slower at EP <= 4 with alltoall on <= 2 nodes",
+               ON_GPU & (EP <= 4) & (F("num_nodes") <= 2)),
+    Preference("PREFER_NO_DELAY_WGRAD", F("delay_wgrad_compute") == False, 5,  # noqa: E712
+               "delayed wgrad showed no independent win (31.31 s vs 31.20 s; 4.8% slower on Qwen3-Next EP=8); "
+               "pin it to use it"),
+    # --- CUDA graphs for dropless MoE (perf-moe-optimization-workflow)
+    Preference("PREFER_TE_GRAPHS_DROPLESS_MOE",
+               (F("cuda_graph_impl") == "transformer_engine") & Has(M, "attn") & Has(M, "moe_router")
+               & Has(M, "moe_preprocess") & Not(Has(M, "moe")) & Not(Has(M, "mlp")) & Not(Has(M, "mamba"))
+               & Not(Has(M, "full_iteration")), 4,
+               "dropless MoE: TE-scoped graphs of attn, moe_router and moe_preprocess give a step-time win "
+               "while expert compute stays dynamic (budget several GB of memory)",
+               ON_GPU & HAS_TE & MOE & Not(IsSet(F("moe_expert_capacity_factor")))),
+    # --- DP / TP / PP companions
+    Preference("PREFER_DIST_OPT_WITH_DP", F("use_distributed_optimizer") == True, 4,  # noqa: E712
+               "with data parallelism the distributed optimizer shards optimizer state and enables DP overlap",
+               ON_GPU & (DP > 1)),
+    Preference("PREFER_GRAD_REDUCE_OVERLAP", F("overlap_grad_reduce") == True, 3,  # noqa: E712
+               "Megatron-Bridge overlaps gradient reduce-scatter whenever DP > 1 (distributed optimizer)",
+               ON_GPU & (DP > 1) & (F("use_distributed_optimizer") == True)),  # noqa: E712
+    Preference("PREFER_PARAM_GATHER_OVERLAP", F("overlap_param_gather") == True, 3,  # noqa: E712
+               "Megatron-Bridge overlaps parameter all-gather whenever DP > 1 (distributed optimizer)",
+               ON_GPU & (DP > 1) & (F("use_distributed_optimizer") == True)),  # noqa: E712
+    Preference("PREFER_SP_WITH_TP", F("sequence_parallel") == True, 5,  # noqa: E712
+               "sequence parallelism is required with EP x TP and for TP overlap", TP > 1),
+    Preference("PREFER_ETP1_WITH_EP", F("expert_tensor_parallel_size") == 1, 5,
+               "Megatron-Bridge uses ETP = 1 with EP > 1 (prefer EP over extra TP for experts)",
+               MOE & (EP > 1)),
+    Preference("PREFER_P2P_OVERLAP_WITH_VPP", F("overlap_p2p_comm") == True, 3,  # noqa: E712
+               "Megatron-Bridge turns on PP overlap for interleaved schedules",
+               (F("pipeline_model_parallel_size") > 1) & IsSet(F("virtual_pipeline_model_parallel_size"))),
+    Preference("PREFER_GRAD_ACC_FUSION_WITH_TE", F("gradient_accumulation_fusion") == True, 2,  # noqa: E712
+               "Megatron-Bridge enables gradient accumulation fusion when Transformer Engine provides it",
+               ON_GPU & HAS_TE),
+    # --- dispatcher tuning knobs
+    Preference("PREFER_DEEPEP_SMS_20", F("moe_flex_dispatcher_num_sms") == 20, 2,
+               "DeepEP's default SM count (20) is the starting point; tune between 16 and 32",
+               (DISP == "flex") & (BACKEND == "deepep")),
+    Preference("PREFER_HYBRIDEP_SMS_32", F("moe_flex_dispatcher_num_sms") == 32, 2,
+               "the performance harness uses 32 SMs for HybridEP (default 16; tune between 16 and 32)",
+               (DISP == "flex") & (BACKEND == "hybridep")),
+    Preference("PREFER_HYBRIDEP_RANKS_PLATFORM",
+               Or((EP <= F("nvlink_domain")) & (F("hybridep_ranks_per_nvlink_domain") == EP),
+                  (EP > F("nvlink_domain")) & (F("hybridep_ranks_per_nvlink_domain") == F("nvlink_domain"))), 8,
+               "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = min(EP, NVLink domain): min(EP, 8) on NVL8, EP on NVL72",
+               (DISP == "flex") & (BACKEND == "hybridep")),
+)

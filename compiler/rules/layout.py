@@ -1,0 +1,111 @@
+"""Parallel layout (parallel folding): attention TP x CP x DP x PP, MoE ETP x EP x EDP x PP.
+
+The world must factor both ways; experts, layers and heads must divide evenly.
+Sources: megatron-core parallel_state.initialize_model_parallel, TransformerConfig /
+ModelParallelConfig.__post_init__, transformer_block.get_num_layers_to_build, the
+microbatch calculator, Megatron-LM arguments.validate_args, Megatron-Bridge
+models/transformer_config.py and scripts/common/benchmark_parallelism.py.
+
+Uneven pipeline layouts (pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage,
+account_for_embedding/loss_in_pipeline_split) are lint-only knobs: with any of them set the
+even-split checks step aside (megatron-core validates those layouts itself).
+"""
+from . import Rule
+from .expr import F, IsSet, Not, Or
+
+PS = "megatron-core parallel_state.initialize_model_parallel"
+TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
+MPC = "megatron-core model_parallel_config.py ModelParallelConfig.__post_init__"
+TB = "megatron-core transformer/transformer_block.py get_num_layers_to_build"
+MBC = "megatron-core num_microbatches_calculator.py"
+ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
+BRIDGE_TC = "Megatron-Bridge models/transformer_config.py _set_moe_expert_tensor_parallel_default"
+
+TP, PP, CP = F("tensor_model_parallel_size"), F("pipeline_model_parallel_size"), F("context_parallel_size")
+EP, ETP, VPP = F("expert_model_parallel_size"), F("expert_tensor_parallel_size"), F("virtual_pipeline_model_parallel_size")
+WORLD = F("world_size")
+UNEVEN_PP = Or(IsSet(F("pipeline_model_parallel_layout")), IsSet(F("num_layers_in_first_pipeline_stage")),
+               IsSet(F("num_layers_in_last_pipeline_stage")),
+               F("account_for_embedding_in_pipeline_split") == True,  # noqa: E712
+               F("account_for_loss_in_pipeline_split") == True)  # noqa: E712
+EVEN_PP = Not(UNEVEN_PP)
+
+RULES = (
+    Rule("LAYOUT_WORLD_DIVISIBLE", "error", IsSet(WORLD), WORLD % (TP * CP * PP) == 0,
+         "the world size must be divisible by TP x CP x PP (world = TP x CP x DP x PP)", PS,
+         "change resources.nodes or parallelism.tp/cp/pp so that TP x CP x PP divides the GPU count",
+         "world_size ({world_size}) is not divisible by {model_size}",
+         also=(("Megatron-LM arguments.py",
+                "world size ({world_size}) is not divisible by total_model_size (total_model_size={model_size})"),)),
+    Rule("LAYOUT_EXPERT_WORLD_DIVISIBLE", "error", IsSet(WORLD),
+         Or(IsSet(ETP) & (WORLD % (ETP * EP * PP) == 0),
+            Not(IsSet(ETP)) & (WORLD % (TP * EP * PP) == 0)),
+         "the world size must be divisible by ETP x EP x PP (world = ETP x EP x EDP x PP)", PS,
+         "change parallelism.ep/etp or resources.nodes so that ETP x EP x PP divides the GPU count",
+         "world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "
+         "({expert_tensor_model_pipeline_parallel_size})",
+         also=(("Megatron-Bridge scripts/common/benchmark_parallelism.py",
+                "The expert-parallel grid is incompatible with requested {world_size} GPUs: the world size "
+                "must be divisible by ETP * EP * PP (...)"),)),
+    Rule("LAYOUT_EP_NEEDS_EXPERTS", "error", EP > 1, IsSet(F("num_moe_experts")),
+         "expert parallelism needs an MoE model (num_moe_experts)", TC,
+         "set parallelism.ep: 1 for a dense model",
+         "num_moe_experts must be non None to use expert-parallel."),
+    Rule("LAYOUT_EXPERTS_DIVISIBLE_BY_EP", "error", IsSet(F("num_moe_experts")),
+         F("num_moe_experts") % EP == 0,
+         "the number of experts must be divisible by EP",
+         f"megatron-core transformer/moe/moe_layer.py (bare assert); {ARGS}",
+         "choose parallelism.ep among the divisors of the expert count",
+         "Number of experts should be a multiple of expert model parallel_size.", origin="megatron-lm"),
+    Rule("LAYOUT_VPP_NEEDS_PP", "error", IsSet(VPP), PP > 1,
+         "a virtual pipeline size needs pipeline parallelism (PP > 1)", PS,
+         "unset parallelism.vpp, or set parallelism.pp > 1",
+         "pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
+    Rule("LAYOUT_LAYERS_DIVISIBLE_BY_PP", "error", (PP > 1) & EVEN_PP, F("num_layers") % PP == 0,
+         "the number of layers must be divisible by PP (no uneven pipeline layout is set)", TB,
+         "choose parallelism.pp among the divisors of the layer count, or give an uneven pipeline layout",
+         "num_layers should be divisible by pipeline_model_parallel_size"),
+    Rule("LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", IsSet(VPP) & (PP > 1) & EVEN_PP,
+         (F("num_layers") // PP) % VPP == 0,
+         "layers per pipeline stage must be divisible by VPP", TB,
+         "choose parallelism.vpp among the divisors of layers per stage",
+         "num_layers_per_pipeline_rank {num_layers_per_pipeline_rank}             should be divisible by "
+         "vp_size {virtual_pipeline_model_parallel_size}",
+         also=(("Megatron-Bridge models/gpt_provider.py",
+                "Make sure the number of model chunks is the same across all pipeline stages."),)),
+    Rule("LAYOUT_HEADS_DIVISIBLE_BY_TP", "error", TP > 1, F("num_attention_heads") % TP == 0,
+         "attention heads must be divisible by TP", TC,
+         "choose parallelism.tp among the divisors of the head count",
+         "num_attention_heads ({num_attention_heads}) must be a multiple of tensor_model_parallel_size "
+         "({tensor_model_parallel_size})."),
+    Rule("LAYOUT_QUERY_GROUPS_VS_TP", "error", (TP > 1) & IsSet(F("num_query_groups")),
+         Or(F("num_query_groups") % TP == 0, TP % F("num_query_groups") == 0),
+         "query groups must be a multiple or a divisor of TP", TC,
+         "choose parallelism.tp dividing (or divided by) the number of query groups",
+         "num_query_groups ({num_query_groups}) must be a multiple or divisor of tensor_model_parallel_size "
+         "({tensor_model_parallel_size})."),
+    Rule("LAYOUT_GBS_DIVISIBLE", "error", IsSet(F("data_parallel_size")) & IsSet(F("global_batch_size")),
+         F("global_batch_size") % (F("micro_batch_size") * F("data_parallel_size")) == 0,
+         "global batch size must be divisible by micro batch size x DP", MBC,
+         "change training.global_batch_size to a multiple of micro_batch_size x DP",
+         "global batch size ({global_batch_size}) is not divisible by micro batch size "
+         "({micro_batch_size}) times data parallel size ({data_parallel_size})"),
+    Rule("LAYOUT_MOE_BIAS_NEEDS_ETP1", "error", IsSet(F("num_moe_experts")) & (F("add_bias_linear") == True),  # noqa: E712
+         Or(ETP == 1, Not(IsSet(ETP)) & (TP == 1)),
+         "MoE layers with bias need ETP = 1 (an unset ETP means ETP = TP)", TC,
+         "set parallelism.etp: 1, or use a model without linear bias",
+         "Bias in Moe is only supported when ETP==1"),
+    Rule("LAYOUT_SP_NEEDS_TP", "error", F("sequence_parallel") == True, TP > 1,  # noqa: E712
+         "sequence parallelism needs tensor parallelism (TP > 1)",
+         f"{MPC}; Megatron-Bridge TransformerConfig.finalize quietly sets sequence_parallel=False instead",
+         "set parallelism.sp: false, or parallelism.tp > 1",
+         "Cannot use sequence parallelism without tensor parallelism"),
+    Rule("LAYOUT_EP_TP_WANTS_SP", "warning", (EP > 1) & (TP > 1), F("sequence_parallel") == True,  # noqa: E712
+         "expert parallelism with tensor parallelism should use sequence parallelism", MPC,
+         "set parallelism.sp: true",
+         "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used"),
+    Rule("LAYOUT_ETP_DEFAULT_DIFFERS", "warning", (EP > 1) & (TP > 1) & Not(IsSet(ETP)), IsSet(ETP),
+         "an unset ETP means ETP = TP to megatron-core but ETP = 1 to Megatron-Bridge", BRIDGE_TC,
+         "set parallelism.etp explicitly (1 is the usual choice with EP > 1)", None,
+         origin="megatron-bridge", silent={"expert_tensor_parallel_size": 1}),
+)

@@ -1,0 +1,97 @@
+"""Precision: bf16/fp16, FP8 and FP4 recipes, the router's dtype, quantization padding.
+
+megatron-core TransformerConfig.__post_init__ for the hard checks; the seeds' FP8 decision
+table (Hopper: FP8 blockwise; Blackwell: MXFP8; NVFP4 on Blackwell once BF16/FP8 is
+stable; keep the router in FP32) for the advice. MXFP8 and NVFP4 are Blackwell
+(compute capability 10.x) tensor-core formats.
+"""
+from . import Rule
+from .expr import F, AtLeast, IsSet, Or
+
+TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
+SEEDS = "seeds: perf-moe-optimization-workflow (FP8 recipe quick decision)"
+FP8, FP4 = IsSet(F("fp8")), IsSet(F("fp4"))
+ON_GPU = F("device") == "cuda"
+MOE = IsSet(F("num_moe_experts"))
+PAD_Q = Or(F("moe_router_padding_for_quantization") == True, F("moe_router_padding_for_fp8") == True)  # noqa: E712
+
+RULES = (
+    Rule("PRECISION_BF16_FP16_EXCLUSIVE", "error", F("bf16") == True, F("fp16") == False,  # noqa: E712
+         "bf16 and fp16 are mutually exclusive", TC, "set precision.dtype to one of bf16, fp16",
+         "Only one of self.fp16: {fp16} and self.bf16 {bf16} should be True.",
+         also=(("megatron-bridge training/config.py _validate_mixed_precision_consistency",
+                "Model config cannot have both bf16=True and fp16=True. Please set only one precision mode."),)),
+    Rule("PRECISION_FP8_FP4_EXCLUSIVE", "error", FP4, ~FP8,
+         "FP8 and FP4 are mutually exclusive", TC, "set only one of precision.fp8 and precision.fp4",
+         "fp4 and fp8 cannot be used simultaneously. Please choose one."),
+    Rule("PRECISION_FP8_PARAM_NEEDS_FP8", "error", F("fp8_param") == True, FP8,  # noqa: E712
+         "FP8 parameters need FP8 mode", TC, "set precision.fp8, or precision.fp8_param: false",
+         "fp8_param must be used together with fp8 mode."),
+    Rule("PRECISION_FP4_PARAM_NEEDS_FP4", "error", F("fp4_param") == True, FP4,  # noqa: E712
+         "FP4 parameters need FP4 mode", TC, "set precision.fp4, or precision.fp4_param: false",
+         "fp4_param must be used together with fp4 mode."),
+    Rule("PRECISION_LOW_NEEDS_TE", "error", Or(FP8, FP4), AtLeast("transformer_engine", "0.1.0"),
+         "FP8/FP4 training needs Transformer Engine", "Transformer Engine (megatron-core uses TE for FP8/FP4)",
+         "use a platform with Transformer Engine, or unset precision.fp8/fp4", None, origin="moeforge"),
+    Rule("PRECISION_MOE_FP8_NEEDS_TE_1_7", "error", MOE & FP8, AtLeast("transformer_engine", "1.7.0"),
+         "MoE FP8 training needs Transformer Engine >= 1.7.0", TC, "use a platform with TE >= 1.7.0",
+         "Only transformer-engine>=1.7.0 supports MoE FP8 training, but your version is {transformer_engine}."),
+    Rule("PRECISION_FP8_GROUPED_GEMM_NEEDS_TE_1_11", "error", MOE & FP8 & (F("moe_grouped_gemm") == True),  # noqa: E712
+         AtLeast("transformer_engine", "1.11.0"),
+         "FP8 grouped GEMM needs Transformer Engine >= 1.11.0", TC, "use a platform with TE >= 1.11.0",
+         "Only transformer-engine>=1.11.0 supports FP8 grouped gemm, but your version is {transformer_engine}."),
+    Rule("PRECISION_MXFP8_NEEDS_BLACKWELL", "error", FP8 & (F("fp8_recipe") == "mxfp8") & ON_GPU,
+         F("gpu_major") >= 10,
+         "MXFP8 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine MXFP8BlockScaling; {SEEDS}",
+         "use precision.fp8_recipe: blockwise (Hopper) or tensorwise", None, origin="moeforge"),
+    Rule("PRECISION_NVFP4_NEEDS_BLACKWELL", "error", FP4 & (F("fp4_recipe") == "nvfp4") & ON_GPU,
+         F("gpu_major") >= 10,
+         "NVFP4 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine NVFP4BlockScaling; {SEEDS}",
+         "unset precision.fp4 (use FP8 on Hopper)", None, origin="moeforge"),
+    Rule("PRECISION_FP8_NEEDS_HOPPER", "warning", FP8 & ON_GPU, F("gpu_major") >= 9,
+         "FP8 tensor cores need Hopper or newer (Ada 8.9 is not modelled)",
+         "Transformer Engine (FP8 needs compute capability >= 8.9)",
+         "unset precision.fp8 on this GPU", None, origin="moeforge"),
+    Rule("PRECISION_FP8_RECIPE_FOR_HOPPER", "advice", FP8 & (F("gpu_major") == 9), F("fp8_recipe") == "blockwise",
+         "on Hopper the recommended FP8 starting recipe is blockwise", SEEDS,
+         "set precision.fp8_recipe: blockwise", None, origin="moeforge"),
+    Rule("PRECISION_FP8_RECIPE_FOR_BLACKWELL", "advice", FP8 & (F("gpu_major") >= 10), F("fp8_recipe") == "mxfp8",
+         "on Blackwell the recommended FP8 starting recipe is MXFP8", SEEDS,
+         "set precision.fp8_recipe: mxfp8", None, origin="moeforge"),
+    Rule("PRECISION_ROUTER_FP32", "advice", MOE & ON_GPU, IsSet(F("moe_router_dtype")),
+         "keep the MoE router in FP32 (the big wins come from expert GEMMs, not from quantizing the router)",
+         SEEDS, "set moe.router.dtype: fp32", None, origin="moeforge"),
+    Rule("PRECISION_ROUTER_DTYPE_MANY_EXPERTS", "warning", F("num_moe_experts") >= 32, IsSet(F("moe_router_dtype")),
+         "32 or more experts without an FP32 router", TC, "set moe.router.dtype: fp32",
+         "Using a large number of experts (e.g. >=32) without fp32 routing. Consider enabling "
+         "moe_router_dtype for better numerical stability."),
+    Rule("ROUTER_PADDING_NEEDS_FP8_OR_FP4", "error", PAD_Q, Or(FP8, FP4),
+         "router padding for quantization needs FP8 or FP4", TC,
+         "set precision.fp8 (or fp4), or moe.router.padding_for_quantization: false",
+         "fp8/fp4 must be specified when moe_router_padding_for_quantization is True."),
+    Rule("ROUTER_PADDING_NOT_ALLGATHER", "error", PAD_Q, F("moe_token_dispatcher_type") != "allgather",
+         "router padding for quantization does not work with the allgather dispatcher", TC,
+         "set moe.dispatcher: alltoall or flex",
+         "allgather and alltoall_seq dispatcher does not support moe_router_padding_for_quantization."),
+    Rule("ROUTER_PADDING_FP8_DEPRECATED", "warning", F("moe_router_padding_for_fp8") == True,  # noqa: E712
+         F("moe_router_padding_for_fp8") == False,  # noqa: E712
+         "moe_router_padding_for_fp8 is deprecated", TC, "use moe_router_padding_for_quantization",
+         "--moe-router-padding-for-fp8 is going to be deprecated. Use --moe-router-padding-for-quantization "
+         "instead.", lint_only=True),
+    Rule("PERMUTE_FUSION_NEEDS_TE_2_1", "error", F("moe_permute_fusion") == True,  # noqa: E712
+         AtLeast("transformer_engine", "2.1.0"),
+         "fused MoE permutation needs Transformer Engine >= 2.1.0", TC,
+         "set moe.permute_fusion: false, or use a platform with TE >= 2.1.0",
+         "fused permutation is not available. Please install TE >= 2.1.0."),
+    Rule("CAPACITY_FACTOR_NEEDS_AUX_LOSS_TYPE", "error", IsSet(F("moe_expert_capacity_factor")),
+         F("moe_router_load_balancing_type") != "sinkhorn",
+         "an expert capacity factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
+         "load balancing", TC, "unset moe.expert_capacity_factor, or change the load-balancing type",
+         "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
+         "load balancing"),
+    Rule("PAD_TO_CAPACITY_NEEDS_CAPACITY_FACTOR", "error", F("moe_pad_expert_input_to_capacity") == True,  # noqa: E712
+         IsSet(F("moe_expert_capacity_factor")),
+         "padding expert inputs to capacity needs an expert capacity factor", TC,
+         "set moe.expert_capacity_factor, or moe.pad_expert_input_to_capacity: false",
+         "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"),
+)

@@ -1,0 +1,77 @@
+"""Activation recomputation: granularity, method, layers and selective modules.
+
+megatron-core TransformerConfig.__post_init__ (all versions 0.16-0.19). megatron-core
+normalises recompute_modules=None to ["core_attn"]; the rules treat None the same way.
+The seeds: prefer selective recompute (layernorm, core_attn, moe_act, mlp, shared_experts,
+mla_up_proj) before full recompute; TE-scoped CUDA graphs pair with selective recompute.
+"""
+from . import Rule
+from .expr import F, AtLeast, Has, IsSet, Not, Or
+
+TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
+GRAN, MODS = F("recompute_granularity"), F("recompute_modules")
+FULL = GRAN == "full"
+SELECTIVE = GRAN == "selective"
+FP8 = IsSet(F("fp8"))
+# recompute_modules=None means ["core_attn"] to megatron-core
+CORE_ATTN = Or(Has(MODS, "core_attn"), Not(IsSet(MODS)))
+
+RULES = (
+    Rule("RECOMPUTE_FULL_NEEDS_METHOD", "error", FULL, IsSet(F("recompute_method")),
+         "full recompute needs recompute.method (uniform or block)", TC,
+         "set recompute.method: uniform (or block)",
+         'Using recompute_granularity: {recompute_granularity} so recompute_method must be "block" or "uniform"'),
+    Rule("RECOMPUTE_FULL_NEEDS_NUM_LAYERS", "error", FULL, IsSet(F("recompute_num_layers")),
+         "full recompute needs recompute.num_layers", TC,
+         "set recompute.num_layers (1 .. layers per pipeline stage)",
+         "When using recompute_granularity: {recompute_granularity} recompute_num_layers must be between "
+         "1 and num_layers_per_pipeline_rank: {num_layers_per_pipeline_rank}"),
+    Rule("RECOMPUTE_SELECTIVE_NO_NUM_LAYERS", "error", SELECTIVE, Not(IsSet(F("recompute_num_layers"))),
+         "selective recompute takes no recompute.num_layers", TC, "remove recompute.num_layers",
+         "When using recompute_granularity: {recompute_granularity} recompute_num_layers must be None."),
+    Rule("RECOMPUTE_MOE_ACT_NEEDS_GROUPED_GEMM", "error", SELECTIVE & Has(MODS, "moe_act"),
+         F("moe_grouped_gemm") == True,  # noqa: E712
+         "recomputing moe_act needs grouped GEMM experts", TC,
+         "set moe.grouped_gemm: true, or drop moe_act from recompute.modules",
+         "moe_act in recompute_modules is only supported with moe_grouped_gemm."),
+    Rule("RECOMPUTE_MLA_UP_PROJ_NEEDS_MLA", "error", SELECTIVE & Has(MODS, "mla_up_proj"),
+         F("multi_latent_attention") == True,  # noqa: E712
+         "recomputing mla_up_proj needs multi-latent attention", TC,
+         "drop mla_up_proj from recompute.modules",
+         "mla_up_proj in recompute_modules is only supported with multi_latent_attention."),
+    Rule("RECOMPUTE_SHARED_EXPERTS_NOT_WITH_OVERLAP", "error",
+         SELECTIVE & Has(MODS, "shared_experts") & IsSet(F("moe_shared_expert_intermediate_size")),
+         F("moe_shared_expert_overlap") == False,  # noqa: E712
+         "recomputing shared experts does not work with shared-expert overlap", TC,
+         "set moe.overlap.shared_expert: false, or drop shared_experts from recompute.modules",
+         "shared_experts recompute cannot work with --moe-shared-expert-overlap."),
+    Rule("RECOMPUTE_FP8_DELAYED_NO_MOE_ACT_LAYERNORM", "error",
+         SELECTIVE & FP8 & Or(Has(MODS, "moe_act"), Has(MODS, "layernorm")),
+         F("fp8_recipe") != "delayed",
+         "FP8 delayed scaling cannot recompute moe_act or layernorm", TC,
+         "use precision.fp8_recipe: tensorwise/blockwise/mxfp8, or drop moe_act and layernorm from recompute.modules",
+         "Delayed scaling does not support moe_act and layernorm recompute for fp8."),
+    Rule("RECOMPUTE_FP8_MOE_ACT_NEEDS_TE_2_6", "error",
+         SELECTIVE & FP8 & Or(Has(MODS, "moe_act"), Has(MODS, "layernorm")) & (F("fp8_recipe") != "delayed"),
+         AtLeast("transformer_engine", "2.6.0"),
+         "recomputing moe_act/layernorm under FP8 needs Transformer Engine >= 2.6.0", TC,
+         "use a platform with TE >= 2.6.0, or drop moe_act and layernorm from recompute.modules",
+         "moe_act and layernorm recompute for fp8 needs transformer-engine>=2.6.0dev0, but your version is "
+         "{transformer_engine}."),
+    Rule("RECOMPUTE_CORE_ATTN_WITH_TE", "advice", SELECTIVE & CORE_ATTN,
+         Not(CORE_ATTN),
+         "recomputing core_attn (the default module list) is usually unnecessary with Transformer "
+         "Engine's fused attention", TC,
+         "list the modules explicitly (e.g. recompute.modules: [layernorm, moe_act])",
+         "If you are using transformer_engine as the transformer implementation, the core_attn is from "
+         "transformer_engine and may be the fused version. For fused attention, you have no need to set "
+         "'core_attn' to recompute. Please check that the core_attn recompute is really needed."),
+    Rule("RECOMPUTE_PREFER_SELECTIVE", "advice", FULL, Not(FULL),
+         "prefer selective recompute (layernorm, moe_act, mlp, shared_experts, mla_up_proj) before full "
+         "recompute; use full recompute only when the run still does not fit",
+         "seeds: perf-moe-optimization-workflow (Phase 1, recompute guidance)",
+         "set recompute.granularity: selective with recompute.modules", None, origin="moeforge",
+         evidence="fine-grained recompute usually recovers most of the memory while keeping throughput close "
+                  "to the no-recompute baseline; full recompute also rules out EP overlap and TE-scoped "
+                  "CUDA graphs"),
+)
