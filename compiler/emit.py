@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -58,14 +59,20 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
                   "time": launch.get("time", "00:30:00"), "container_image": image,
                   "container_mounts": list(launch.get("container_mounts", [])),
                   "extra_args": list(launch.get("extra_sbatch_args", []))},
-        "k8s": {"namespace": launch.get("k8s_namespace", "default"), "image": image or "moeforge-runtime:latest",
-                "service_account": None},
+        "k8s": {"name": k8s_name(plan["recipe"]["name"]), "namespace": launch.get("k8s_namespace", "default"),
+                "image": image or "moeforge-runtime:latest", "service_account": None},
         "env": [{"name": k, "value": v["value"], "reason": v["reason"]} for k, v in plan["env"].items()],
         "moeforge_version": __version__,
         "megatron_args": megatron_args(plan),
         "bridge_overrides": bridge_overrides(plan),
         "plan": plan,
     }
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1123 label: lowercase alphanumerics and '-', at most 63 characters."""
+    label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].rstrip("-")
+    return label or "moeforge-job"
 
 
 def megatron_args(plan: dict) -> list[tuple[str, str | None]]:

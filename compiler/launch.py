@@ -17,24 +17,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _realised(report: dict, field: str):
+    entry = report.get("realised", {}).get(field)
+    return entry.get("realised") if isinstance(entry, dict) else entry
+
+
 def summarize(report: dict) -> str:
     """A short, readable account of a run: steps, losses, what was really built."""
-    realised = report.get("realised", {})
     steps = report.get("steps", [])
-    losses = [s.get("loss") for s in steps]
-    lines = [f"ran {len(steps)} steps on {report.get('world_size', '?')} ranks "
-             f"(EP={realised.get('expert_model_parallel_size', report.get('ep', '?'))})"]
-    if losses:
-        lines.append("losses: " + ", ".join(f"{x:.4f}" for x in losses if isinstance(x, (int, float))))
-    lines.append(f"dispatcher: {realised.get('moe_token_dispatcher_type', '?')}"
-                 + (f" ({realised['dispatcher_class']})" if realised.get("dispatcher_class") else ""))
-    lines.append(f"EP overlap: {realised.get('overlap_moe_expert_parallel_comm', '?')}; delayed wgrad: "
-                 f"{realised.get('delay_wgrad_compute', '?')}; schedule taken: {report.get('schedule_taken', '?')}"
-                 f" (overlap schedule ran: {report.get('overlap_schedule_ran', '?')})")
+    losses = [s.get("loss") for s in steps if isinstance(s.get("loss"), (int, float))]
+    on = {True: "on", False: "off"}
+    lines = [f"ran {len(steps)} steps on {report.get('world_size', '?')} ranks, "
+             f"EP={_realised(report, 'expert_model_parallel_size')}",
+             "losses: " + ", ".join(f"{x:.4f}" for x in losses),
+             f"dispatcher: {_realised(report, 'moe_token_dispatcher_type')}; "
+             f"EP overlap: {on.get(_realised(report, 'overlap_moe_expert_parallel_comm'), '?')}; "
+             f"delayed wgrad: {on.get(_realised(report, 'delay_wgrad_compute'), '?')}",
+             f"schedule taken: {report.get('schedule_taken', '?')} "
+             f"(combined-1F1B overlap schedule ran: {on.get(report.get('overlap_schedule_ran'), '?')})"]
     steady = report.get("steady_state") or {}
     if steady.get("mean_s") is not None:
-        lines.append(f"steady-state step time: {steady['mean_s'] * 1e3:.1f} ms over steps "
-                     f"{steady.get('window')}; tokens/s: {report.get('tokens_per_s', 0):.0f}")
+        lines.append(f"steady-state step time: {steady['mean_s'] * 1e3:.1f} ms (steps {steady.get('window')}), "
+                     f"{report.get('tokens_per_s', 0):.0f} tokens/s")
     return "\n".join(lines)
 
 
@@ -47,11 +51,18 @@ def _print_report(build: Path) -> int:
     return 0
 
 
-def run_local(build: Path) -> int:
+def _job_env() -> dict:
+    """This interpreter's environment first on PATH, so the job's python3 has torch and megatron."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("MOEFORGE_ROOT", str(ROOT))
-    rc = subprocess.call(["bash", str(build / "torchrun.sh")], cwd=ROOT, env=env)
+    # megatron-core's import-time notices (no Apex, deprecations) drown the summary
+    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
+    return env
+
+
+def run_local(build: Path) -> int:
+    rc = subprocess.call(["bash", str(build / "torchrun.sh")], cwd=ROOT, env=_job_env())
     if rc != 0:
         print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
         return rc
@@ -61,7 +72,7 @@ def run_local(build: Path) -> int:
 def run_slurm(build: Path, timeout: int) -> int:
     cmd = ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={ROOT}",
            f"--output={build}/slurm-%j.out", str(build / "launch.sbatch")]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_job_env())
     job = proc.stdout.strip().split(";")[0] or "?"
     print(f"slurm job {job} exited with {proc.returncode}")
     if proc.returncode != 0:

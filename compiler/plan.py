@@ -92,6 +92,8 @@ def _transformer_config(env, model, mcore) -> dict:
             continue
         name = tc_name(field, mcore, backend)
         value = env.get(field)
+        if field == "cuda_graph_modules" and value is None:
+            value = []  # megatron-core's default "full" is deprecated and warns
         if name is None or (value is None and field != "expert_tensor_parallel_size"):
             continue
         if field == "moe_flex_dispatcher_backend" and backend is None:

@@ -1,0 +1,243 @@
+"""Render moeforge's launch templates the way compiler/emit.py does (the contract of the brief).
+
+Kept in one place so that tests/launch and tests/slurm render identically. Loaded by path (see
+``load()`` in the test modules), so it works whatever pytest's import mode or rootdir.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO_ROOT / "templates"
+SCHEMAS = REPO_ROOT / "schemas"
+
+# Generated file name -> template file name.
+OUTPUTS = {
+    "torchrun.sh": "torchrun.sh.j2",
+    "launch.sbatch": "launch.sbatch.j2",
+    "pytorchjob.yaml": "pytorchjob.yaml.j2",
+    "env.sh": "env.sh.j2",
+}
+
+
+def quote(value: Any) -> str:
+    """The `q` filter: shlex.quote of the value's text. Numbers go through it too."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"q: refusing to shell-quote {value!r}")
+    return shlex.quote(str(value))
+
+
+def environment(*, trim: bool = True) -> jinja2.Environment:
+    """The Environment of compiler/emit.py: the brief's settings (StrictUndefined,
+    keep_trailing_newline, no autoescape) plus trim_blocks/lstrip_blocks, `q` and a plain
+    json.dumps `tojson`. trim=False gives the brief's settings alone: the launch templates must
+    render byte for byte the same under both (test_whitespace_settings_do_not_matter)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        trim_blocks=trim,
+        lstrip_blocks=trim,
+    )
+    env.filters["q"] = quote
+    env.filters["tojson"] = json.dumps
+    return env
+
+
+def tojson(value: Any) -> str:
+    return environment().filters["tojson"](value)
+
+
+def render(output: str, context: dict[str, Any], *, trim: bool = True) -> str:
+    return environment(trim=trim).get_template(OUTPUTS[output]).render(**context)
+
+
+def render_all(context: dict[str, Any], build_dir: Path) -> dict[str, Path]:
+    """Render every launch file into build_dir (created); return output name -> path."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for output in OUTPUTS:
+        path = build_dir / output
+        path.write_text(render(output, context), encoding="utf-8")
+        if output.endswith((".sh", ".sbatch")):
+            path.chmod(0o755)
+        paths[output] = path
+    return paths
+
+
+BENIGN_CONTEXT: dict[str, Any] = {
+    "recipe_id": "tiny-moe/cpu",
+    "job_name": "tiny-moe-cpu",
+    "build_dir": "build/tiny-moe/cpu",
+    "plan_file": "plan.json",
+    "report_file": "report.json",
+    "nnodes": 1,
+    "nproc_per_node": 2,
+    "world_size": 2,
+    "gpus_per_node": 0,
+    "device": "cpu",
+    "master_port": 29517,
+    "python": "python3",
+    "slurm": {
+        "partition": None,
+        "account": None,
+        "time": "00:30:00",
+        "container_image": None,
+        "container_mounts": [],
+        "extra_args": [],
+    },
+    "k8s": {"name": "tiny-moe-cpu", "namespace": "default", "image": "ghcr.io/example/moeforge:0.1.0",
+            "service_account": None},
+    "env": [
+        {
+            "name": "CUDA_DEVICE_MAX_CONNECTIONS",
+            "value": "1",
+            "reason": "EP/TP comm overlap needs kernels queued in issue order",
+        },
+        {"name": "OMP_NUM_THREADS", "value": "1", "reason": "one thread per rank on CPU"},
+    ],
+    "moeforge_version": "0.1.0",
+}
+
+
+def benign_context() -> dict[str, Any]:
+    return copy.deepcopy(BENIGN_CONTEXT)
+
+
+def full_context() -> dict[str, Any]:
+    """Benign, with every optional part on: two GPU nodes, partition, account, container, mounts."""
+    ctx = benign_context()
+    ctx.update(nnodes=2, nproc_per_node=8, world_size=16, gpus_per_node=8, device="cuda")
+    ctx["slurm"].update(
+        partition="batch",
+        account="proj-42",
+        container_image="nvcr.io/nvidia/pytorch:25.01-py3",
+        container_mounts=["/data:/data", "/scratch:/scratch:ro"],
+        extra_args=["--exclusive", "--qos=high"],
+    )
+    ctx["k8s"].update(namespace="training", service_account="trainer")
+    return ctx
+
+
+def hostile_context(marker: str) -> dict[str, Any]:
+    """Every user string carries shell metacharacters; running `$(...)`/backticks would touch marker."""
+    # $(MASTER_ADDR) and $$ are for Kubernetes, which expands them in command, args and env values.
+    evil = f"x'\"$(touch {marker})`touch {marker}`;touch {marker}\n#SBATCH --wrap=touch {marker} $(MASTER_ADDR)$$ \\"
+    ctx = benign_context()
+    ctx.update(
+        recipe_id=f"tiny-moe/cpu{evil}",
+        job_name=f"tiny {evil}",
+        build_dir=f"build/ti ny'{evil}/cpu",
+        plan_file="pl an'$(x).json",
+        report_file="re port`x`.json",
+        master_port=29517,
+        moeforge_version=f"0.1.0{evil}",
+    )
+    ctx["slurm"].update(
+        partition=f"part{evil}",
+        account=f"acct{evil}",
+        time=f"00:30:00{evil}",
+        container_image=f"nvcr.io/nvidia/pytorch:25.01-py3{evil}",
+        container_mounts=[f"/data:/data{evil}", "/scratch:/scratch"],
+        extra_args=[f"--comment={evil}", "--exclusive"],
+    )
+    ctx["k8s"].update(image=f"img{evil}", service_account=f"sa{evil}")
+    ctx["env"] = [
+        {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": f"1{evil}", "reason": f"why{evil}"},
+        {"name": "NCCL_DEBUG", "value": "WARN", "reason": "plain"},
+    ]
+    return ctx
+
+
+# --- what the rendered scripts should hand over ---------------------------------------------------
+
+
+def sbatch_sees(value: Any) -> str:
+    """What sbatch makes of `{{ value | tojson }}` on an #SBATCH line: the JSON text, quotes off,
+    each backslash dropped and the next character kept (\\" is ", \\\\ is \\, \\n is n, \\u00e9 is u00e9)."""
+    text = tojson(value)
+    if text.startswith('"'):
+        text = text[1:-1]
+    out, chars = [], iter(text)
+    for c in chars:
+        out.append(next(chars) if c == "\\" else c)
+    return "".join(out)
+
+
+def expected_torchrun_argv(ctx: dict[str, Any], port: int | str) -> list[str]:
+    """argv after "$python" in torchrun.sh."""
+    plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
+    return [
+        "-m", "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={ctx['nproc_per_node']}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        "--max_restarts=0",
+        "-m", "runtime.train", plan, "--out", ctx["build_dir"],
+    ]  # fmt: skip
+
+
+def expected_srun_argv(ctx: dict[str, Any], root: str, master_addr: str, port: int | str, job_id: str) -> list[str]:
+    """argv after `srun` in launch.sbatch."""
+    argv = [f"--nodes={ctx['nnodes']}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    slurm = ctx["slurm"]
+    if slurm["container_image"] is not None:
+        argv += [f"--container-image={slurm['container_image']}", f"--container-workdir={root}"]
+        if slurm["container_mounts"]:
+            argv.append("--container-mounts=" + ",".join(slurm["container_mounts"]))
+    plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
+    argv += [
+        ctx["python"], "-m", "torch.distributed.run",
+        f"--nnodes={ctx['nnodes']}",
+        f"--nproc_per_node={ctx['nproc_per_node']}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={master_addr}:{port}",
+        f"--rdzv_id={job_id}",
+        "--max_restarts=0",
+        "-m", "runtime.train", plan, "--out", ctx["build_dir"],
+    ]  # fmt: skip
+    return argv
+
+
+# --- recording fakes of torchrun / srun / python ------------------------------------------------
+
+# A fake program: records its argv (NUL-separated), working directory and environment under
+# $SHIM_OUT/<hex of its own name>/, then exits with $SHIM_RC (default 0).
+RECORDER = r"""out="$SHIM_OUT/$(printf '%s' "${0##*/}" | od -An -tx1 | tr -d ' \n')"
+mkdir -p -- "$out"
+printf '%s\0' "$@" >"$out/argv"
+pwd >"$out/cwd"
+env -0 >"$out/env"
+exit "${SHIM_RC:-0}"
+"""
+
+
+def write_shim(path: Path, body: str = RECORDER) -> None:
+    path.write_text("#!/bin/bash\n" + body, encoding="utf-8")
+    path.chmod(0o755)
+
+
+def recorded(shim_out: Path, program: str) -> dict[str, Any]:
+    """What the fake named `program` recorded: {"argv": [...], "cwd": str, "env": {...}}; {} if it never ran."""
+    d = shim_out / program.encode().hex()
+    if not d.is_dir():
+        return {}
+    env = {}
+    for item in (d / "env").read_bytes().split(b"\0"):
+        if item:
+            name, _, value = item.decode().partition("=")
+            env[name] = value
+    return {
+        "argv": [a.decode() for a in (d / "argv").read_bytes().split(b"\0")[:-1]],
+        "cwd": (d / "cwd").read_text().rstrip("\n"),
+        "env": env,
+    }

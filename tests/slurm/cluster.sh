@@ -1,0 +1,499 @@
+#!/usr/bin/env bash
+# A real single-node Slurm for moeforge's tests, on this machine, without systemd or cgroups.
+#
+#   tests/slurm/cluster.sh start    install (if missing), configure, start; wait until the node is idle;
+#                                   print `export SLURM_CONF=...` on stdout (so: eval "$(... start)")
+#   tests/slurm/cluster.sh stop     cancel all jobs, then end only the daemons this script started
+#   tests/slurm/cluster.sh status   exit 0 when running and answering, 3 when stopped, 1 when half up
+#   tests/slurm/cluster.sh env      print `export SLURM_CONF=...` for eval
+#
+# Needs root (the daemons, the slurm/munge users, apt-get). Debian packages: slurmctld slurmd
+# slurm-client munge (Slurm 22.05 on Debian 12). Everything this script writes lives in one private
+# directory, $MOEFORGE_SLURM_DIR or <repo>/.slurm (gitignored; /var/tmp/moeforge-slurm-<hash> if the
+# slurm user cannot reach the checkout): slurm.conf, state, spool, logs, PID files. Outside it, it may touch only: packages (apt), /etc/hosts (one line, only when the short
+# host name does not resolve), /etc/munge/munge.key (only when missing), /run/munge.
+#
+# Stopping never kills by name: each daemon is ended through the PID file it wrote in the private
+# directory, after checking that the PID still belongs to that program. munged is ended only when
+# this script started it (marker file run/munged.started holds its PID); a munged that was already
+# running is left alone.
+#
+# Exit codes: 0 ok; 1 failure; 2 usage; 3 status: not running; 75 packages could not be installed
+# (no package mirror reachable); 77 not root.
+#
+# Environment (all optional):
+#   MOEFORGE_SLURM_DIR            private directory (absolute or relative to the current directory)
+#   MOEFORGE_SLURMCTLD_PORT       default 6817 } change both to run a second cluster beside the first
+#   MOEFORGE_SLURMD_PORT          default 6818 }
+#   MOEFORGE_SLURM_CPUS           CPUs the node advertises (default: max(nproc, 4); a node may
+#                                 advertise more than it has thanks to SlurmdParameters=config_overrides)
+#   MOEFORGE_SLURM_START_TIMEOUT  seconds to wait for the node to become idle (default 60)
+set -euo pipefail
+
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd -P)"
+
+# others_can_enter DIR: every directory from / down to DIR is searchable by everyone (o+x), so the
+# slurm user can reach a directory inside it.
+others_can_enter() {
+    local dir=$1 mode
+    while :; do
+        mode="$(stat -c %a -- "$dir")" || return 1
+        ((8#$mode & 1)) || return 1
+        [[ $dir == / ]] && return 0
+        dir="$(dirname -- "$dir")"
+    done
+}
+
+# The private directory: $MOEFORGE_SLURM_DIR, else <repo>/.slurm when the slurm user can reach it
+# there, else (a checkout under a private home, say) /var/tmp/moeforge-slurm-<hash of the repo path>.
+default_dir() {
+    if others_can_enter "$REPO_ROOT"; then
+        printf '%s\n' "$REPO_ROOT/.slurm"
+    else
+        printf '/var/tmp/moeforge-slurm-%s\n' "$(printf '%s' "$REPO_ROOT" | md5sum | cut -c1-12)"
+    fi
+}
+
+SLURM_DIR="$(realpath -m -- "${MOEFORGE_SLURM_DIR:-$(default_dir)}")"
+CONF="$SLURM_DIR/slurm.conf"
+RUN_DIR="$SLURM_DIR/run"
+STATE_DIR="$SLURM_DIR/state"
+SPOOL_DIR="$SLURM_DIR/spool"
+LOG_DIR="$SLURM_DIR/log"
+CTLD_PIDFILE="$RUN_DIR/slurmctld.pid"
+SLURMD_PIDFILE="$RUN_DIR/slurmd.pid"
+MUNGE_MARKER="$RUN_DIR/munged.started"
+MUNGE_PIDFILE=/run/munge/munged.pid
+CTLD_PORT="${MOEFORGE_SLURMCTLD_PORT:-6817}"
+SLURMD_PORT="${MOEFORGE_SLURMD_PORT:-6818}"
+START_TIMEOUT="${MOEFORGE_SLURM_START_TIMEOUT:-60}"
+PACKAGES=(slurmctld slurmd slurm-client munge)
+
+log() { printf 'cluster.sh: %s\n' "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+usage() {
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+print_env() { printf 'export SLURM_CONF=%q\n' "$CONF"; }
+
+# --- processes, by PID file ---------------------------------------------------------------------
+
+# read_pid FILE: print the PID in FILE; fail when FILE is missing or holds no PID.
+read_pid() {
+    local file=$1 pid=""
+    [[ -s $file ]] || return 1
+    read -r pid <"$file" || true
+    [[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
+    printf '%s\n' "$pid"
+}
+
+# pid_is PID NAME: PID is alive and is the program NAME (guards against stale files and PID reuse).
+pid_is() {
+    local pid=$1 name=$2 comm=""
+    [[ -r /proc/$pid/comm ]] || return 1
+    read -r comm <"/proc/$pid/comm" 2>/dev/null || return 1
+    [[ $comm == "$name" ]]
+}
+
+# running PIDFILE NAME: the daemon named NAME whose PID is in PIDFILE is alive.
+running() {
+    local pid
+    pid="$(read_pid "$1")" || return 1
+    pid_is "$pid" "$2"
+}
+
+# stop_pids PID NAME [PID NAME ...]: SIGTERM to each PID that is still NAME, wait up to 15 s for all
+# of them to exit, then SIGKILL the rest. (All at once: each daemon takes a second or two to exit.)
+stop_pids() {
+    local -a pids=() names=()
+    local i j left
+    while (($# >= 2)); do
+        if pid_is "$1" "$2"; then
+            log "stopping $2 (pid $1)"
+            kill -TERM "$1" 2>/dev/null || true
+            pids+=("$1")
+            names+=("$2")
+        fi
+        shift 2
+    done
+    for ((i = 0; i < 200; i++)); do
+        left=0
+        for j in "${!pids[@]}"; do
+            pid_is "${pids[j]}" "${names[j]}" && left=1
+        done
+        ((left)) || return 0
+        if ((i == 150)); then
+            for j in "${!pids[@]}"; do
+                if pid_is "${pids[j]}" "${names[j]}"; then
+                    log "${names[j]} (pid ${pids[j]}) ignored SIGTERM for 15 s; sending SIGKILL"
+                    kill -KILL "${pids[j]}" 2>/dev/null || true
+                fi
+            done
+        fi
+        sleep 0.1
+    done
+    die "daemons would not exit: ${pids[*]}"
+}
+
+# --- install ------------------------------------------------------------------------------------
+
+need_root() {
+    if [[ $(id -u) -ne 0 ]]; then
+        log "error: must run as root (daemons, users, apt-get)"
+        exit 77
+    fi
+}
+
+packages_present() {
+    local f
+    for f in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/sinfo /usr/sbin/munged /usr/bin/munge; do
+        [[ -x $f ]] || return 1
+    done
+}
+
+install_packages() {
+    packages_present && return 0
+    command -v apt-get >/dev/null || {
+        log "error: apt-get not found; install ${PACKAGES[*]} by hand"
+        exit 75
+    }
+    local apt_log="$LOG_DIR/apt.log"
+    log "installing ${PACKAGES[*]} (log: $apt_log)"
+    export DEBIAN_FRONTEND=noninteractive
+    # Try with the package lists already on the machine first; `apt-get update` only when that fails
+    # (no lists yet, or lists so old that the files they name are gone).
+    if ! apt-get install -y --no-install-recommends "${PACKAGES[@]}" >"$apt_log" 2>&1; then
+        if ! apt-get update >>"$apt_log" 2>&1 ||
+            ! apt-get install -y --no-install-recommends "${PACKAGES[@]}" >>"$apt_log" 2>&1; then
+            tail -n 20 "$apt_log" >&2 || true
+            log "error: could not install ${PACKAGES[*]} (is a Debian package mirror reachable?)"
+            exit 75
+        fi
+    fi
+    packages_present || die "packages installed but daemons missing; see $apt_log"
+}
+
+ensure_users() {
+    local user
+    for user in slurm munge; do
+        id -u "$user" >/dev/null 2>&1 ||
+            useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$user"
+    done
+}
+
+# The node name becomes MASTER_ADDR for jobs: it must resolve.
+ensure_hostname_resolves() {
+    local host
+    host="$(hostname -s)"
+    if ! getent hosts "$host" >/dev/null; then
+        log "adding '127.0.1.1 $host' to /etc/hosts (the node name must resolve)"
+        printf '127.0.1.1\t%s\n' "$host" >>/etc/hosts
+    fi
+}
+
+# --- munge --------------------------------------------------------------------------------------
+
+munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+    if munge_works; then
+        return 0 # someone's munged answers: use it, never stop it
+    fi
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        log "creating /etc/munge/munge.key"
+        install -d -o munge -g munge -m 0700 /etc/munge
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 0400 /etc/munge/munge.key
+    fi
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
+    log "starting munged"
+    runuser -u munge -- /usr/sbin/munged 9>&- || die "munged did not start; see /var/log/munge/munged.log"
+    local i pid
+    for ((i = 0; i < 100; i++)); do
+        if pid="$(read_pid "$MUNGE_PIDFILE")" && pid_is "$pid" munged && munge_works; then
+            printf '%s\n' "$pid" >"$MUNGE_MARKER"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "munged did not answer; see /var/log/munge/munged.log"
+}
+
+# The PID of the munged this script started, if it did and that munged still runs.
+our_munged() {
+    local pid
+    [[ -e $MUNGE_MARKER ]] || return 1
+    pid="$(read_pid "$MUNGE_MARKER")" || return 1
+    pid_is "$pid" munged || return 1
+    printf '%s\n' "$pid"
+}
+
+# --- slurm --------------------------------------------------------------------------------------
+
+node_name() { hostname -s; }
+
+write_config() {
+    local host cpus mem_mb tmp
+    host="$(node_name)"
+    cpus="${MOEFORGE_SLURM_CPUS:-$(nproc)}"
+    if [[ -z ${MOEFORGE_SLURM_CPUS:-} ]] && ((cpus < 4)); then
+        cpus=4
+    fi
+    mem_mb="$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)"
+    tmp="$CONF.tmp.$$"
+    cat >"$tmp" <<EOF
+# Written by tests/slurm/cluster.sh: a single-node test cluster. Regenerated on every start.
+ClusterName=moeforge-test
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=slurm
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+EnforcePartLimits=ALL
+MailProg=/bin/true
+KillWait=5
+MinJobAge=300
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+StateSaveLocation=$STATE_DIR
+SlurmdSpoolDir=$SPOOL_DIR
+SlurmctldPidFile=$CTLD_PIDFILE
+SlurmdPidFile=$SLURMD_PIDFILE
+SlurmctldLogFile=$LOG_DIR/slurmctld.log
+SlurmdLogFile=$LOG_DIR/slurmd.log
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+    chmod 0644 "$tmp"
+    mv -f -- "$tmp" "$CONF"
+}
+
+prepare_dirs() {
+    case $SLURM_DIR in
+    *[[:space:]#]*) die "the private directory must not contain blanks or '#': $SLURM_DIR" ;;
+    esac
+    mkdir -p -- "$SLURM_DIR"
+    chmod 0755 "$SLURM_DIR"
+    install -d -m 0755 "$SPOOL_DIR"
+    install -d -o slurm -g slurm -m 0755 "$RUN_DIR" "$STATE_DIR" "$LOG_DIR"
+    # slurmctld runs as the slurm user: it must reach its state, log and PID files.
+    if ! runuser -u slurm -- test -w "$STATE_DIR"; then
+        die "user slurm cannot write $STATE_DIR (a parent directory is not searchable?); set MOEFORGE_SLURM_DIR"
+    fi
+}
+
+show_logs() {
+    local f
+    for f in "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log"; do
+        [[ -s $f ]] || continue
+        log "--- last lines of $f"
+        tail -n 15 "$f" >&2 || true
+    done
+}
+
+# node_state: the node's state as sinfo prints it (idle, mixed, allocated, down*, ...); empty if no answer.
+node_state() {
+    local out
+    out="$(sinfo -h -N -n "$(node_name)" -o %T 2>/dev/null)" || out=""
+    printf '%s\n' "${out%%$'\n'*}"
+}
+
+wait_for_pidfile() {
+    local pidfile=$1 name=$2 i
+    for ((i = 0; i < 100; i++)); do
+        running "$pidfile" "$name" && return 0
+        sleep 0.1
+    done
+    show_logs
+    die "$name did not start (no live PID in $pidfile)"
+}
+
+wait_until_idle() {
+    local deadline=$((SECONDS + START_TIMEOUT)) state resumed=0
+    while :; do
+        state="$(node_state)"
+        case $state in
+        idle | mixed | allocated | completing) return 0 ;;
+        down | down~ | drained | draining | drain)
+            # ReturnToService=2 usually brings it back on registration; nudge it once if not.
+            if ((!resumed)); then
+                scontrol update nodename="$(node_name)" state=resume >/dev/null 2>&1 || true
+                resumed=1
+            fi
+            ;;
+        esac
+        running "$CTLD_PIDFILE" slurmctld || {
+            show_logs
+            die "slurmctld exited"
+        }
+        running "$SLURMD_PIDFILE" slurmd || {
+            show_logs
+            die "slurmd exited"
+        }
+        if ((SECONDS >= deadline)); then
+            show_logs
+            die "node not idle after ${START_TIMEOUT}s (state: '${state:-no answer}')"
+        fi
+        sleep 0.2
+    done
+}
+
+# End-to-end probe after a fresh start: a batch job whose one step must run and succeed. It also
+# covers slurmctld's first seconds, in which it does not yet schedule batch jobs: a caller's first
+# `sbatch --wait` would otherwise miss its first poll (2 s) and report only at the next (10 s).
+probe_job() {
+    local job state i
+    job="$(sbatch --parsable --job-name=cluster.sh-probe --time=1 --output=/dev/null \
+        --wrap='srun --ntasks=1 true' 9>&-)" || {
+        show_logs
+        die "the probe job was refused"
+    }
+    job="${job%%;*}"
+    for ((i = 0; i < 600; i++)); do
+        state="$(squeue -h -j "$job" -o %T 2>/dev/null)" || state=""
+        [[ -z $state ]] && break
+        sleep 0.05
+    done
+    state="$(scontrol show job "$job" 2>/dev/null)" || state=""
+    if [[ $state != *"JobState=COMPLETED"* ]]; then
+        printf '%s\n' "$state" >&2
+        show_logs
+        die "the probe job $job did not complete"
+    fi
+}
+
+cmd_start() {
+    need_root
+    mkdir -p -- "$SLURM_DIR"
+    # fd 9 holds the lock; daemons are started with 9>&- so they do not inherit it.
+    exec 9>"$SLURM_DIR/.lock"
+    flock -w 300 9 || die "another cluster.sh holds $SLURM_DIR/.lock"
+    install -d -m 0755 "$LOG_DIR"
+    install_packages
+    ensure_users
+    prepare_dirs
+    ensure_hostname_resolves
+    start_munge
+    export SLURM_CONF="$CONF"
+    local fresh=0
+    if running "$CTLD_PIDFILE" slurmctld && running "$SLURMD_PIDFILE" slurmd; then
+        log "already running ($SLURM_DIR)"
+    else
+        fresh=1
+        write_config
+        if ! running "$CTLD_PIDFILE" slurmctld; then
+            rm -f -- "$CTLD_PIDFILE"
+            log "starting slurmctld"
+            # -i: ignore unreadable state left by an earlier, killed run
+            slurmctld -i -f "$CONF" 9>&- || {
+                show_logs
+                die "slurmctld failed to start"
+            }
+            wait_for_pidfile "$CTLD_PIDFILE" slurmctld
+        fi
+        if ! running "$SLURMD_PIDFILE" slurmd; then
+            rm -f -- "$SLURMD_PIDFILE"
+            log "starting slurmd"
+            slurmd -f "$CONF" 9>&- || {
+                show_logs
+                die "slurmd failed to start"
+            }
+            wait_for_pidfile "$SLURMD_PIDFILE" slurmd
+        fi
+    fi
+    wait_until_idle
+    if ((fresh)); then
+        probe_job
+    fi
+    log "node $(node_name) is up; ${SECONDS}s"
+    print_env
+}
+
+cancel_jobs() {
+    local jobs=() i
+    mapfile -t jobs < <(squeue -h -o %A 2>/dev/null || true)
+    ((${#jobs[@]})) || return 0
+    log "cancelling ${#jobs[@]} job(s)"
+    scancel -- "${jobs[@]}" 2>/dev/null || true
+    # Let slurmd end the job steps (KillWait=5) before slurmd itself goes.
+    for ((i = 0; i < 150; i++)); do
+        mapfile -t jobs < <(squeue -h -o %A 2>/dev/null || true)
+        ((${#jobs[@]})) || return 0
+        sleep 0.1
+    done
+    log "jobs still listed after 15 s: ${jobs[*]}"
+}
+
+cmd_stop() {
+    need_root
+    [[ -d $SLURM_DIR ]] || return 0
+    exec 9>"$SLURM_DIR/.lock"
+    flock -w 300 9 || die "another cluster.sh holds $SLURM_DIR/.lock"
+    export SLURM_CONF="$CONF"
+    if running "$CTLD_PIDFILE" slurmctld; then
+        cancel_jobs
+    fi
+    local -a daemons=()
+    local pid
+    pid="$(read_pid "$SLURMD_PIDFILE")" && daemons+=("$pid" slurmd)
+    pid="$(read_pid "$CTLD_PIDFILE")" && daemons+=("$pid" slurmctld)
+    # munged along with them (the jobs are gone; each daemon takes about 2 s to exit).
+    pid="$(our_munged)" && daemons+=("$pid" munged)
+    ((${#daemons[@]} == 0)) || stop_pids "${daemons[@]}"
+    rm -f -- "$SLURMD_PIDFILE" "$CTLD_PIDFILE" "$MUNGE_MARKER"
+    log "stopped ($SLURM_DIR)"
+}
+
+cmd_status() {
+    local ctld=stopped slurmd=stopped state
+    running "$CTLD_PIDFILE" slurmctld && ctld="running (pid $(read_pid "$CTLD_PIDFILE"))"
+    running "$SLURMD_PIDFILE" slurmd && slurmd="running (pid $(read_pid "$SLURMD_PIDFILE"))"
+    printf 'dir:       %s\nslurmctld: %s\nslurmd:    %s\n' "$SLURM_DIR" "$ctld" "$slurmd"
+    if [[ -e $MUNGE_MARKER ]]; then
+        printf 'munged:    started by cluster.sh (pid %s)\n' "$(read_pid "$MUNGE_MARKER" || echo '?')"
+    fi
+    if [[ $ctld == stopped && $slurmd == stopped ]]; then
+        return 3
+    fi
+    if [[ $ctld == stopped || $slurmd == stopped ]]; then
+        return 1
+    fi
+    export SLURM_CONF="$CONF"
+    state="$(node_state)"
+    printf 'node:      %s %s\n' "$(node_name)" "${state:-(no answer)}"
+    [[ -n $state ]] || return 1
+}
+
+main() {
+    (($# == 1)) || usage
+    case $1 in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    env) print_env ;;
+    -h | --help | help) usage ;;
+    *) usage ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,188 @@
+"""Helpers for the tests against a real single-node Slurm (tests/slurm/cluster.sh).
+
+Imported by path from tests/slurm/conftest.py (`load_slurm_lib()`), and handed to tests through the
+`slurm_lib` fixture, so it works whatever pytest's import mode; do not `import conftest`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
+REPO_ROOT = CLUSTER_SH.parents[2]
+
+EXIT_NOT_ROOT = 77
+EXIT_NO_PACKAGES = 75
+
+
+class SbatchRejected(RuntimeError):
+    """sbatch refused the job (no job id): the message is sbatch's stderr."""
+
+
+class SlurmJobTimeout(RuntimeError):
+    """The job did not finish within the timeout; it has been cancelled."""
+
+
+# Job states after which nothing more happens (COMPLETING is not one: steps are still ending).
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
+
+
+def exit_code_of(info: dict[str, str]) -> int:
+    """What `sbatch --wait` returns for a finished job: its exit status, 1 when a signal ended it."""
+    status, _, signal = info.get("ExitCode", "1:0").partition(":")
+    return 1 if signal not in ("", "0") else int(status)
+
+
+def cluster_cmd(action: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), action],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def parse_export(stdout: str) -> dict[str, str]:
+    """`export SLURM_CONF=/path` lines (as cluster.sh prints them) -> {"SLURM_CONF": "/path"}."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.fullmatch(r"export ([A-Z_]+)=(\S+)", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+@dataclass
+class SlurmCluster:
+    conf: Path
+    env: dict[str, str]
+    started_here: bool
+    jobs_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs_dir = self.conf.parent / "jobs"
+        self.jobs_dir.mkdir(exist_ok=True)
+
+    @property
+    def dir(self) -> Path:
+        return self.conf.parent
+
+    def run(self, *argv: str, **kw) -> subprocess.CompletedProcess:
+        """Run a Slurm client (squeue, scontrol, ...) against this cluster."""
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        return subprocess.run(list(argv), env=self.env, **kw)
+
+    def submit_and_wait(
+        self,
+        script: str | os.PathLike,
+        timeout: float,
+        *,
+        args: list[str] | tuple[str, ...] = (),
+        cwd: str | os.PathLike | None = None,
+        env: dict[str, str] | None = None,
+        wait: str = "poll",
+    ) -> tuple[int, str]:
+        """Submit the script, wait for the job to end (at most `timeout` s); return (exit code, job id).
+
+        The exit code is the one `sbatch --wait` returns: the batch script's, or 1 when a signal
+        ended it (cancelled, time limit). wait="sbatch" waits with `sbatch --wait` under
+        `timeout`; wait="poll" (default) submits, then polls `scontrol show job` every 0.25 s:
+        same result, but sbatch --wait looks at the job 2 s after submission, then 8 s later,
+        then at longer intervals (its back-off), so a job of a few seconds costs 10 s. Raises SbatchRejected when sbatch refuses the
+        job, SlurmJobTimeout (after cancelling the job) when it runs past `timeout`. `cwd` is
+        where sbatch runs (the job's submit directory; default: the current one); `env` replaces
+        self.env (keep SLURM_CONF in it). Output: <cluster dir>/jobs/slurm-<id>.out unless `args`
+        has --output.
+        """
+        if wait not in ("poll", "sbatch"):
+            raise ValueError(f"wait must be 'poll' or 'sbatch', not {wait!r}")
+        cmd = ["sbatch", "--parsable"]
+        if wait == "sbatch":
+            cmd = ["timeout", "--kill-after=10", str(int(timeout)), *cmd, "--wait"]
+        if not any(a == "-o" or a.startswith("--output") for a in args):
+            cmd.append(f"--output={self.jobs_dir}/slurm-%j.out")
+        cmd += [*args, str(script)]
+        started = time.monotonic()
+        proc = subprocess.run(
+            cmd, cwd=cwd, env=env or self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        m = re.match(r"\s*(\d+)", proc.stdout)
+        job_id = m.group(1) if m else None
+        if wait == "sbatch" and proc.returncode in (124, 137):
+            self._timed_out(script, job_id, timeout, proc.stderr)
+        if job_id is None or (wait == "poll" and proc.returncode != 0):
+            raise SbatchRejected(f"sbatch rejected {script} (exit {proc.returncode}): {proc.stderr.strip()}")
+        if wait == "sbatch":
+            return proc.returncode, job_id
+        while True:
+            info = self.job_info(job_id, check=False)
+            if info.get("JobState") in FINAL_STATES:
+                return exit_code_of(info), job_id
+            if time.monotonic() - started > timeout:
+                self._timed_out(script, job_id, timeout, "")
+            time.sleep(0.25)
+
+    def _timed_out(self, script, job_id: str | None, timeout: float, stderr: str):
+        if job_id:
+            self.run("scancel", job_id)
+        raise SlurmJobTimeout(
+            f"job {job_id} of {script} did not finish in {timeout}s; cancelled\n"
+            + (self.run("scontrol", "show", "job", job_id).stdout if job_id else stderr)
+        )
+
+    def job_info(self, job_id: str, *, check: bool = True) -> dict[str, str]:
+        """`scontrol show job` as a dict (finished jobs stay visible for MinJobAge=300 s).
+        JobName is taken whole (it may hold blanks); other values end at the next ` Key=`.
+        With check=False an unanswered query gives {} instead of raising."""
+        proc = self.run("scontrol", "show", "job", job_id)
+        if proc.returncode != 0:
+            if check:
+                raise RuntimeError(f"scontrol show job {job_id}: {proc.stderr.strip()}")
+            return {}
+        text = proc.stdout
+        info: dict[str, str] = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("JobId="):
+                first, _, name = line.partition(" JobName=")
+                info["JobId"] = first.split("=", 1)[1]
+                info["JobName"] = name
+                continue
+            for m in re.finditer(r"(\w[\w:/]*)=(.*?)(?=\s+\w[\w:/]*=|$)", line):
+                info[m.group(1)] = m.group(2)
+        return info
+
+    def output(self, job_id: str) -> str:
+        path = self.jobs_dir / f"slurm-{job_id}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def start_cluster(env: dict[str, str] | None = None) -> tuple[dict[str, str], bool]:
+    """Start (or find running) the cluster cluster.sh manages for `env`; return (exports, started_here).
+    Skips the test when not root or when the packages cannot be installed."""
+    if os.geteuid() != 0:
+        pytest.skip("a real Slurm needs root (daemons, users, apt-get); run the slurm tests as root")
+    if cluster_cmd("status", env).returncode == 0:
+        return parse_export(cluster_cmd("env", env).stdout), False
+    proc = cluster_cmd("start", env)
+    if proc.returncode == EXIT_NOT_ROOT:
+        pytest.skip("a real Slurm needs root: " + proc.stderr.strip())
+    if proc.returncode == EXIT_NO_PACKAGES:
+        pytest.skip("slurmctld/slurmd/munge not installable (no Debian mirror reachable?):\n" + proc.stderr[-2000:])
+    if proc.returncode != 0:
+        pytest.fail(f"tests/slurm/cluster.sh start failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    # Someone else may have started it between our status and our start (start is idempotent).
+    return parse_export(proc.stdout), "already running" not in proc.stderr

