@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__
-from .flags import TABLE
+from .megatron_args import arguments, bridge_overrides, release_for
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
@@ -48,6 +48,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
     layout, platform = plan["layout"], plan["platform"]
     device = platform["device"]
     image = launch.get("container_image") or platform.get("container_image")
+    args, unsupported = arguments(plan)
     return {
         "recipe_id": plan["recipe"]["id"], "job_name": plan["recipe"]["name"], "build_dir": build_dir,
         "plan_file": "plan.json", "report_file": "report.json",
@@ -63,7 +64,8 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
                 "image": image or "moeforge-runtime:latest", "service_account": None},
         "env": [{"name": k, "value": v["value"], "reason": v["reason"]} for k, v in plan["env"].items()],
         "moeforge_version": __version__,
-        "megatron_args": megatron_args(plan),
+        "megatron_args": args, "megatron_unsupported": unsupported,
+        "megatron_release": release_for(plan["platform"]["software"]["megatron_core"]),
         "bridge_overrides": bridge_overrides(plan),
         "plan": plan,
     }
@@ -73,42 +75,6 @@ def k8s_name(name: str) -> str:
     """A DNS-1123 label: lowercase alphanumerics and '-', at most 63 characters."""
     label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].rstrip("-")
     return label or "moeforge-job"
-
-
-def megatron_args(plan: dict) -> list[tuple[str, str | None]]:
-    """pretrain_gpt.py flags for the platform's megatron-core version, from the flag table."""
-    from .rules.expr import version_int
-
-    mcore = version_int(plan["platform"]["software"]["megatron_core"])
-    values = {d["field"]: d["value"] for d in plan["decisions"]}
-    backend = values.get("moe_flex_dispatcher_backend")
-    out = []
-    for field, target in TABLE.items():
-        flag, value = target.mlm_flag(mcore), values.get(field)
-        if not flag or field not in values or value is None:
-            continue
-        if "{backend}" in flag:
-            if values.get("moe_token_dispatcher_type") != "flex" or backend not in ("deepep", "hybridep"):
-                continue
-            flag = flag.format(backend=backend)
-        if isinstance(value, bool):
-            negated = flag.startswith("--no-")
-            if value != negated:
-                out.append((flag, None))
-        elif isinstance(value, list):
-            out.append((flag, " ".join(map(str, value))))
-        else:
-            out.append((flag, str(value)))
-    return out
-
-
-def bridge_overrides(plan: dict) -> list[tuple[str, str]]:
-    values = {d["field"]: d["value"] for d in plan["decisions"]}
-    out = []
-    for field, target in TABLE.items():
-        if target.bridge and field in values:
-            out.append((target.bridge, json.dumps(values[field])))
-    return out
 
 
 def render(plan: dict, composed_data: dict, build_dir: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ errors stops the pipeline with a CompileError carrying every one of them.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
     out = []
     for r in rules:
         if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
-            changes = ", ".join(f"{K.display(f)} = {v}" for f, v in r.silent.items())
+            changes = ", ".join(f"{K.display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
             d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
                       if r.silent.keys() - auto else r.message)
             out.append(d.as_error() if strict else d)

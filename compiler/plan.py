@@ -31,7 +31,8 @@ CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_
            "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
            "expert_tensor_parallel_size", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
            "recompute_granularity", "recompute_method", "recompute_modules", "moe_router_force_load_balancing")
-BACKEND_MODULES = {"deepep": ("deep_ep", "DeepEP"), "hybridep": ("deep_ep", "HybridEP (DeepEP hybrid-ep branch)")}
+BACKEND_MODULES = {"deepep": ("deep_ep", None, "DeepEP"),
+                   "hybridep": ("deep_ep", "HybridEPBuffer", "HybridEP (DeepEP's hybrid-ep branch)")}
 
 
 def build(r: Resolved) -> dict:
@@ -96,11 +97,15 @@ def _transformer_config(env, model, mcore) -> dict:
             value = []  # megatron-core's default "full" is deprecated and warns
         if name is None or (value is None and field != "expert_tensor_parallel_size"):
             continue
-        if field == "moe_flex_dispatcher_backend" and backend is None:
+        if field == "moe_flex_dispatcher_backend" and value is None:
+            value = "deepep"  # megatron-core's default; inert unless the dispatcher is flex
+        if (field == "fp8_recipe" and not env.get("fp8")) or (field == "fp4_recipe" and not env.get("fp4")):
             continue
         if field == "cuda_graph_modules":
             value = list(value or [])
         tc[name] = value
+    if tc.get("recompute_granularity") == "selective" and not tc.get("recompute_modules"):
+        tc["recompute_modules"] = ["core_attn"]  # what megatron-core fills in; stated, so it is checked
     if tc.get("expert_tensor_parallel_size") is None:
         tc["expert_tensor_parallel_size"] = env["tensor_model_parallel_size"]
     dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
@@ -131,8 +136,8 @@ def _schedule(env) -> str:
 def _requires(env) -> list[dict]:
     out = []
     if env["moe_token_dispatcher_type"] == "flex" and env["moe_flex_dispatcher_backend"] in BACKEND_MODULES:
-        module, what = BACKEND_MODULES[env["moe_flex_dispatcher_backend"]]
-        out.append({"module": module, "package": what,
+        module, attribute, what = BACKEND_MODULES[env["moe_flex_dispatcher_backend"]]
+        out.append({"module": module, **({"attribute": attribute} if attribute else {}), "package": what,
                     "needed_for": f"moe.dispatcher=flex, moe.flex_backend={env['moe_flex_dispatcher_backend']}",
                     "alternative": "moe.dispatcher=alltoall"})
     if env["transformer_engine"]:

@@ -1,0 +1,125 @@
+"""plan.json checks and the backend gate: clear messages and exit codes, never a traceback,
+and no model (not even megatron-core's model code) touched before the gate has passed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
+
+from runtime import gate
+from runtime import plan as plan_mod
+from runtime.errors import BackendMissing, PlanError
+
+
+def _check(raw):
+    return plan_mod.check(raw, "plan.json")
+
+
+def test_example_plan_is_accepted(tiny_plan):
+    plan = _check(tiny_plan)
+    assert plan.layout["ep"] == 2 and plan.runtime["schedule"] == "combined_1f1b"
+
+
+def test_extra_keys_are_tolerated(tiny_plan):
+    tiny_plan["something_new"] = {"x": 1}
+    tiny_plan["training"]["future_knob"] = True
+    _check(tiny_plan)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda p: p.pop("transformer_config"), "plan.transformer_config is missing"),
+    (lambda p: p.update(schema="other/v9"), "schema must be 'moeforge/plan/v1'"),
+    (lambda p: p["training"].update(micro_batch_size=0), "training.micro_batch_size must be >= 1"),
+    (lambda p: p["training"].update(seed="x"), "training.seed must be an integer"),
+    (lambda p: p["training"].update(data="imagenet"), "training.data must be one of"),
+    (lambda p: p["training"].update(report_window=[3, 9]), "training.report_window must be"),
+    (lambda p: p["training"].update(num_microbatches=3),
+     "global_batch_size / (micro_batch_size * dp) = 8 / (2 * 2)"),
+    (lambda p: p["layout"].update(ep=4), "layout.ep = 4 but transformer_config.expert_model"),
+    (lambda p: (p["layout"].update(world_size=3), p["layout"].update(ep=2)),
+     "world_size 3 is not divisible by etp*ep*pp = 1*2*1"),
+    (lambda p: p["runtime"].update(schedule="gpipe"), "runtime.schedule must be one of"),
+    (lambda p: p["runtime"].update(transformer_impl="apex"), "runtime.transformer_impl must be"),
+    (lambda p: p["runtime"].update(requires=[{"package": "x"}]), "runtime.requires[0]"),
+    (lambda p: p["transformer_config"].update(params_dtype="fp8"), "params_dtype must be one of"),
+])
+def test_bad_plans_name_the_field(tiny_plan, mutate, message):
+    mutate(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        _check(tiny_plan)
+    assert message in err.value.message
+
+
+def test_bad_plan_cli_exits_2_without_traceback(tmp_path, tiny_plan):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"schema": "moeforge/plan/v1",\n "layout": [1,')
+    run = run_module("runtime.train", str(bad))
+    assert run.returncode == 2
+    assert f"{bad}:2:" in run.stderr and "invalid JSON" in run.stderr
+    assert "Traceback" not in run.stderr
+    tiny_plan["layout"]["tp"] = 0
+    bad.write_text(json.dumps(tiny_plan))
+    run = run_module("runtime.dryrun", str(bad))
+    assert run.returncode == 2 and "layout.tp must be >= 1" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_derived_requirements(tiny_plan):
+    tc = tiny_plan["transformer_config"]
+    tc.update(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+              moe_grouped_gemm=True)
+    reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
+    # megatron-core's fused_a2a imports HybridEP as `from deep_ep import HybridEPBuffer`.
+    assert reqs == {("deep_ep", "HybridEPBuffer"), ("grouped_gemm", None)}
+    tiny_plan["runtime"]["transformer_impl"] = "transformer_engine"
+    reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
+    assert reqs == {("deep_ep", "HybridEPBuffer"), ("transformer_engine", None)}  # TEGroupedMLP
+
+
+def test_gate_lists_every_missing_backend(tiny_plan):
+    tiny_plan["transformer_config"].update(moe_token_dispatcher_type="flex",
+                                           moe_flex_dispatcher_backend="deepep")
+    tiny_plan["runtime"]["requires"] = [{"module": "moeforge_no_such_pkg", "package": "nope",
+                                        "needed_for": "a test", "alternative": "drop it"}]
+    with pytest.raises(BackendMissing) as err:
+        gate.check(_check(tiny_plan))
+    msg = err.value.message
+    assert "module 'moeforge_no_such_pkg' (package nope)" in msg and "alternative: drop it" in msg
+    assert "module 'deep_ep'" in msg
+    assert "moe_flex_dispatcher_backend = 'deepep'" in msg
+    assert "alternative: set moe_token_dispatcher_type: alltoall" in msg
+
+
+def test_gate_passes_importable_requirements(tiny_plan):
+    tiny_plan["runtime"]["requires"] = [{"module": "json", "package": "stdlib",
+                                        "needed_for": "x", "alternative": "y"}]
+    assert [r.module for r in gate.check(_check(tiny_plan))] == ["json"]
+
+
+def test_flex_deepep_exits_before_any_model_code_is_imported(tmp_path, tiny_plan):
+    tiny_plan["transformer_config"].update(moe_token_dispatcher_type="flex",
+                                           moe_flex_dispatcher_backend="deepep")
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(tiny_plan))
+    probe = (
+        "import sys\n"
+        "from runtime import train\n"
+        "try:\n"
+        f"    train.main([{str(path)!r}])\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "built = [m for m in sys.modules if m.startswith('megatron.core.models')]\n"
+        "print('EXIT', code, 'MODEL_MODULES', len(built))\n"
+    )
+    proc = subprocess.run([PYTHON, "-c", probe], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert "EXIT 3 MODEL_MODULES 0" in proc.stdout, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert "backend unavailable: module 'deep_ep'" in err
+    assert "moe_token_dispatcher_type = 'flex' with moe_flex_dispatcher_backend = 'deepep'" in err
+    assert "alternative: set moe_token_dispatcher_type: alltoall" in err
+    assert "not performance data" in err and "Traceback" not in err

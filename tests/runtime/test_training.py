@@ -1,0 +1,132 @@
+"""End-to-end training runs on CPU (gloo), each configuration in its own torchrun.
+
+These check behaviour, not plumbing: EP overlap must leave every per-micro-batch loss bit-for-bit
+unchanged while really taking megatron-core's combined-1F1B schedule, the interleaved pipeline
+must take it too, a learnable task must be learned, and a plan that megatron-core would realise
+differently (or run on another schedule) must stop with the field named.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from runtime_testlib import launch, micro_batch_losses
+
+
+def _without_overlap(plan: dict, schedule: str) -> dict:
+    plan = copy.deepcopy(plan)
+    plan["transformer_config"]["overlap_moe_expert_parallel_comm"] = False
+    plan["runtime"]["schedule"] = schedule
+    return plan
+
+
+def _assert_ok(run):
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.report is not None and run.report["status"] == "ok"
+
+
+def test_ep2_overlap_matches_no_overlap_exactly(tiny_plan, tmp_path):
+    on = launch(tiny_plan, tmp_path / "overlap")
+    off = launch(_without_overlap(tiny_plan, "no_pipelining"), tmp_path / "plain")
+    _assert_ok(on)
+    _assert_ok(off)
+    assert on.report["schedule_taken"] == "combined_1f1b"
+    assert on.report["overlap_schedule_ran"] is True
+    assert on.report["combined_1f1b_calls"]["combined_1f1b_schedule_for_no_pipelining"] == \
+        tiny_plan["training"]["train_iters"]
+    assert on.report["build_schedule_plan_calls"] > 0
+    assert off.report["schedule_taken"] == "no_pipelining"
+    assert off.report["overlap_schedule_ran"] is False
+    assert off.report["build_schedule_plan_calls"] == 0
+    # Exact equality, not a tolerance: the overlap schedule reorders work, not arithmetic.
+    assert micro_batch_losses(on.report) == micro_batch_losses(off.report)
+    n_mb = tiny_plan["training"]["num_microbatches"]
+    assert all(len(mb) == n_mb for mb in micro_batch_losses(on.report))
+    # The report carries what the tuning workflow needs.
+    rep = on.report
+    assert rep["world_size"] == 2 and rep["ep"] == 2
+    assert len(rep["steps"]) == tiny_plan["training"]["train_iters"]
+    assert rep["steady_state"]["window"] == tiny_plan["training"]["report_window"]
+    assert rep["tokens_per_s"] > 0 and rep["peak_memory_bytes_max"] > 0
+    assert rep["realised"]["moe_token_dispatcher_type"]["read_from"] == ["config", "modules"]
+    assert rep["realised"]["_modules"]["moe_token_dispatcher_type"] == "alltoall"
+    assert rep["versions"]["megatron_core"]
+    assert "step    1/4 | loss" in on.stdout
+
+
+def test_pp2_vpp2_ep2_interleaved_combined_schedule(tiny_plan, tmp_path):
+    plan = copy.deepcopy(tiny_plan)
+    plan["transformer_config"].update(num_layers=4, pipeline_model_parallel_size=2,
+                                      virtual_pipeline_model_parallel_size=2)
+    plan["layout"].update(world_size=4, nproc_per_node=4, pp=2, vpp=2, dp=2, edp=1)
+    plan["training"].update(num_microbatches=2, global_batch_size=8, train_iters=3,
+                            report_window=[2, 3])
+    on = launch(plan, tmp_path / "overlap")
+    off = launch(_without_overlap(plan, "interleaved_1f1b"), tmp_path / "plain")
+    _assert_ok(on)
+    _assert_ok(off)
+    assert on.report["forward_backward_function"] == "forward_backward_pipelining_with_interleaving"
+    assert on.report["schedule_taken"] == "combined_1f1b"
+    assert on.report["combined_1f1b_calls"]["combined_1f1b_schedule_for_interleaved_pipelining"] > 0
+    assert off.report["schedule_taken"] == "interleaved_1f1b"
+    assert micro_batch_losses(on.report) == micro_batch_losses(off.report)
+
+
+def test_learnable_task_loss_decreases_over_20_steps(tiny_plan, tmp_path):
+    plan = copy.deepcopy(tiny_plan)
+    plan["training"].update(train_iters=20, data="learnable", report_window=[3, 20])
+    plan["optimizer"]["lr"] = 0.01
+    plan["transformer_config"]["moe_router_force_load_balancing"] = True
+    run = launch(plan, tmp_path)
+    _assert_ok(run)
+    losses = [s["loss"] for s in run.report["steps"]]
+    assert len(losses) == 20
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
+    assert run.report["realised"]["moe_router_force_load_balancing"]["realised"] is True
+
+
+def _single_rank(plan: dict) -> dict:
+    """The tiny plan on one process (EP=1, no overlap): the cheapest full launch."""
+    plan = copy.deepcopy(plan)
+    plan["transformer_config"].update(expert_model_parallel_size=1,
+                                      overlap_moe_expert_parallel_comm=False)
+    plan["layout"].update(world_size=1, nproc_per_node=1, ep=1, dp=1, edp=1)
+    plan["training"].update(global_batch_size=4, num_microbatches=2)
+    plan["runtime"]["schedule"] = "no_pipelining"
+    return plan
+
+
+def test_realised_mismatch_names_the_field(tiny_plan, tmp_path):
+    # megatron-core's ModelParallelConfig.__post_init__ rewrites expert_tensor_parallel_size=None
+    # to the TP size: a plan that leaves it implicit must not run.
+    plan = _single_rank(tiny_plan)
+    plan["transformer_config"]["expert_tensor_parallel_size"] = None
+    plan["layout"]["etp"] = None
+    run = launch(plan, tmp_path)
+    assert run.returncode == 5, run.output[-3000:]
+    assert "expert_tensor_parallel_size: plan None, realised 1 (read from config)" in run.stderr
+    assert "(read from parallel_state)" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.report is None and "step " not in run.stdout
+
+
+def test_schedule_mismatch_stops_the_run(tiny_plan, tmp_path):
+    plan = _single_rank(tiny_plan)
+    plan["runtime"]["schedule"] = "combined_1f1b"  # but overlap is off: megatron runs plain 1F1B
+    run = launch(plan, tmp_path)
+    assert run.returncode == 6, run.output[-3000:]
+    assert "expects schedule 'combined_1f1b'" in run.stderr
+    assert "ran 'no_pipelining'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_flex_deepep_gate_under_torchrun(tiny_plan, tmp_path):
+    plan = copy.deepcopy(tiny_plan)
+    plan["transformer_config"].update(moe_token_dispatcher_type="flex",
+                                      moe_flex_dispatcher_backend="deepep")
+    run = launch(plan, tmp_path)  # 2 ranks, as planned
+    assert run.returncode != 0
+    assert "deep_ep" in run.stderr and "moe_token_dispatcher_type: alltoall" in run.stderr
+    assert "No model was built" in run.stderr
+    assert run.report is None
