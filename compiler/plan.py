@@ -17,7 +17,7 @@ from .pipeline import Resolved
 ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                "kv_channels", "normalization", "gated_linear_unit", "add_bias_linear", "add_qkv_bias",
                "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-               "qk_pos_emb_head_dim", "v_head_dim", "rotary_base")
+               "qk_pos_emb_head_dim", "v_head_dim")
 MOE_FIELDS = {"num_experts": "num_moe_experts", "router_topk": "moe_router_topk",
               "ffn_hidden_size": "moe_ffn_hidden_size",
               "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
@@ -55,7 +55,8 @@ def build(r: Resolved) -> dict:
         "model": {"vocab_size": arch.get("vocab_size"),
                   "max_sequence_length": max(arch.get("max_position_embeddings") or 0, env["seq_length"]),
                   "position_embedding_type": arch.get("position_embedding_type", "rope"),
-                  "share_embeddings_and_output_weights": not arch.get("untie_embeddings_and_output_weights", True)},
+                  "share_embeddings_and_output_weights": not arch.get("untie_embeddings_and_output_weights", True),
+                  **({"rotary_base": arch["rotary_base"]} if arch.get("rotary_base") else {})},
         "ddp_config": {"overlap_grad_reduce": env["overlap_grad_reduce"],
                        "overlap_param_gather": env["overlap_param_gather"],
                        "use_distributed_optimizer": env["use_distributed_optimizer"],

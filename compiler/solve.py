@@ -205,8 +205,22 @@ class _Encoding:
                 "<=": lambda: lhs <= rhs, ">": lambda: lhs > rhs, ">=": lambda: lhs >= rhs}[op]()
 
 
+_IMPLICATIONS: dict[str, E.Expr] = {}
+
+
 def _implication(r: Rule) -> E.Expr:
-    return E.Implies(r.when, r.require)
+    e = _IMPLICATIONS.get(r.id)
+    if e is None:
+        e = _IMPLICATIONS[r.id] = E.Implies(r.when, r.require)
+    return e
+
+
+def _specialise(expr: E.Expr, fields: set, fixed: dict) -> E.Expr:
+    """expr with the fixed values folded in; plain evaluation when nothing is left free."""
+    if fields <= fixed.keys():
+        value = E.evaluate(expr, fixed)
+        return E.Const(value if isinstance(value, bool) else False)
+    return fold(expr, fixed)
 
 
 def _fixed(pins: dict, relaxed: set[str] = frozenset()) -> dict:
@@ -221,7 +235,7 @@ class _Problem:
     def __init__(self, rules: list[Rule], fixed: dict, prefs=()):
         self.violated, self.residual = [], {}
         for r in rules:
-            e = fold(_implication(r), fixed)
+            e = _specialise(_implication(r), r.fields, fixed)
             if type(e) is E.Const:
                 if e.value is False:
                     self.violated.append(r)
@@ -229,7 +243,7 @@ class _Problem:
                 self.residual[r.id] = e
         self.prefs = []
         for p in prefs:
-            e = fold(E.Implies(p.when, p.prefer), fixed)
+            e = _specialise(E.Implies(p.when, p.prefer), p.prefer.fields() | p.when.fields(), fixed)
             if type(e) is not E.Const:
                 self.prefs.append((p, e))
         free = set()
@@ -249,18 +263,21 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules])
     if problem.violated:
         return Solution({}, {}, _explain(pins, rules, problem))
-    enc = problem.encoding(auto)
-    opt = z3.Optimize()
-    opt.add(*enc.domain)
-    opt.add(*[enc.term(e) for e in problem.residual.values()])
-    for p, e in problem.prefs:
-        opt.add_soft(enc.term(e), p.weight)
-    for name in sorted(auto):  # among equals, keep Megatron's default
-        opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
-    if opt.check() != z3.sat:
-        return Solution({}, {}, _explain(pins, rules, problem))
-    model = opt.model()
-    values = {f: enc.read(model, f) for f in sorted(auto)}
+    free = sorted(set(auto) & problem.free)  # auto knobs no rule or preference mentions keep their default
+    values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
+    enc = problem.encoding()
+    if problem.free:
+        opt = z3.Optimize()
+        opt.add(*enc.domain)
+        opt.add(*[enc.term(e) for e in problem.residual.values()])
+        for p, e in problem.prefs:
+            opt.add_soft(enc.term(e), p.weight)
+        for name in free:  # among equals, keep Megatron's default
+            opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
+        if opt.check() != z3.sat:
+            return Solution({}, {}, _explain(pins, rules, problem))
+        model = opt.model()
+        values.update({f: enc.read(model, f) for f in free})
     values.update(derive({**fixed, **values}))
     decisions = _provenance(enc, problem, {r.id: r for r in rules}, prefs, auto, values, fixed)
     return Solution(values, decisions)
@@ -273,7 +290,7 @@ def _as_pref(r: Rule) -> Preference:
 
 def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
     """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
-    s = z3.Solver()
+    s = z3.SimpleSolver()
     s.add(*enc.domain)
     trackers = {}
     for rid, e in problem.residual.items():
