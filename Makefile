@@ -13,8 +13,9 @@ TARGET ?= local
 SET ?=
 MOEFORGE := PYTHONPATH=$(CURDIR) $(PY) -m compiler
 SET_ARGS := $(foreach s,$(SET),--set $(s))
+CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort))
 
-.PHONY: help setup demo test check compile compile-all launch clean
+.PHONY: help setup demo test check compile compile-all $(addprefix compile-one/,$(CATALOGUE)) launch matrix fuzz bench golden clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,12 +43,25 @@ check: $(STAMP) ## validate and solve every recipe in recipes/
 compile: $(STAMP) ## compile RECIPE=<id> [SET="key=value ..."] into build/<id>/
 	$(MOEFORGE) compile $(RECIPE) $(SET_ARGS)
 
-compile-all: $(STAMP) ## compile every recipe in the catalogue
-	@set -e; for f in $$(find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort); do \
-	  id=$${f#recipes/}; $(MOEFORGE) compile "$${id%.yaml}"; done
+compile-all: $(addprefix compile-one/,$(CATALOGUE)) ## compile every recipe in the catalogue (make -j works)
+
+compile-one/%: $(STAMP)
+	@$(MOEFORGE) compile $*
 
 launch: compile ## launch RECIPE with TARGET=local|slurm|print
 	PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --target $(TARGET) build/$(RECIPE)
+
+matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
+	$(MOEFORGE) matrix --html build/matrix.html
+
+fuzz: $(STAMP) ## the long fuzz run (hypothesis, many examples)
+	MOEFORGE_FUZZ=long PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/fuzz tests/hostile
+
+bench: $(STAMP) ## benchmarks: check/compile throughput, solver latency, cold start vs megatron-core
+	PYTHONPATH=$(CURDIR) $(PY) bench/bench.py
+
+golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
+	MOEFORGE_UPDATE_GOLDEN=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/golden
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache
