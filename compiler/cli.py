@@ -6,7 +6,9 @@ error. No command ever shows a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .diagnostics import CompileError, render_all
@@ -52,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and hasattr(signal, "SIGPIPE") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a real CLI run: `moeforge rules | head` ends quietly
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["lint-config"]:  # its options are its own
         from .lintconfig import main_lint_config
@@ -117,10 +121,11 @@ def cmd_check(args) -> int:
 
 
 def cmd_rules(args) -> int:
-    from .rules import PREFERENCES, RULES
+    from .rules import CATALOGUE, PREFERENCES
 
-    for r in RULES:
-        print(f"{r.id}  [{r.severity}{', silent' if r.silent else ''}; {r.origin}]")
+    for r in CATALOGUE:
+        print(f"{r.id}  [{r.severity}{', silent' if r.silent else ''}{', lint-config only' if r.lint_only else ''}; "
+              f"{r.origin}]")
         print(f"    when {r.when!r}  require {r.require!r}")
         print(f"    {r.message}")
         if r.megatron_message:

@@ -48,6 +48,10 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
     pos = c.origins.get(("precision", "dtype"))
     pins["bf16"] = Pin(bf16, pos, "pinned" if pos else "default")
     pins["fp16"] = Pin(fp16, pos, "pinned" if pos else "default")
+    freq = lookup(c.data, "model.moe.layer_freq")
+    if freq is not _MISSING:  # a per-layer list reads as 1 (all MoE) or 2 (some dense), as lint-config does
+        value = (1 if all(freq) else 2) if isinstance(freq, list) else freq
+        pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
     pins.update(facts(c))
     return pins, auto
 

@@ -133,13 +133,14 @@ KNOBS: tuple[Knob, ...] = (
     # Megatron fields a recipe cannot set (deprecated spellings, list/str-valued layout
     # knobs). lint-config reads them; for recipes the rules see megatron-core's default
     # (compiler.rules specialises the catalogue), see LINT_ONLY below.
-    _K("moe_layer_freq", None, "int", 1,
+    _K("moe_layer_freq", None, "int", 1,  # computed for recipes from model.moe.layer_freq
        doc="int N: every Nth layer is MoE; lint-config reads a list as 1 (all MoE) or 2 (some dense)"),
-    _K("pipeline_model_parallel_layout", None, "str", None),
-    _K("num_layers_in_first_pipeline_stage", None, "opt_int", None),
-    _K("num_layers_in_last_pipeline_stage", None, "opt_int", None),
-    _K("account_for_embedding_in_pipeline_split", None, "bool", False),
-    _K("account_for_loss_in_pipeline_split", None, "bool", False),
+    _K("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
+       doc="uneven pipeline layout, e.g. 'Et|(tt|)*30mL'"),
+    _K("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None),
+    _K("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None),
+    _K("account_for_embedding_in_pipeline_split", "parallelism.account_for_embedding", "bool", False),
+    _K("account_for_loss_in_pipeline_split", "parallelism.account_for_loss", "bool", False),
     _K("moe_enable_deepep", None, "bool", False, doc="deprecated: flex + moe_flex_dispatcher_backend=deepep"),
     _K("moe_deepep_num_sms", None, "opt_int", None, doc="0.16-0.18: int, default 20; 0.19: deprecated"),
     _K("moe_hybridep_num_sms", None, "opt_int", None, doc="0.16-0.17: int, default 16; 0.19: deprecated"),
@@ -159,7 +160,8 @@ BY_PATH: dict[str, Knob] = {k.path: k for k in KNOBS if k.path}
 
 # Knobs without a recipe path that the compiler still fills in for a recipe: bf16/fp16
 # from precision.dtype, the world and data-parallel sizes from resources and layout.
-COMPUTED = frozenset({"bf16", "fp16", "world_size", "data_parallel_size", "expert_data_parallel_size"})
+COMPUTED = frozenset({"bf16", "fp16", "world_size", "data_parallel_size", "expert_data_parallel_size",
+                      "moe_layer_freq"})
 # Megatron fields only lint-config reads; a recipe always has megatron-core's default.
 LINT_ONLY = frozenset(k.field for k in KNOBS if k.path is None and k.field not in COMPUTED)
 

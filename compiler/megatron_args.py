@@ -29,6 +29,8 @@ RENAMES = {
     "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights",
     "micro_batch_size": "--micro-batch-size", "global_batch_size": "--global-batch-size",
     "train_iters": "--train-iters",
+    "num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
+    "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
 }
 INVERTED = {"share_embeddings_and_output_weights"}   # the flag says the opposite of the field
 SKIP = {"params_dtype", "pipeline_dtype", "activation_func", "gated_linear_unit", "batch_p2p_comm",

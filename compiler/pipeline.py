@@ -114,6 +114,6 @@ def _diag(r: Rule, pins, message: str) -> Diagnostic:
                   if pins[f].origin != "fact")
     if r.evidence:
         notes += (Note(f"evidence: {r.evidence}"),)
-    return Diagnostic(r.severity, r.id, message, anchor, notes, r.source, r.fix, r.megatron_message,
-                      tuple(sorted(r.fields)))
+    return Diagnostic(r.severity, r.id, message, anchor, notes, r.source, r.fix,
+                      r.megatron_message_for({f: p.value for f, p in pins.items()}), tuple(sorted(r.fields)))
 

@@ -6,12 +6,15 @@ sections straight to megatron-core.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from . import __version__
 from . import knobs as K
 from .config import lookup, _MISSING
+from .diagnostics import CompileError, error
 from .flags import TABLE, tc_name
+from .rules.expr import version_int
 from .pipeline import Resolved
 
 ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -31,6 +34,7 @@ CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_
            "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
            "expert_tensor_parallel_size", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
            "recompute_granularity", "recompute_method", "recompute_modules", "moe_router_force_load_balancing")
+RUNTIME_ONLY = {"activation_func"}  # resolved by the runtime into a function
 BACKEND_MODULES = {"deepep": ("deep_ep", None, "DeepEP"),
                    "hybridep": ("deep_ep", "HybridEPBuffer", "HybridEP (DeepEP's hybrid-ep branch)")}
 
@@ -112,7 +116,36 @@ def _transformer_config(env, model, mcore) -> dict:
     dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
     tc["params_dtype"] = tc["pipeline_dtype"] = dtype
     tc["batch_p2p_comm"] = not env.get("overlap_p2p_comm", False)
-    return tc
+    return _existing(tc, mcore)
+
+
+def _existing(tc: dict, mcore: int) -> dict:
+    """Only fields this megatron-core release has; a value it cannot take is a compile error."""
+    known = config_fields(mcore)
+    if known is None:
+        return tc
+    extra = {k: v for k, v in tc.items() if k not in known and k not in RUNTIME_ONLY}
+    lost = [f"{k} = {json.dumps(v)}" for k, v in extra.items() if v not in (None, False, [], {})]
+    if lost:
+        raise CompileError([error("E_NOT_IN_MEGATRON", f"megatron-core {version_text(mcore)} has no field for: "
+                                  + ", ".join(lost), help="use a platform with a newer megatron-core, or drop the setting")])
+    return {k: v for k, v in tc.items() if k not in extra}
+
+
+def config_fields(mcore: int) -> frozenset | None:
+    """TransformerConfig + ModelParallelConfig fields of the newest catalogued release <= mcore."""
+    from .lintconfig import megatron_fields
+
+    versions = sorted(megatron_fields()["versions"].items(), key=lambda kv: version_int(kv[0]))
+    chosen = None
+    for name, fields in versions:
+        if version_int(name) <= mcore:
+            chosen = fields
+    return chosen if chosen is not None else (versions[0][1] if versions else None)
+
+
+def version_text(v: int) -> str:
+    return f"{v // 1_000_000}.{v // 1000 % 1000}.{v % 1000}"
 
 
 def _layout(env) -> dict:
@@ -149,31 +182,48 @@ def _requires(env) -> list[dict]:
 
 
 def environment(env) -> dict:
-    """Launch-time environment variables the plan needs, each with its reason."""
+    """Launch-time environment variables the plan needs, each with its reason.
+
+    Values follow Megatron-Bridge's perf recipes (perf_recipes/*, environment.py) and its perf
+    harness topology rules (scripts/common/benchmark_parallelism.py).
+    """
     out = {}
     if env["device"] != "cuda":
         return out
+
+    def put(name, value, reason):
+        out[name] = {"value": str(value), "reason": reason}
+
     tp, cp = env["tensor_model_parallel_size"], env["context_parallel_size"]
     product, ep = env["gpu_product"], env["expert_model_parallel_size"]
     flex = env["moe_token_dispatcher_type"] == "flex"
     backend = env["moe_flex_dispatcher_backend"] if flex else None
+    put("TORCH_NCCL_HIGH_PRIORITY", 1, "Megatron-Bridge COMMON_PERF_ENV_VARS: NCCL on high-priority streams")
     if product in ("B200", "B300", "GB200", "GB300"):
-        value, why = "32", f"{product}: Megatron-Bridge's perf harness uses 32 connections on Blackwell"
+        put("CUDA_DEVICE_MAX_CONNECTIONS", 32, f"{product}: the perf harness uses 32 connections on Blackwell")
     elif (tp > 1 or cp > 1) and not env["overlap_moe_expert_parallel_comm"]:
-        value, why = "1", "TP/CP > 1 without EP overlap: one connection keeps TP/CP collectives ordered"
+        put("CUDA_DEVICE_MAX_CONNECTIONS", 1, "TP/CP > 1 without EP overlap: one connection keeps TP/CP "
+            "communication kernels ahead of compute")
     elif backend in ("deepep", "hybridep"):
-        value, why = "32", f"flex dispatcher with {backend}: many concurrent streams"
+        put("CUDA_DEVICE_MAX_CONNECTIONS", 32, f"flex dispatcher with {backend}: many concurrent streams")
     else:
-        value, why = "8", "EP overlap / default: several streams so dispatch can overlap compute"
-    out["CUDA_DEVICE_MAX_CONNECTIONS"] = {"value": value, "reason": why}
+        put("CUDA_DEVICE_MAX_CONNECTIONS", 8, "the perf harness default when TP/CP do not need strict ordering")
     if backend == "hybridep":
         nvl72 = env["nvlink_domain"] >= 72
         ranks = env.get("hybridep_ranks_per_nvlink_domain") or (ep if nvl72 else min(ep, 8))
-        out["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = {
-            "value": str(ranks), "reason": "HybridEP must know the EP ranks per NVLink domain "
-            + ("(EP on NVL72)" if nvl72 else "(min(EP, 8) on NVL8)")}
-        out["USE_MNNVL"] = {"value": "1" if nvl72 else "0",
-                            "reason": "multi-node NVLink " + ("present (NVL72)" if nvl72 else "absent")}
+        put("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", ranks, "HybridEP must know the EP ranks per NVLink "
+            "domain: " + ("EP on NVL72" if nvl72 else "min(EP, 8) on NVL8") + "; a mismatch hurts speed and correctness")
+        put("NVLINK_DOMAIN_SIZE", 72 if nvl72 else 8, "the platform's NVLink domain, for HybridEP")
+        put("USE_MNNVL", 1 if nvl72 else 0, "multi-node NVLink " + ("present (NVL72)" if nvl72 else "absent"))
+    if env.get("cuda_graph_impl", "none") != "none":
+        put("NCCL_GRAPH_REGISTER", 0, "CUDA graphs: Megatron-Bridge perf recipes keep NCCL buffer registration "
+            "out of captured graphs")
+        put("TORCH_NCCL_AVOID_RECORD_STREAMS", 1, "CUDA graphs: avoid record_stream on NCCL tensors")
+    if env.get("tp_comm_overlap") or env["overlap_moe_expert_parallel_comm"]:
+        put("NVTE_FWD_LAYERNORM_SM_MARGIN", 20, "overlapped communication: keep SMs free for comm kernels "
+            "(Megatron-Bridge perf recipes use 10-20)")
+        put("NVTE_BWD_LAYERNORM_SM_MARGIN", 20, "overlapped communication: keep SMs free for comm kernels "
+            "(Megatron-Bridge perf recipes use 10-20)")
     return out
 
 

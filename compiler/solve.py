@@ -56,6 +56,7 @@ _INPUTS = {"world_size": ("num_nodes", "gpus_per_node"),
            "expert_data_parallel_size": ("world_size", "tensor_model_parallel_size", "expert_tensor_parallel_size",
                                          "expert_model_parallel_size", "pipeline_model_parallel_size")}
 MAX_INT = 1 << 20
+_SET = "(set)"  # a float or string knob that the solver only knows to be set
 
 
 def derive(values: dict) -> dict:
@@ -95,7 +96,7 @@ class _Encoding:
                 self.vars[name] = z3.Bool(name)
             elif spec.kind == "set":
                 self.vars[name] = {m: z3.Bool(f"{name}.{m}") for m in spec.domain}
-            elif spec.kind == "float":
+            elif spec.kind in ("float", "str"):  # only ever asked whether they are set
                 self.vars[name] = z3.Bool(f"{name}.is_set")
             else:
                 v = self.vars[name] = z3.Int(name)
@@ -136,7 +137,7 @@ class _Encoding:
         if spec.kind == "set":
             members = set(value or ())
             return z3.And(*[b if m in members else z3.Not(b) for m, b in var.items()])
-        if spec.kind == "float":
+        if spec.kind in ("float", "str"):
             return var == z3.BoolVal(value is not None)
         return var == self.const(name, value)
 
@@ -156,6 +157,8 @@ class _Encoding:
             return chosen or None
         if spec.kind == "bool":
             return z3.is_true(model.eval(var, model_completion=True))
+        if spec.kind in ("float", "str"):
+            return _SET if z3.is_true(model.eval(var, model_completion=True)) else None
         raw = model.eval(var, model_completion=True).as_long()
         if spec.kind == "enum":
             return spec.domain[raw]
@@ -182,7 +185,7 @@ class _Encoding:
             spec, var = _SPEC[name], self.vars[name]
             if spec.kind == "set":
                 return z3.Or(*var.values())
-            if spec.kind == "float":
+            if spec.kind in ("float", "str"):
                 return var
             return var != self.const(name, None) if spec.kind == "enum" else var != 0
         if t is E.In:
@@ -401,7 +404,7 @@ def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
         distance = var - pins[name].value
         s.minimize(z3.If(distance >= 0, distance, -distance))
     found = []
-    for _ in range(1 if spec.kind in ("bool", "set") else 5):
+    for _ in range(1 if spec.kind in ("bool", "set", "float", "str") else 5):
         if s.check() != z3.sat:
             break
         value = enc.read(s.model(), name)
@@ -411,6 +414,8 @@ def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
         s.add(z3.Not(enc.value_term(name, value)))
     if not found:
         return None
+    if spec.kind in ("float", "str"):
+        return f"unset {K.display(name)}" if found == [None] else f"set {K.display(name)}"
     if spec.kind in ("int", "opt_int"):
         found.sort(key=lambda v: v or 0)
     shown = ", ".join(_show(v) for v in found)

@@ -18,6 +18,7 @@ Two views of the same catalogue are exported:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from importlib import import_module
 
 from .expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate,
@@ -29,17 +30,27 @@ CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompu
 ORIGINS = ("megatron-core", "megatron-bridge", "megatron-lm", "moeforge")
 
 
+_OPS = {">=": int.__ge__, "<": int.__lt__, "<=": int.__le__, ">": int.__gt__, "==": int.__eq__}
+
+
+@lru_cache(maxsize=None)
+def _clauses(spec: str) -> tuple:
+    """'>=0.17.0,<0.19.0' -> ((int.__ge__, 17000), (int.__lt__, 19000))."""
+    out = []
+    for clause in spec.split(","):
+        clause = clause.strip()
+        op = clause.rstrip("0123456789.")
+        out.append((_OPS[op], version_int(clause[len(op):])))
+    return tuple(out)
+
+
 def _version_ok(facts: dict, versions: tuple) -> bool | None:
     for fact, spec in versions:
         have = facts.get(fact)
         if have is None or isinstance(have, bool) or not isinstance(have, int):
             return None
-        for clause in spec.split(","):
-            clause = clause.strip()
-            op = clause.rstrip("0123456789.")
-            want = version_int(clause[len(op):])
-            if not {">=": have >= want, "<": have < want, "<=": have <= want,
-                    ">": have > want, "==": have == want}[op]:
+        for op, want in _clauses(spec):
+            if not op(have, want):
                 return False
     return True
 

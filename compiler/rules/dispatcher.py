@@ -12,7 +12,7 @@ GB200/GB300 (major 10, name "NVIDIA GB...") -> hybridep only; B100 -> hybridep o
 major > 10 -> neither.
 """
 from . import Rule
-from .expr import F, AtLeast, Has, IsSet, Not, Or
+from .expr import F, AtLeast, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 TD = "megatron-core transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher"
@@ -110,6 +110,17 @@ RULES = (
          "DeepEP cannot pad expert inputs to capacity", TC,
          "set moe.pad_expert_input_to_capacity: false, or use hybridep/alltoall",
          "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity"),
+    Rule("CAPACITY_FACTOR_NEEDS_AUX_LOSS_TYPE", "error", IsSet(F("moe_expert_capacity_factor")),
+         F("moe_router_load_balancing_type") != "sinkhorn",
+         "an expert capacity factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
+         "load balancing", TC, "unset moe.expert_capacity_factor, or change the load-balancing type",
+         "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
+         "load balancing"),
+    Rule("PAD_TO_CAPACITY_NEEDS_CAPACITY_FACTOR", "error", F("moe_pad_expert_input_to_capacity") == True,  # noqa: E712
+         IsSet(F("moe_expert_capacity_factor")),
+         "padding expert inputs to capacity needs an expert capacity factor", TC,
+         "set moe.expert_capacity_factor, or moe.pad_expert_input_to_capacity: false",
+         "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"),
     Rule("MOE_ENABLE_DEEPEP_NEEDS_FLEX", "error", ENABLE_DEEPEP, FLEX,
          "moe_enable_deepep needs the flex dispatcher", TC,
          "replace moe_enable_deepep with moe_token_dispatcher_type: flex and moe_flex_dispatcher_backend: deepep",

@@ -36,7 +36,11 @@ RULES = (
          "change resources.nodes or parallelism.tp/cp/pp so that TP x CP x PP divides the GPU count",
          "world_size ({world_size}) is not divisible by {model_size}",
          also=(("Megatron-LM arguments.py",
-                "world size ({world_size}) is not divisible by total_model_size (total_model_size={model_size})"),)),
+                "world size ({world_size}) is not divisible by total_model_size (total_model_size={model_size})"),
+               ("Megatron-Bridge scripts/common/benchmark_parallelism.py",
+                "Requested {world_size} GPUs is not divisible by TP * PP * CP ({tensor_model_parallel_size} * "
+                "{pipeline_model_parallel_size} * {context_parallel_size} = {model_size}). Override the parallel "
+                "sizes for this GPU count."))),
     Rule("LAYOUT_EXPERT_WORLD_DIVISIBLE", "error", IsSet(WORLD),
          Or(IsSet(ETP) & (WORLD % (ETP * EP * PP) == 0),
             Not(IsSet(ETP)) & (WORLD % (TP * EP * PP) == 0)),
@@ -45,8 +49,10 @@ RULES = (
          "world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "
          "({expert_tensor_model_pipeline_parallel_size})",
          also=(("Megatron-Bridge scripts/common/benchmark_parallelism.py",
-                "The expert-parallel grid is incompatible with requested {world_size} GPUs: the world size "
-                "must be divisible by ETP * EP * PP (...)"),)),
+                "The expert-parallel grid is incompatible with requested {world_size} GPUs: the world size must be "
+                "divisible by ETP * EP * PP ({etp} * {expert_model_parallel_size} * {pipeline_model_parallel_size} = "
+                "{expert_tensor_model_pipeline_parallel_size}). Override the expert or pipeline parallel sizes for "
+                "this GPU count."),)),
     Rule("LAYOUT_EP_NEEDS_EXPERTS", "error", EP > 1, IsSet(F("num_moe_experts")),
          "expert parallelism needs an MoE model (num_moe_experts)", TC,
          "set parallelism.ep: 1 for a dense model",

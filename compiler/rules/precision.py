@@ -83,15 +83,4 @@ RULES = (
          "fused MoE permutation needs Transformer Engine >= 2.1.0", TC,
          "set moe.permute_fusion: false, or use a platform with TE >= 2.1.0",
          "fused permutation is not available. Please install TE >= 2.1.0."),
-    Rule("CAPACITY_FACTOR_NEEDS_AUX_LOSS_TYPE", "error", IsSet(F("moe_expert_capacity_factor")),
-         F("moe_router_load_balancing_type") != "sinkhorn",
-         "an expert capacity factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
-         "load balancing", TC, "unset moe.expert_capacity_factor, or change the load-balancing type",
-         "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none "
-         "load balancing"),
-    Rule("PAD_TO_CAPACITY_NEEDS_CAPACITY_FACTOR", "error", F("moe_pad_expert_input_to_capacity") == True,  # noqa: E712
-         IsSet(F("moe_expert_capacity_factor")),
-         "padding expert inputs to capacity needs an expert capacity factor", TC,
-         "set moe.expert_capacity_factor, or moe.pad_expert_input_to_capacity: false",
-         "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"),
 )

@@ -1,0 +1,441 @@
+"""Every rule of the catalogue: a configuration that violates it and one that satisfies it.
+
+Cases are deltas on BASE, a valid H100 / megatron-core 0.19 / TE 2.12 MoE configuration, and are
+evaluated concretely (compiler.lintconfig, the same evaluator the plan's warnings use). A passing
+configuration must not trigger the rule, nor any error at all. Exact megatron messages are checked
+for a selection here, against megatron-core 0.16.1 itself in tests/lint/test_lint_vs_mcore016.py,
+and against the Megatron sources in tests/rules/test_messages_in_sources.py.
+"""
+from __future__ import annotations
+
+import pytest
+
+from compiler.lintconfig import lint_mapping
+from compiler.rules import BY_ID, CATALOGUE
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+B200 = {"name": "NVIDIA B200", "compute_capability": "10.0"}
+GB200 = {"name": "NVIDIA GB200", "compute_capability": "10.0"}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
+
+
+def V(mcore="0.19.0", te="2.12.0", torch="2.9.0"):
+    return {"versions": {"torch": torch, "transformer_engine": te, "megatron_core": mcore}}
+
+
+BASE = {
+    "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+    "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1, "sequence_parallel": False,
+    "num_layers": 16, "hidden_size": 1024, "num_attention_heads": 16, "num_query_groups": 4,
+    "num_moe_experts": 64, "moe_ffn_hidden_size": 512, "moe_grouped_gemm": True, "add_bias_linear": False,
+    "moe_router_dtype": "fp32", "bf16": True, "moe_token_dispatcher_type": "alltoall",
+    "overlap_moe_expert_parallel_comm": True,
+    "world_size": 64, "num_nodes": 8, "gpus_per_node": 8, "nvlink_domain": 8,
+    "micro_batch_size": 1, "global_batch_size": 512,
+    "use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True,
+    "gpu": H100, **V(), "deep_ep_installed": True, "hybrid_ep_installed": True,
+}
+G = {"cuda_graph_impl": "transformer_engine", "use_te_rng_tracker": True}
+DROPLESS = ["attn", "moe_router", "moe_preprocess"]
+NO_EPO = {"overlap_moe_expert_parallel_comm": False}
+FLEX_DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+FLEX_HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                 "hybridep_ranks_per_nvlink_domain": 8}
+FULL = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+SEL = {"recompute_granularity": "selective"}
+FP8 = {"fp8": "e4m3", "fp8_recipe": "blockwise"}
+NVL72 = {"gpu": GB200, "nvlink_domain": 72, "gpus_per_node": 4, "num_nodes": 16}
+DWG = {"delay_wgrad_compute": True}
+TP2 = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
+PP2_VPP = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2, "overlap_p2p_comm": True}
+RANKCAP = {"moe_expert_rank_capacity_factor": 1.5, "use_transformer_engine_op_fuser": True}
+
+
+def c(*parts, **kw):
+    out = {}
+    for p in parts:
+        out.update(p)
+    out.update(kw)
+    return out
+
+
+# rule id -> (violating delta, satisfying delta)
+CASES = {
+    # --- EP overlap
+    "EP_OVERLAP_NEEDS_EP": (c(expert_model_parallel_size=1), {}),
+    "EP_OVERLAP_NEEDS_EXPERTS": (c(num_moe_experts=1, expert_model_parallel_size=1), {}),
+    "EP_OVERLAP_NEEDS_A2A_OR_FLEX": (c(moe_token_dispatcher_type="allgather"), FLEX_DEEPEP),
+    "EP_OVERLAP_NEEDS_BF16_OR_FP16": (c(bf16=False), c(bf16=False, fp16=True)),
+    "EP_OVERLAP_NEEDS_TORCH_2_6": (V(torch="2.5.1"), {}),
+    "EP_OVERLAP_NEEDS_VPP": (c(pipeline_model_parallel_size=2), PP2_VPP),
+    "EP_OVERLAP_NO_FULL_RECOMPUTE": (c(FULL), c(SEL, recompute_modules=["moe_act"])),
+    "EP_OVERLAP_NO_RECOMPUTE_METHOD": (c(recompute_method="uniform"), {}),
+    "EP_OVERLAP_NO_RECOMPUTE_NUM_LAYERS": (c(recompute_num_layers=1), {}),
+    "EP_OVERLAP_NO_MOE_RECOMPUTE": (c(SEL, recompute_modules=["moe"]), c(SEL, recompute_modules=["moe_act"])),
+    "EP_OVERLAP_NO_SHARED_EXPERT_OVERLAP": (
+        c(moe_shared_expert_intermediate_size=512, moe_shared_expert_overlap=True),
+        c(moe_shared_expert_intermediate_size=512)),
+    "EP_OVERLAP_MTP_AT_MOST_ONE": (c(mtp_num_layers=2), c(mtp_num_layers=1)),
+    "EP_OVERLAP_MTP_NEEDS_PP": (c(V("0.17.1"), mtp_num_layers=1), c(V("0.18.0"), mtp_num_layers=1)),
+    "EP_OVERLAP_CUDA_GRAPH_SCOPE": (c(G, cuda_graph_modules=["attn", "mlp"], moe_layer_freq=2),
+                                    c(G, cuda_graph_modules=DROPLESS)),
+    "EP_OVERLAP_CUDA_GRAPH_IMPL": (c(V("0.16.1"), G, cuda_graph_impl="local", cuda_graph_modules=["attn"]),
+                                   c(V("0.18.0"), G, cuda_graph_impl="local", cuda_graph_modules=["attn"])),
+    "EP_OVERLAP_NCCLEP_NO_EXPERT_FC1_OFFLOAD": (
+        c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep",
+          fine_grained_activation_offloading=True, offload_modules=["expert_fc1"]),
+        c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep",
+          fine_grained_activation_offloading=True, offload_modules=["core_attn"])),
+    "EP_OVERLAP_EARLY_ATTN_RELEASE_NEEDS_EP_OVERLAP": (c(NO_EPO, ep_overlap_early_attn_memory_release=True),
+                                                       c(ep_overlap_early_attn_memory_release=True)),
+    # --- delayed wgrad
+    "DELAY_WGRAD_NEEDS_EP_OVERLAP": (c(DWG, NO_EPO), DWG),
+    "DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7": (
+        c(DWG, V(te="2.6.0")), c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False)),
+    "DELAY_WGRAD_GRAD_ACC_FUSION_NEEDS_TE_2_7": (
+        c(DWG, V(te="2.6.0"), gradient_accumulation_fusion=True, overlap_grad_reduce=False,
+          overlap_param_gather=False),
+        c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False)),
+    "DELAY_WGRAD_CUDA_GRAPH_NEEDS_TE_2_12": (
+        c(DWG, G, V(te="2.11.0"), cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True),
+        c(DWG, G, V(te="2.11.0"), cuda_graph_modules=["moe_router", "moe_preprocess"])),
+    "DELAY_WGRAD_CUDA_GRAPH_NEEDS_GRAD_ACC_FUSION": (
+        c(DWG, G, cuda_graph_modules=DROPLESS),
+        c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True)),
+    "DELAY_WGRAD_CUDA_GRAPH_NO_ATTN_BIAS": (
+        c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True, add_qkv_bias=True),
+        c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True)),
+    "DELAY_WGRAD_PARTIAL_CUDA_GRAPH_NEEDS_TE_2_10": (
+        c(DWG, G, V(te="2.9.0"), cuda_graph_modules=["moe_router", "moe_preprocess"]),
+        c(DWG, G, V(te="2.10.0"), cuda_graph_modules=["moe_router", "moe_preprocess"])),
+    "DELAY_WGRAD_NO_LEGACY_GROUPED_GEMM": (c(DWG, V("0.16.1"), moe_use_legacy_grouped_gemm=True),
+                                          c(DWG, V("0.16.1"))),
+    "DELAY_WGRAD_NEEDS_TE_BACKWARD_DW": (
+        c(DWG, V("0.16.1", te=None), overlap_grad_reduce=False, overlap_param_gather=False),
+        c(DWG, V("0.19.0", te=None), overlap_grad_reduce=False, overlap_param_gather=False)),
+    "DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18": (
+        c(NO_EPO, V("0.17.0"), overlap_dispatch_backward_with_experts_wgrad=True),
+        c(NO_EPO, V("0.18.0"), overlap_dispatch_backward_with_experts_wgrad=True)),
+    "DISPATCH_BWD_OVERLAP_NOT_WITH_EP_OVERLAP": (c(overlap_dispatch_backward_with_experts_wgrad=True),
+                                                 c(NO_EPO, overlap_dispatch_backward_with_experts_wgrad=True)),
+    "DISPATCH_BWD_OVERLAP_NEEDS_TE_2_3": (
+        c(NO_EPO, V(te="2.2.0"), overlap_dispatch_backward_with_experts_wgrad=True),
+        c(NO_EPO, V(te="2.3.0"), overlap_dispatch_backward_with_experts_wgrad=True)),
+    "DISPATCH_BWD_OVERLAP_NOT_WITH_DELAY_WGRAD": (
+        c(NO_EPO, DWG, overlap_dispatch_backward_with_experts_wgrad=True),
+        c(NO_EPO, overlap_dispatch_backward_with_experts_wgrad=True)),
+    # --- dispatcher
+    "FLEX_NEEDS_BACKEND": (c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=None), FLEX_DEEPEP),
+    "FLEX_NEEDS_TP_X_EP": (c(FLEX_DEEPEP, NO_EPO, expert_model_parallel_size=1), FLEX_DEEPEP),
+    "DEEPEP_NEEDS_SUPPORTED_GPU": (c(FLEX_DEEPEP, NVL72), c(FLEX_DEEPEP, gpu=B200)),
+    "HYBRIDEP_NEEDS_SUPPORTED_GPU": (
+        c(FLEX_HYBRIDEP, gpu={"name": "NVIDIA R100", "compute_capability": "11.0"}),
+        c(FLEX_HYBRIDEP, NVL72, hybridep_ranks_per_nvlink_domain=8)),
+    "DEEPEP_PACKAGE_INSTALLED": (c(FLEX_DEEPEP, deep_ep_installed=False), FLEX_DEEPEP),
+    "HYBRIDEP_PACKAGE_INSTALLED": (c(FLEX_HYBRIDEP, hybrid_ep_installed=False), FLEX_HYBRIDEP),
+    "HYBRIDEP_RANKS_MATCH_NVLINK_DOMAIN": (
+        c(FLEX_HYBRIDEP, expert_model_parallel_size=16, hybridep_ranks_per_nvlink_domain=16),
+        c(FLEX_HYBRIDEP, expert_model_parallel_size=16, hybridep_ranks_per_nvlink_domain=8)),
+    "HYBRIDEP_EP_WITHIN_NVL72": (
+        c(FLEX_HYBRIDEP, NVL72, expert_model_parallel_size=128, num_moe_experts=128, world_size=128,
+          num_nodes=32, hybridep_ranks_per_nvlink_domain=72),
+        c(FLEX_HYBRIDEP, NVL72, hybridep_ranks_per_nvlink_domain=8)),
+    "SHARED_EXPERT_OVERLAP_DISPATCHER": (
+        c(NO_EPO, moe_shared_expert_intermediate_size=512, moe_shared_expert_overlap=True,
+          moe_token_dispatcher_type="allgather"),
+        c(NO_EPO, moe_shared_expert_intermediate_size=512, moe_shared_expert_overlap=True)),
+    "SHARED_EXPERT_OVERLAP_OFF_WITH_FLEX": (c(NO_EPO, FLEX_DEEPEP, moe_shared_expert_overlap=True),
+                                            c(NO_EPO, FLEX_DEEPEP)),
+    "DEEPEP_NO_PAD_TO_CAPACITY": (
+        c(FLEX_DEEPEP, moe_pad_expert_input_to_capacity=True, moe_expert_capacity_factor=1.0),
+        c(FLEX_HYBRIDEP, moe_pad_expert_input_to_capacity=True, moe_expert_capacity_factor=1.0)),
+    "MOE_ENABLE_DEEPEP_NEEDS_FLEX": (c(moe_enable_deepep=True), c(FLEX_DEEPEP, moe_enable_deepep=True)),
+    "MOE_ENABLE_DEEPEP_NOT_HYBRIDEP": (c(FLEX_HYBRIDEP, moe_enable_deepep=True),
+                                       c(FLEX_DEEPEP, moe_enable_deepep=True)),
+    "MOE_ENABLE_DEEPEP_DEPRECATED": (c(FLEX_DEEPEP, moe_enable_deepep=True), FLEX_DEEPEP),
+    "NCCLEP_NEEDS_MCORE_0_19": (
+        c(V("0.18.0"), moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep"),
+        c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep")),
+    "NCCLEP_NEEDS_FLEX": (c(moe_flex_dispatcher_backend="ncclep"),
+                          c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep")),
+    "FLEX_BACKEND_IGNORED_WITHOUT_FLEX": (c(moe_flex_dispatcher_backend="hybridep"), FLEX_HYBRIDEP),
+    "RANK_CAPACITY_NEEDS_HYBRIDEP_OR_NCCLEP": (c(FLEX_DEEPEP, RANKCAP), c(FLEX_HYBRIDEP, RANKCAP)),
+    "RANK_CAPACITY_NEEDS_OP_FUSER": (c(FLEX_HYBRIDEP, moe_expert_rank_capacity_factor=1.5),
+                                     c(FLEX_HYBRIDEP, RANKCAP)),
+    "RANK_CAPACITY_NEEDS_MCORE_0_18": (c(FLEX_HYBRIDEP, RANKCAP, V("0.17.0")),
+                                       c(FLEX_HYBRIDEP, RANKCAP, V("0.18.0"))),
+    "FLEX_NUM_SMS_TUNED_RANGE": (c(FLEX_DEEPEP, moe_flex_dispatcher_num_sms=8),
+                                 c(FLEX_DEEPEP, moe_flex_dispatcher_num_sms=24)),
+    "MOE_DEEPEP_NUM_SMS_DEPRECATED": (c(moe_deepep_num_sms=20), c(V("0.18.0"), moe_deepep_num_sms=20)),
+    "MOE_HYBRIDEP_NUM_SMS_DEPRECATED": (c(moe_hybridep_num_sms=16), c(V("0.18.0"), moe_hybridep_num_sms=16)),
+    "NUM_SMS_DEPRECATED_CONFLICT": (c(moe_deepep_num_sms=20, moe_hybridep_num_sms=16),
+                                    c(moe_deepep_num_sms=20, moe_hybridep_num_sms=20)),
+    "ALLGATHER_NO_VARIABLE_SEQ_LENGTHS": (
+        c(NO_EPO, moe_token_dispatcher_type="allgather", variable_seq_lengths=True),
+        c(variable_seq_lengths=True)),
+    # --- CUDA graphs
+    "CUDA_GRAPH_NEEDS_GPU": (c(G, cuda_graph_modules=DROPLESS, gpu=None), c(G, cuda_graph_modules=DROPLESS)),
+    "CUDA_GRAPH_TE_NEEDS_TE": (c(G, V(te=None), cuda_graph_modules=["moe_router", "moe_preprocess"],
+                                  overlap_grad_reduce=False, overlap_param_gather=False),
+                               c(G, cuda_graph_modules=DROPLESS)),
+    "CUDA_GRAPH_LEGACY_FLAGS_WITH_IMPL": (c(G, enable_cuda_graph=True), c(enable_cuda_graph=True)),
+    "CUDA_GRAPH_LEGACY_FLAGS_EXCLUSIVE": (c(enable_cuda_graph=True, external_cuda_graph=True),
+                                          c(external_cuda_graph=True)),
+    "CUDA_GRAPH_ENABLE_DEPRECATED": (c(enable_cuda_graph=True), {}),
+    "CUDA_GRAPH_EXTERNAL_DEPRECATED": (c(external_cuda_graph=True), {}),
+    "CUDA_GRAPH_FULL_ITERATION_IMPL_NEEDS_0_18": (
+        c(NO_EPO, V("0.17.0"), cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
+        c(NO_EPO, V("0.18.0"), cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
+          moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)),
+    "CUDA_GRAPH_FULL_ITERATION_NOT_TE": (c(G, cuda_graph_modules=["full_iteration"]),
+                                         c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True)),
+    "CUDA_GRAPH_FULL_ITERATION_NO_MODULES": (
+        c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True, cuda_graph_modules=["attn"]),
+        c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True, cuda_graph_modules=[])),
+    "CUDA_GRAPH_MOE_AND_ROUTER_EXCLUSIVE": (
+        c(NO_EPO, G, cuda_graph_modules=["moe", "moe_router"], moe_expert_capacity_factor=1.0,
+          moe_pad_expert_input_to_capacity=True),
+        c(NO_EPO, G, cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0,
+          moe_pad_expert_input_to_capacity=True)),
+    "CUDA_GRAPH_PREPROCESS_NEEDS_ROUTER": (c(G, cuda_graph_modules=["moe_preprocess"]),
+                                           c(G, cuda_graph_modules=["moe_router", "moe_preprocess"])),
+    "CUDA_GRAPH_MOE_SCOPES_NEED_MOE": (
+        c(NO_EPO, G, num_moe_experts=None, moe_ffn_hidden_size=None, expert_model_parallel_size=1,
+          cuda_graph_modules=["attn", "moe_router"]),
+        c(NO_EPO, G, num_moe_experts=None, moe_ffn_hidden_size=None, expert_model_parallel_size=1,
+          cuda_graph_modules=["attn"])),
+    "CUDA_GRAPH_MLP_NEEDS_DENSE_LAYERS": (c(NO_EPO, G, cuda_graph_modules=["attn", "mlp"]),
+                                          c(NO_EPO, G, cuda_graph_modules=["attn", "mlp"], moe_layer_freq=[0, 1, 1, 1])),
+    "CUDA_GRAPH_MOE_SCOPE_NEEDS_DROP_PAD": (
+        c(NO_EPO, G, cuda_graph_modules=["moe"]),
+        c(NO_EPO, G, cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0,
+          moe_pad_expert_input_to_capacity=True)),
+    "CUDA_GRAPH_PREPROCESS_NO_DTOH_SYNC": (
+        c(G, cuda_graph_modules=["moe_router", "moe_preprocess"], moe_expert_capacity_factor=1.0),
+        c(G, cuda_graph_modules=["moe_router"], moe_expert_capacity_factor=1.0)),
+    "CUDA_GRAPH_FULL_RECOMPUTE_NEEDS_FULL_ITERATION": (
+        c(NO_EPO, G, FULL, cuda_graph_modules=["attn"]),
+        c(NO_EPO, FULL, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
+          moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)),
+    "CUDA_GRAPH_MOE_RECOMPUTE_VS_ROUTER": (
+        c(NO_EPO, G, SEL, cuda_graph_modules=["moe_router", "moe_preprocess"], recompute_modules=["moe"]),
+        c(NO_EPO, G, SEL, cuda_graph_modules=["moe_router", "moe_preprocess"], recompute_modules=["moe_act"])),
+    "CUDA_GRAPH_ATTN_DROPOUT_RECOMPUTE": (
+        c(G, SEL, cuda_graph_modules=DROPLESS),
+        c(G, SEL, cuda_graph_modules=DROPLESS, attention_dropout=0.0)),
+    "CUDA_GRAPH_HIDDEN_DROPOUT_RECOMPUTE": (
+        c(G, SEL, cuda_graph_modules=[], recompute_modules=["mlp"], attention_dropout=0.0),
+        c(G, SEL, cuda_graph_modules=[], recompute_modules=["mlp"], attention_dropout=0.0,
+          hidden_dropout=0.0)),
+    "CUDA_GRAPH_NEEDS_TE_RNG_TRACKER": (c(cuda_graph_impl="transformer_engine", cuda_graph_modules=DROPLESS),
+                                        c(G, cuda_graph_modules=DROPLESS)),
+    "CUDA_GRAPH_LOCAL_ONLY_FULL_ITERATION_IN_BRIDGE": (
+        c(NO_EPO, cuda_graph_impl="local", use_te_rng_tracker=True, cuda_graph_modules=["attn"]),
+        c(NO_EPO, cuda_graph_impl="local", use_te_rng_tracker=True, cuda_graph_modules=["full_iteration"],
+          moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)),
+    "CUDA_GRAPH_MODULES_WITHOUT_IMPL": (c(cuda_graph_modules=DROPLESS), c(G, cuda_graph_modules=DROPLESS)),
+    "CUDA_GRAPH_FULL_ITERATION_STATIC_SHAPES": (
+        c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
+        c(NO_EPO, FLEX_HYBRIDEP, RANKCAP, cuda_graph_impl="full_iteration", use_te_rng_tracker=True)),
+    # --- recompute
+    "RECOMPUTE_FULL_NEEDS_METHOD": (c(NO_EPO, recompute_granularity="full", recompute_num_layers=1), c(NO_EPO, FULL)),
+    "RECOMPUTE_FULL_NEEDS_NUM_LAYERS": (c(NO_EPO, recompute_granularity="full", recompute_method="uniform"),
+                                        c(NO_EPO, FULL)),
+    "RECOMPUTE_SELECTIVE_NO_NUM_LAYERS": (c(NO_EPO, SEL, recompute_num_layers=1), c(SEL)),
+    "RECOMPUTE_MOE_ACT_NEEDS_GROUPED_GEMM": (c(SEL, recompute_modules=["moe_act"], moe_grouped_gemm=False),
+                                             c(SEL, recompute_modules=["moe_act"])),
+    "RECOMPUTE_MLA_UP_PROJ_NEEDS_MLA": (c(SEL, recompute_modules=["mla_up_proj"]),
+                                        c(SEL, recompute_modules=["mla_up_proj"], multi_latent_attention=True)),
+    "RECOMPUTE_SHARED_EXPERTS_NOT_WITH_OVERLAP": (
+        c(NO_EPO, SEL, recompute_modules=["shared_experts"], moe_shared_expert_intermediate_size=512,
+          moe_shared_expert_overlap=True),
+        c(NO_EPO, SEL, recompute_modules=["shared_experts"], moe_shared_expert_intermediate_size=512)),
+    "RECOMPUTE_FP8_DELAYED_NO_MOE_ACT_LAYERNORM": (
+        c(SEL, FP8, recompute_modules=["moe_act"], fp8_recipe="delayed"), c(SEL, FP8, recompute_modules=["moe_act"])),
+    "RECOMPUTE_FP8_MOE_ACT_NEEDS_TE_2_6": (c(SEL, FP8, V(te="2.5.0"), recompute_modules=["layernorm"]),
+                                           c(SEL, FP8, V(te="2.6.0"), recompute_modules=["layernorm"])),
+    "RECOMPUTE_CORE_ATTN_WITH_TE": (c(SEL), c(SEL, recompute_modules=["moe_act"])),
+    "RECOMPUTE_PREFER_SELECTIVE": (c(NO_EPO, FULL), c(SEL, recompute_modules=["moe_act"])),
+    # --- precision
+    "PRECISION_BF16_FP16_EXCLUSIVE": (c(fp16=True), {}),
+    "PRECISION_FP8_FP4_EXCLUSIVE": (c(FP8, fp4="e2m1", gpu=B200), c(fp4="e2m1", gpu=B200)),
+    "PRECISION_FP8_PARAM_NEEDS_FP8": (c(fp8_param=True), c(FP8, fp8_param=True)),
+    "PRECISION_FP4_PARAM_NEEDS_FP4": (c(fp4_param=True), c(fp4="e2m1", fp4_param=True, gpu=B200)),
+    "PRECISION_LOW_NEEDS_TE": (c(FP8, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False), FP8),
+    "PRECISION_MOE_FP8_NEEDS_TE_1_7": (c(FP8, V(te="1.6.0")), c(FP8, V(te="1.7.0"), moe_grouped_gemm=False)),
+    "PRECISION_FP8_GROUPED_GEMM_NEEDS_TE_1_11": (c(FP8, V(te="1.10.0")), c(FP8, V(te="1.11.0"))),
+    "PRECISION_MXFP8_NEEDS_BLACKWELL": (c(FP8, fp8_recipe="mxfp8"), c(FP8, fp8_recipe="mxfp8", gpu=B200)),
+    "PRECISION_NVFP4_NEEDS_BLACKWELL": (c(fp4="e2m1"), c(fp4="e2m1", gpu=B200)),
+    "PRECISION_FP8_NEEDS_HOPPER": (c(FP8, gpu=A100), FP8),
+    "PRECISION_FP8_RECIPE_FOR_HOPPER": (c(FP8, fp8_recipe="tensorwise"), FP8),
+    "PRECISION_FP8_RECIPE_FOR_BLACKWELL": (c(FP8, gpu=B200), c(FP8, gpu=B200, fp8_recipe="mxfp8")),
+    "PRECISION_ROUTER_FP32": (c(moe_router_dtype=None), {}),
+    "PRECISION_ROUTER_DTYPE_MANY_EXPERTS": (c(moe_router_dtype=None), c(moe_router_dtype=None, num_moe_experts=16)),
+    "ROUTER_PADDING_NEEDS_FP8_OR_FP4": (c(moe_router_padding_for_quantization=True),
+                                        c(FP8, moe_router_padding_for_quantization=True)),
+    "ROUTER_PADDING_NOT_ALLGATHER": (
+        c(NO_EPO, FP8, moe_router_padding_for_quantization=True, moe_token_dispatcher_type="allgather"),
+        c(FP8, moe_router_padding_for_quantization=True)),
+    "ROUTER_PADDING_FP8_DEPRECATED": (c(FP8, moe_router_padding_for_fp8=True), FP8),
+    "PERMUTE_FUSION_NEEDS_TE_2_1": (c(V(te="2.0.0"), moe_permute_fusion=True), c(moe_permute_fusion=True)),
+    "CAPACITY_FACTOR_NEEDS_AUX_LOSS_TYPE": (
+        c(moe_expert_capacity_factor=1.0, moe_router_load_balancing_type="sinkhorn"),
+        c(moe_expert_capacity_factor=1.0)),
+    "PAD_TO_CAPACITY_NEEDS_CAPACITY_FACTOR": (
+        c(moe_pad_expert_input_to_capacity=True),
+        c(moe_pad_expert_input_to_capacity=True, moe_expert_capacity_factor=1.0)),
+    # --- layout
+    "LAYOUT_WORLD_DIVISIBLE": (c(TP2, tensor_model_parallel_size=4, world_size=66), TP2),
+    "LAYOUT_EXPERT_WORLD_DIVISIBLE": (c(world_size=68, global_batch_size=68 * 8), {}),
+    "LAYOUT_EP_NEEDS_EXPERTS": (c(NO_EPO, num_moe_experts=None, moe_ffn_hidden_size=None), {}),
+    "LAYOUT_EXPERTS_DIVISIBLE_BY_EP": (c(num_moe_experts=60), {}),
+    "LAYOUT_VPP_NEEDS_PP": (c(virtual_pipeline_model_parallel_size=2), PP2_VPP),
+    "LAYOUT_LAYERS_DIVISIBLE_BY_PP": (
+        c(NO_EPO, pipeline_model_parallel_size=2, num_layers=15),
+        c(NO_EPO, pipeline_model_parallel_size=2, num_layers=15, pipeline_model_parallel_layout="Et*7|t*8L")),
+    "LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP": (c(PP2_VPP, virtual_pipeline_model_parallel_size=3),
+                                             c(PP2_VPP, virtual_pipeline_model_parallel_size=4)),
+    "LAYOUT_HEADS_DIVISIBLE_BY_TP": (c(TP2, num_attention_heads=15, num_query_groups=None), TP2),
+    "LAYOUT_QUERY_GROUPS_VS_TP": (c(TP2, num_query_groups=3), TP2),
+    "LAYOUT_GBS_DIVISIBLE": (c(global_batch_size=500), {}),
+    "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
+                                   c(TP2, add_bias_linear=True)),
+    "LAYOUT_SP_NEEDS_TP": (c(sequence_parallel=True), TP2),
+    "LAYOUT_EP_TP_WANTS_SP": (c(tensor_model_parallel_size=2), TP2),
+    "LAYOUT_ETP_DEFAULT_DIFFERS": (c(TP2, expert_tensor_parallel_size=None), TP2),
+    # --- TP / PP / DP overlap
+    "TP_OVERLAP_NEEDS_TP": (c(tp_comm_overlap=True), c(TP2, tp_comm_overlap=True)),
+    "TP_OVERLAP_NEEDS_SP": (c(tensor_model_parallel_size=2, tp_comm_overlap=True), c(TP2, tp_comm_overlap=True)),
+    "TP_OVERLAP_NEEDS_TE": (c(TP2, V(te=None), tp_comm_overlap=True, overlap_grad_reduce=False,
+                              overlap_param_gather=False), c(TP2, tp_comm_overlap=True)),
+    "PP_OVERLAP_NEEDS_VPP": (c(overlap_p2p_comm=True), PP2_VPP),
+    "PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3": (
+        c(PP2_VPP, overlap_p2p_comm=False),
+        c(PP2_VPP, pipeline_model_parallel_size=4, overlap_p2p_comm=False)),
+    "DP_PARAM_GATHER_NEEDS_DIST_OPT": (c(use_distributed_optimizer=False),
+                                       c(use_distributed_optimizer=False, use_megatron_fsdp=True)),
+    "DP_PARAM_GATHER_NEEDS_GRAD_REDUCE": (c(overlap_grad_reduce=False), {}),
+    "DP_OVERLAP_BRIDGE_NEEDS_DIST_OPT": (c(use_distributed_optimizer=False, overlap_param_gather=False), {}),
+    # --- advice from the seeds' measurements
+    "ADVICE_EP_OVERLAP_SMALL_EP": (c(expert_model_parallel_size=4, num_nodes=2, world_size=16),
+                                   c(NO_EPO, expert_model_parallel_size=4, num_nodes=2, world_size=16)),
+    "ADVICE_EP_OVERLAP_PAYS_INTER_NODE": (c(NO_EPO, expert_model_parallel_size=16),
+                                          c(expert_model_parallel_size=16)),
+    "ADVICE_DELAY_WGRAD_NO_INDEPENDENT_WIN": (DWG, {}),
+    "ADVICE_PERF_HARNESS_A2A_FLAG_ENABLES_DWG": (DWG, {}),
+    "ADVICE_EP_OVERLAP_FEW_MICROBATCHES": (c(global_batch_size=64), {}),
+    "ADVICE_FORCE_BALANCE_FOR_BENCHMARKS_ONLY": (c(moe_router_force_load_balancing=True), {}),
+    "ADVICE_COMPARE_DISPATCHERS_ON_ONE_STACK": (FLEX_DEEPEP, {}),
+    "ADVICE_FLEX_FOR_CROSS_NODE_EP": (c(expert_model_parallel_size=16),
+                                      c(FLEX_DEEPEP, expert_model_parallel_size=16)),
+    "ADVICE_HYBRIDEP_OFF_NVL72": (FLEX_HYBRIDEP, c(FLEX_HYBRIDEP, NVL72)),
+    "ADVICE_CUDA_GRAPHS_FOR_DROPLESS_MOE": ({}, c(G, cuda_graph_modules=DROPLESS)),
+}
+
+
+def lint(delta: dict, strict: bool = False):
+    return lint_mapping({**BASE, **delta}, strict=strict)
+
+
+def test_every_rule_has_a_case():
+    assert set(CASES) == {r.id for r in CATALOGUE}
+
+
+def test_base_is_clean():
+    findings = lint({})
+    assert [f.rule for f in findings if f.severity != "advice"] == []
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fails_and_passes(rule_id):
+    failing, passing = CASES[rule_id]
+    fired = lint(failing)
+    assert rule_id in {f.rule for f in fired}, f"{rule_id} did not fire on {failing}"
+    ok = lint(passing)
+    assert rule_id not in {f.rule for f in ok}, f"{rule_id} fired on its passing case {passing}"
+    errors = [f.rule for f in ok if f.severity == "error"]
+    assert not errors, f"passing case of {rule_id} has errors: {errors}"
+
+
+def _megatron(rule_id, delta):
+    return next(f.megatron_message for f in lint(delta) if f.rule == rule_id)
+
+
+@pytest.mark.parametrize("rule_id,delta,text", [
+    ("EP_OVERLAP_NEEDS_EXPERTS", CASES["EP_OVERLAP_NEEDS_EXPERTS"][0],
+     "overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1,                     "
+     "but got 1"),
+    ("EP_OVERLAP_MTP_AT_MOST_ONE", c(mtp_num_layers=2),
+     "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."),
+    ("EP_OVERLAP_MTP_AT_MOST_ONE", c(V("0.16.1"), mtp_num_layers=2),
+     "MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm."),
+    ("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7", CASES["DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7"][0],
+     "TE version >= 2.7.0 is required for overlap_grad_reduce when usingdelay_wgrad_compute. "
+     "Current TE version: 2.6.0"),
+    ("DEEPEP_NEEDS_SUPPORTED_GPU", CASES["DEEPEP_NEEDS_SUPPORTED_GPU"][0],
+     "DeepEP is supported for Ampere, Hopper, and Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200"),
+    ("SHARED_EXPERT_OVERLAP_DISPATCHER", CASES["SHARED_EXPERT_OVERLAP_DISPATCHER"][0],
+     "moe_shared_expert_overlap only works with alltoall or flex token dispatcher."),
+    ("SHARED_EXPERT_OVERLAP_DISPATCHER", c(CASES["SHARED_EXPERT_OVERLAP_DISPATCHER"][0], V("0.17.0")),
+     "moe_shared_expert_overlap only works with alltoall token dispatcher."),
+    ("CUDA_GRAPH_MOE_AND_ROUTER_EXCLUSIVE", c(CASES["CUDA_GRAPH_MOE_AND_ROUTER_EXCLUSIVE"][0], V("0.16.1")),
+     "cuda_graph_scope must not contain both moe and moe_router."),
+    ("CUDA_GRAPH_FULL_ITERATION_NOT_TE", c(CASES["CUDA_GRAPH_FULL_ITERATION_NOT_TE"][0], V("0.17.0")),
+     "To use full iteration cuda graph, please use cuda_graph_impl=local instead of "
+     "cuda_graph_impl=transformer_engine."),
+    ("RECOMPUTE_FULL_NEEDS_NUM_LAYERS", CASES["RECOMPUTE_FULL_NEEDS_NUM_LAYERS"][0],
+     "When using recompute_granularity: full recompute_num_layers must be between 1 and "
+     "num_layers_per_pipeline_rank: 16"),
+    ("LAYOUT_WORLD_DIVISIBLE", CASES["LAYOUT_WORLD_DIVISIBLE"][0], "world_size (66) is not divisible by 4"),
+    ("LAYOUT_EXPERT_WORLD_DIVISIBLE", CASES["LAYOUT_EXPERT_WORLD_DIVISIBLE"][0],
+     "world_size (68) is not divisible by expert_tensor_model_pipeline_parallel size (8)"),
+    ("LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", CASES["LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP"][0],
+     "num_layers_per_pipeline_rank 8             should be divisible by vp_size 3"),
+    ("LAYOUT_GBS_DIVISIBLE", c(global_batch_size=500),
+     "global batch size (500) is not divisible by micro batch size (1) times data parallel size (64)"),
+    ("PRECISION_BF16_FP16_EXCLUSIVE", c(fp16=True), "Only one of self.fp16: True and self.bf16 True should be True."),
+    ("RANK_CAPACITY_NEEDS_OP_FUSER", c(CASES["RANK_CAPACITY_NEEDS_OP_FUSER"][0], V("0.18.0")),
+     "moe_expert_rank_capacity_factor requires use_transformer_engine_op_fuser to be enabled."),
+    ("NUM_SMS_DEPRECATED_CONFLICT", CASES["NUM_SMS_DEPRECATED_CONFLICT"][0],
+     "Conflicting deprecated SM-count knobs {'moe_deepep_num_sms': 20, 'moe_hybridep_num_sms': 16}; set a single "
+     "moe_flex_dispatcher_num_sms instead."),
+    ("CUDA_GRAPH_LOCAL_ONLY_FULL_ITERATION_IN_BRIDGE", CASES["CUDA_GRAPH_LOCAL_ONLY_FULL_ITERATION_IN_BRIDGE"][0],
+     'Megatron Bridge supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs with scopes '
+     "['attn']. Use model.cuda_graph_impl=\"transformer_engine\" for scoped CUDA graph capture such as "
+     '"attn" or "mlp".'),
+])
+def test_megatron_message_rendering(rule_id, delta, text):
+    assert _megatron(rule_id, delta) == text
+
+
+def test_catalogue_records_are_complete():
+    for r in CATALOGUE:
+        assert r.id.isupper() and " " not in r.id, r.id
+        assert r.message and r.source and r.fix, r.id
+        if r.severity == "error" and r.origin in ("megatron-core", "megatron-lm"):
+            assert r.megatron_message, f"{r.id}: megatron-core/LM errors carry Megatron's text"
+        if r.id.startswith("ADVICE_"):
+            assert r.severity == "advice" and r.origin == "moeforge"
+
+
+def test_measured_evidence_is_in_the_catalogue():
+    text = " ".join(r.evidence or "" for r in CATALOGUE) + " ".join(r.message for r in CATALOGUE)
+    for figure in ("41.25 s", "31.31 s", "31.20 s", "822 ms", "827 ms", "4889 ms", "5538 ms", "4686 ms",
+                   "4912 ms", "4.8%", "1.317x", "45.65 s", "61.351 GB"):
+        assert figure in text, figure
+    assert BY_ID["ADVICE_EP_OVERLAP_SMALL_EP"].evidence
+
+
+def test_strict_turns_silent_rewrites_into_errors():
+    delta = c(tp_comm_overlap=True)
+    assert {f.severity for f in lint(delta) if f.rule == "TP_OVERLAP_NEEDS_TP"} == {"warning"}
+    assert {f.severity for f in lint(delta, strict=True) if f.rule == "TP_OVERLAP_NEEDS_TP"} == {"error"}
+
+
+def test_unknown_versions_skip_version_checks():
+    mapping = {k: v for k, v in BASE.items() if k != "versions"}
+    mapping.update(mtp_num_layers=1)
+    rules = {f.rule for f in lint_mapping(mapping)}
+    assert "EP_OVERLAP_MTP_NEEDS_PP" not in rules      # needs megatron-core < 0.18: unknown
+    mapping.update(versions={"megatron_core": "0.16.1"})
+    assert "EP_OVERLAP_MTP_NEEDS_PP" in {f.rule for f in lint_mapping(mapping)}
