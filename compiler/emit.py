@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__
+from .explain import ORDER
 from .megatron_args import arguments, bridge_overrides, release_for
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -68,6 +69,8 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
         "megatron_release": release_for(plan["platform"]["software"]["megatron_core"]),
         "bridge_overrides": bridge_overrides(plan),
         "plan": plan,
+        "decisions": sorted((d for d in plan["decisions"] if d["source"] != "default"),
+                            key=lambda d: (ORDER.get(d["source"], 9), d["knob"])),
     }
 
 

@@ -71,3 +71,42 @@ def test_a_v1_recipe_compiles_to_the_same_plan_as_its_migrated_form(tmp_path):
     assert migrate_file(root / "t" / "new.yaml")
     old, new = resolve(load("t/old", (), root)), resolve(load("t/new", (), root))
     assert old.env == new.env
+
+
+def _to_v1(text: str) -> str:
+    """Write a current recipe the way v1 spelled it (megatron-core's old knob names)."""
+    out = text.replace("schema: moeforge/recipe/v2", "schema: moeforge/recipe/v1").replace("recipe.v2.json",
+                                                                                            "recipe.v1.json")
+    out = out.replace("  dispatcher: flex", "  enable_deepep: true").replace("  flex_backend: deepep\n", "") \
+        if "flex_backend: deepep" in out else out
+    out = out.replace("  flex_num_sms:", "  hybridep_num_sms:")
+    lines, in_graph = [], False
+    for line in out.splitlines():
+        if not line.startswith(" "):
+            in_graph = line.startswith("cuda_graph:")
+        if in_graph and line.startswith("  modules:"):
+            line = line.replace("  modules:", "  scope:", 1)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("recipe", ["qwen3-30b-a3b/h100-bf16", "qwen3-next-80b-a3b/b200-bf16"])
+def test_catalogue_recipes_written_with_v1_names_compile_to_the_same_plan(tmp_path, recipe):
+    from compiler.plan import build
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root)
+    v1 = _to_v1((root / f"{recipe}.yaml").read_text())
+    assert "moeforge/recipe/v1" in v1 and ("enable_deepep" in v1 or "hybridep_num_sms" in v1) and "scope:" in v1
+    (root / f"{recipe}-v1.yaml").write_text(v1)
+    (root / f"{recipe}-migrated.yaml").write_text(v1)
+    assert migrate_file(root / f"{recipe}-migrated.yaml")
+
+    def plan(name):
+        p = build(resolve(load(name, (), root)))
+        return {k: v for k, v in p.items() if k not in ("recipe", "decisions", "warnings")}, \
+            {d["field"]: d["value"] for d in p["decisions"]}
+
+    current = plan(recipe)
+    assert plan(f"{recipe}-v1") == current
+    assert plan(f"{recipe}-migrated") == current
