@@ -77,7 +77,7 @@ class Diagnostic:
             if self.pos.line:
                 props += [f"line={self.pos.line}", f"col={self.pos.col}"]
         props.append(f"title={_gh_escape(self.code, True)}")
-        body = self.message + "".join(f"\n{n.text}" for n in self.notes)
+        body = self.message + "".join(f"\n{n.text}" + (f"  ({n.pos})" if n.pos else "") for n in self.notes)
         if self.help:
             body += f"\nhelp: {self.help}"
         return f"::{level} {','.join(props)}::{_gh_escape(body, False)}"

@@ -24,6 +24,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _construct = yaml.constructor.SafeConstructor()
 
 Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
+KEY = "\x00key"  # positions[path + (KEY,)] is where the key itself stands (for unknown-key errors)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class _Builder:
                                          self._pos(key_node),
                                          help="each key may appear once in a mapping"))
                 continue
+            self.positions[path + (key, KEY)] = self._pos(key_node)
             out[key] = self.build(value_node, path + (key,), depth + 1)
         return out
 

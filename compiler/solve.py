@@ -83,6 +83,9 @@ class _Encoding:
     """z3 variables for the fields that are still free, and translation of folded rules."""
 
     def __init__(self, free: set[str], fixed: dict):
+        # A fresh z3 context per problem: answers then depend on this problem alone, not on
+        # what the process solved before (z3 breaks ties by internal ids), so output is stable.
+        self.ctx = ctx = z3.Context()
         self.fixed = fixed
         free = set(free)
         for name in _DERIVED:  # a free derived field needs its free inputs too
@@ -93,13 +96,13 @@ class _Encoding:
         for name in sorted(free):
             spec = _SPEC[name]
             if spec.kind == "bool":
-                self.vars[name] = z3.Bool(name)
+                self.vars[name] = z3.Bool(name, ctx)
             elif spec.kind == "set":
-                self.vars[name] = {m: z3.Bool(f"{name}.{m}") for m in spec.domain}
+                self.vars[name] = {m: z3.Bool(f"{name}.{m}", ctx) for m in spec.domain}
             elif spec.kind in ("float", "str"):  # only ever asked whether they are set
-                self.vars[name] = z3.Bool(f"{name}.is_set")
+                self.vars[name] = z3.Bool(f"{name}.is_set", ctx)
             else:
-                v = self.vars[name] = z3.Int(name)
+                v = self.vars[name] = z3.Int(name, ctx)
                 if spec.kind == "enum":
                     self.domain.append(z3.And(v >= 0, v < len(spec.domain)))
                 elif spec.kind == "int":
@@ -138,17 +141,16 @@ class _Encoding:
             members = set(value or ())
             return z3.And(*[b if m in members else z3.Not(b) for m, b in var.items()])
         if spec.kind in ("float", "str"):
-            return var == z3.BoolVal(value is not None)
+            return var == z3.BoolVal(value is not None, self.ctx)
         return var == self.const(name, value)
 
-    @staticmethod
-    def const(name: str, value: Any):
+    def const(self, name: str, value: Any):
         spec = _SPEC[name]
         if spec.kind == "bool":
-            return z3.BoolVal(bool(value))
+            return z3.BoolVal(bool(value), self.ctx)
         if spec.kind == "enum":
-            return z3.IntVal(spec.domain.index(value) if value in spec.domain else -1)
-        return z3.IntVal(0 if value is None else int(value))
+            return z3.IntVal(spec.domain.index(value) if value in spec.domain else -1, self.ctx)
+        return z3.IntVal(0 if value is None else int(value), self.ctx)
 
     def read(self, model, name: str) -> Any:
         spec, var = _SPEC[name], self.vars[name]
@@ -170,8 +172,8 @@ class _Encoding:
             return self.vars[expr.name]
         if t is E.Const:
             if isinstance(expr.value, bool):
-                return z3.BoolVal(expr.value)
-            return z3.IntVal(0 if expr.value is None else expr.value)
+                return z3.BoolVal(expr.value, self.ctx)
+            return z3.IntVal(0 if expr.value is None else expr.value, self.ctx)
         if t is E.And:
             return z3.And(*[self.term(i) for i in expr.items])
         if t is E.Or:
@@ -270,7 +272,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
     enc = problem.encoding()
     if problem.free:
-        opt = z3.Optimize()
+        opt = z3.Optimize(ctx=enc.ctx)
         opt.add(*enc.domain)
         opt.add(*[enc.term(e) for e in problem.residual.values()])
         for p, e in problem.prefs:
@@ -293,11 +295,11 @@ def _as_pref(r: Rule) -> Preference:
 
 def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
     """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
-    s = z3.SimpleSolver()
+    s = z3.SimpleSolver(ctx=enc.ctx)
     s.add(*enc.domain)
     trackers = {}
     for rid, e in problem.residual.items():
-        t = z3.Bool(f"track:{rid}")
+        t = z3.Bool(f"track:{rid}", enc.ctx)
         s.add(z3.Implies(t, enc.term(e)))
         trackers[t] = rid
     env = {**fixed, **values}
@@ -305,7 +307,8 @@ def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
     for name in sorted(auto):
         value = values[name]
         if name in problem.free and s.check(*trackers, z3.Not(enc.value_term(name, value))) == z3.unsat:
-            forced = [trackers[t] for t in s.unsat_core() if t in trackers]
+            core = {str(t) for t in s.unsat_core()}
+            forced = [rid for t, rid in trackers.items() if str(t) in core]  # catalogue order
             out[name] = Decision(name, value, "rule", rule=forced[0],
                                  reason="; ".join(by_id[r].message for r in forced))
             continue
@@ -329,7 +332,7 @@ def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
     if problem.violated:
         return True
     enc = problem.encoding()
-    s = z3.Solver()
+    s = z3.Solver(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     return s.check() == z3.unsat
 
@@ -383,7 +386,7 @@ def _violation(pins, rules: list[Rule], core: list[str], sound: list[Rule]) -> D
     anchor = next((f for f in user if f in rule.when.fields()), user[0] if user else (core[0] if core else None))
     notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}", pins[f].pos) for f in core)
     fixes = [fix for f in user if (fix := _fix(f, pins, rules + [r for r in sound if r not in rules]))]
-    help_ = "; or ".join(fixes + [rule.fix])
+    help_ = ", or ".join(fixes) if fixes else rule.fix  # the solver's fixes are concrete; else the rule's words
     code = rule.id if len(rules) == 1 else "+".join(r.id for r in rules)
     message = rule.message if len(rules) == 1 else "conflict between " + "; ".join(r.message for r in rules)
     return Diagnostic("error", code, message, pins[anchor].pos if anchor else None, notes,
@@ -398,7 +401,7 @@ def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
         return None
     enc = problem.encoding({name})
     spec, var = _SPEC[name], enc.vars[name]
-    s = z3.Optimize()
+    s = z3.Optimize(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     if spec.kind in ("int", "opt_int") and isinstance(pins[name].value, int):
         distance = var - pins[name].value

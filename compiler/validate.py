@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .diagnostics import Diagnostic, Position, error
+from .load import KEY
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 KINDS = {"recipe": 2, "platform": 1, "model": 1}
@@ -44,7 +45,7 @@ def _diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
         for key in sorted(set(err.instance) - set(allowed)):
             guess = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             help_ = f"did you mean '{guess[0]}'?" if guess else f"allowed keys here: {', '.join(allowed)}"
-            out.append(error("E_UNKNOWN_KEY", f"unknown key '{key}' in {where}", pos_of(path + (key,)),
+            out.append(error("E_UNKNOWN_KEY", f"unknown key '{key}' in {where}", pos_of(path + (key, KEY)),
                              help=help_))
         return out
     if err.validator == "required":
