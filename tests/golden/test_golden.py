@@ -44,3 +44,33 @@ def test_compiled_outputs_match_the_reviewed_files(rid):
 def test_every_golden_folder_belongs_to_a_recipe():
     folders = {str(p.parent.relative_to(GOLDEN)) for p in GOLDEN.rglob("plan.json")}
     assert folders == set(RECIPES)
+
+
+GOLDEN_SCRIPTS = sorted(GOLDEN.rglob("*.sh")) + sorted(GOLDEN.rglob("launch.sbatch"))
+
+
+def test_every_generated_script_passes_bash_n_and_shellcheck():
+    import shutil
+    import subprocess
+    import sys
+
+    assert GOLDEN_SCRIPTS
+    for script in GOLDEN_SCRIPTS:
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{script}: {done.stderr}"
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    done = subprocess.run([shellcheck, "-S", "warning", *map(str, GOLDEN_SCRIPTS)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_generated_pytorchjob_validates():
+    import yaml
+
+    from compiler.validate import validator
+
+    v = validator("pytorchjob.json")
+    jobs = sorted(GOLDEN.rglob("pytorchjob.yaml"))
+    assert jobs
+    for job in jobs:
+        errors = [e.message for e in v.iter_errors(yaml.safe_load(job.read_text()))]
+        assert errors == [], f"{job}: {errors}"
