@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .diagnostics import CompileError, render_all
+from .diagnostics import CompileError, error, render_all
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -85,7 +85,11 @@ def cmd_compile(args) -> int:
     plan = build(resolved)
     out = Path(args.out) / resolved.composed.recipe_id
     build_dir = _relative(out)
-    emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
+    try:
+        emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
+    except OSError as exc:
+        raise CompileError([error("E_IO", f"cannot write the build to {out}: {exc.strerror or exc}",
+                                  help="choose a writable --out directory")]) from None
     if resolved.diagnostics:
         print(render_all(resolved.diagnostics, args.format))
     if args.format == "text":
@@ -140,11 +144,20 @@ def cmd_rules(args) -> int:
 
 
 def cmd_migrate(args) -> int:
+    from .load import load_file
     from .migrate import migrate_file
 
+    diags = []
     for name in args.files:
-        changed = migrate_file(Path(name))
+        try:
+            load_file(Path(name), name)  # the safe loader first: located errors for bad files
+            changed = migrate_file(Path(name))
+        except CompileError as exc:
+            diags += exc.diagnostics
+            continue
         print(f"{name}: {'migrated' if changed else 'already current'}")
+    if diags:
+        raise CompileError(diags)
     return 0
 
 

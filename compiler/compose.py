@@ -6,6 +6,8 @@ keeps the position of the document (or override) that set it, which `explain` sh
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from .migrate import upgrade_document
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 REFERENCE_KEYS = ("platform", "model")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,10 @@ def resolve_recipe(name: str, root: Path = RECIPES) -> Path:
 
 
 def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
-    real, top = path.resolve(), root.resolve()
+    try:
+        real, top = path.resolve(), root.resolve()
+    except (OSError, RuntimeError) as exc:  # 3.11 raises RuntimeError on a symlink loop
+        raise CompileError([error(code, f"cannot resolve '{path}': {exc}", pos)]) from None
     if top not in real.parents:
         raise CompileError([error("E_PATH_ESCAPE", f"'{path}' resolves outside recipes/ ({real})", pos,
                                   help="recipes may only reference files inside recipes/ (no .., no symlinks out)")])
@@ -67,6 +73,10 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
 def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Composed:
     recipe = _inside(recipe, root, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
     rid = str(recipe.relative_to(root.resolve()).with_suffix(""))
+    if not all(NAME.fullmatch(part) for part in rid.split("/")):
+        raise CompileError([error("E_RECIPE_ID", f"recipe id {rid!r} is not a plain path: each part must be "
+                                  "letters, digits, '.', '_' or '-'", Position(ascii(rid)),
+                                  help="rename the file; its id becomes a build directory and a job name")])
     chain = _extends_chain(recipe, root)             # recipe first, farthest ancestor last
     documents = list(chain)
     data: dict = {}
@@ -91,8 +101,10 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Co
                                 Position(display_path(recipe, root), 1, 1),
                                 help=f"add `{key}: <name>` (a file under recipes/{key}s/)"))
             continue
-        if not isinstance(ref, str):
-            errors.append(error("E_REFERENCE_TYPE", f"{key} must be a name like 'h100'", pos))
+        if not isinstance(ref, str) or not NAME.fullmatch(ref):
+            errors.append(error("E_REFERENCE_NAME", f"{key} must be the name of a file in recipes/{key}s/, "
+                                f"got {ref!r}", pos, help=f"write e.g. `{key}: {'h100' if key == 'platform' else 'qwen3-30b-a3b'}`"
+                                " (letters, digits, '.', '_' and '-'; no paths)"))
             continue
         path = root / f"{key}s" / f"{ref}.yaml"
         try:
@@ -184,10 +196,14 @@ def parse_override(text: str) -> tuple[tuple, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise CompileError([error("E_OVERRIDE", f"override value is not usable: {exc}"[:200], pos)]) from None
     if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
         raise CompileError([error("E_OVERRIDE", f"override '{text}' must set a scalar or a flat list", pos)])
     if not isinstance(value, (str, int, float, bool, list, type(None))):
         value = raw
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
+        raise CompileError([error("E_NOT_FINITE", f"override '{text}' is not a finite number", pos)])
     return parts, value
 
 

@@ -9,14 +9,20 @@ import json
 from pathlib import Path
 
 from . import knobs as K
+from .diagnostics import CompileError, Position, error
 
 
 def _side(ref: str, overrides=()) -> tuple[str, dict]:
     path = Path(ref)
     if path.suffix == ".json" or path.is_dir():
         plan_path = path / "plan.json" if path.is_dir() else path
-        plan = json.loads(plan_path.read_text())
-        return str(plan_path), {d["field"]: d for d in plan["decisions"]}
+        try:
+            plan = json.loads(plan_path.read_text(encoding="utf-8"))
+            return str(plan_path), {d["field"]: d for d in plan["decisions"]}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise CompileError([error("E_NOT_A_PLAN", f"not a compiled plan.json ({type(exc).__name__}: {exc})",
+                                      Position(str(plan_path)),
+                                      help="give a recipe id, a build/<recipe> directory or its plan.json")]) from None
     from .pipeline import load, resolve
 
     r = resolve(load(ref, overrides))

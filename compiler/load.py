@@ -6,6 +6,7 @@ schema, duplicate keys, non-string keys, alias bombs, deep nesting and huge docu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,16 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             self._bad_tag(node)
             return None
-        return _construct.construct_object(node, deep=True)
+        try:
+            value = _construct.construct_object(node, deep=True)
+        except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError) as exc:
+            self.errors.append(error("E_YAML_VALUE", f"{node.value[:40]!r} is not a valid {node.tag.rsplit(':', 1)[-1]}"
+                                     f" ({type(exc).__name__})", self._pos(node)))
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            self.errors.append(error("E_NOT_FINITE", f"{node.value} is not a finite number", self._pos(node),
+                                     help="recipes hold finite numbers only (no .nan or .inf)"))
+        return value
 
     def _mapping(self, node, path, depth):
         if node.tag != _CORE + "map":

@@ -9,7 +9,7 @@ import html
 from pathlib import Path
 
 from .check import recipe_files
-from .compose import RECIPES
+from .compose import RECIPES, display_path
 from .diagnostics import CompileError
 
 
@@ -36,7 +36,7 @@ def cell(recipe: Path, platform: str) -> dict:
 def build(paths=(str(RECIPES),)) -> tuple[list[str], list[str], dict]:
     files = recipe_files(paths)
     plats = platforms()
-    rows = [str(f.resolve().relative_to(RECIPES.resolve()).with_suffix("")) for f in files]
+    rows = [display_path(f.resolve(), RECIPES) for f in files]
     table = {(row, p): cell(f, p) for row, f in zip(rows, files) for p in plats}
     return rows, plats, table
 

@@ -8,6 +8,7 @@ and cuda_graph_scope became cuda_graph_modules. The same function rewrites a pla
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 from .diagnostics import CompileError, Position, error
@@ -103,11 +104,8 @@ MOVED = {("recipe", 1): {("moe", "dispatcher"): ("moe", "enable_deepep"),
 
 def declared_version(data) -> tuple[str, int] | None:
     schema = data.get("schema") if isinstance(data, dict) else None
-    if isinstance(schema, str):
-        parts = schema.split("/")
-        if len(parts) == 3 and parts[0] == "moeforge" and parts[2][1:].isdigit():
-            return parts[1], int(parts[2][1:])
-    return None
+    match = re.fullmatch(r"moeforge/([a-z]+)/v([0-9]+)", schema, re.ASCII) if isinstance(schema, str) else None
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 def upgrade(data, file: str = "<memory>"):

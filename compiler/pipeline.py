@@ -41,8 +41,12 @@ def load(recipe: str | Path, overrides=(), root: Path = RECIPES) -> Composed:
     recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
                         if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
     recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
-    if not diags:  # the merged tree (overrides included) must be a valid recipe too
+    if not diags:  # the merged trees (overrides included) must be valid documents too
         diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
+        for kind in ("platform", "model"):
+            part = composed.data.get(kind)
+            diags += validate.check(part, validate.document_schema(part, kind),
+                                    lambda path, k=kind: composed.pos((k,) + tuple(path)))
     if diags:
         raise CompileError(diags)
     return composed

@@ -9,6 +9,7 @@ results are deterministic.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,21 @@ _INPUTS = {"world_size": ("num_nodes", "gpus_per_node"),
            "expert_data_parallel_size": ("world_size", "tensor_model_parallel_size", "expert_tensor_parallel_size",
                                          "expert_model_parallel_size", "pipeline_model_parallel_size")}
 MAX_INT = 1 << 20
+SOLVE_MS = 10_000      # the main optimisation; a recipe takes milliseconds, this only bounds the pathological
+QUERY_MS = 500         # one explanation or provenance query
+EXPLAIN_S = 3.0        # all queries explaining one failed recipe together
+_deadline = [float("inf")]
+
+
+def _limit(solver, ms: int = QUERY_MS):
+    """Bound a z3 query by its own limit and by what is left of the explanation budget."""
+    left = (_deadline[0] - time.monotonic()) * 1000
+    solver.set("timeout", int(max(1, min(ms, left))))
+    return solver
+
+
+def _out_of_time() -> bool:
+    return time.monotonic() >= _deadline[0]
 _SET = "(set)"  # a float or string knob that the solver only knows to be set
 
 
@@ -273,13 +289,19 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     enc = problem.encoding()
     if problem.free:
         opt = z3.Optimize(ctx=enc.ctx)
+        opt.set("timeout", SOLVE_MS)
         opt.add(*enc.domain)
         opt.add(*[enc.term(e) for e in problem.residual.values()])
         for p, e in problem.prefs:
             opt.add_soft(enc.term(e), p.weight)
         for name in free:  # among equals, keep Megatron's default
             opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
-        if opt.check() != z3.sat:
+        verdict = opt.check()
+        if verdict == z3.unknown:
+            return Solution({}, {}, [Diagnostic(
+                "error", "E_SOLVER_UNKNOWN", f"the solver did not finish within {SOLVE_MS // 1000} s "
+                f"({opt.reason_unknown()})", help="pin more of the auto knobs (parallelism.vpp, moe.dispatcher, ...)")])
+        if verdict != z3.sat:
             return Solution({}, {}, _explain(pins, rules, problem))
         model = opt.model()
         values.update({f: enc.read(model, f) for f in free})
@@ -295,7 +317,7 @@ def _as_pref(r: Rule) -> Preference:
 
 def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
     """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
-    s = z3.SimpleSolver(ctx=enc.ctx)
+    s = _limit(z3.SimpleSolver(ctx=enc.ctx))
     s.add(*enc.domain)
     trackers = {}
     for rid, e in problem.residual.items():
@@ -327,17 +349,28 @@ def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
 # ------------------------------------------------------------------ explaining conflicts
 
 def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
-    """Do these rules conflict with the pins when the `relaxed` pins are set free?"""
+    """Do these rules conflict with the pins when the `relaxed` pins are set free? (False: not shown)"""
     problem = _Problem(rules, _fixed(pins, relaxed))
     if problem.violated:
         return True
+    if _out_of_time():
+        return False
     enc = problem.encoding()
-    s = z3.Solver(ctx=enc.ctx)
+    s = _limit(z3.Solver(ctx=enc.ctx))
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     return s.check() == z3.unsat
 
 
 def _explain(pins, rules, problem) -> list[Diagnostic]:
+    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_S."""
+    _deadline[0] = time.monotonic() + EXPLAIN_S
+    try:
+        return _explain_within_budget(pins, rules, problem)
+    finally:
+        _deadline[0] = float("inf")
+
+
+def _explain_within_budget(pins, rules, problem) -> list[Diagnostic]:
     groups = [[r] for r in problem.violated]
     sound = [r for r in rules if r not in problem.violated]
     if not groups or _unsat(sound, pins, set()):
@@ -397,11 +430,11 @@ def _violation(pins, rules: list[Rule], core: list[str], sound: list[Rule]) -> D
 def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
     """The values this pin could take instead, the others kept (nearest first)."""
     problem = _Problem(rules, _fixed(pins, {name}))
-    if problem.violated:
+    if problem.violated or _out_of_time():
         return None
     enc = problem.encoding({name})
     spec, var = _SPEC[name], enc.vars[name]
-    s = z3.Optimize(ctx=enc.ctx)
+    s = _limit(z3.Optimize(ctx=enc.ctx))
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     if spec.kind in ("int", "opt_int") and isinstance(pins[name].value, int):
         distance = var - pins[name].value

@@ -102,13 +102,13 @@ def _dedupe(diags):
 
 def document_schema(data, default_kind: str) -> str:
     """Which schema file a document declares (`schema: moeforge/<kind>/v<N>`)."""
-    declared = data.get("schema") if isinstance(data, dict) else None
-    if isinstance(declared, str) and declared.startswith("moeforge/"):
-        parts = declared.split("/")
-        if len(parts) == 3 and parts[2].startswith("v") and parts[2][1:].isdigit():
-            name = f"{parts[1]}.{parts[2]}.json"
-            if (SCHEMAS / name).exists():
-                return name
+    from .migrate import declared_version
+
+    version = declared_version(data)
+    if version:
+        name = f"{version[0]}.v{version[1]}.json"
+        if (SCHEMAS / name).exists():
+            return name
     return f"{default_kind}.v{KINDS[default_kind]}.json"
 
 

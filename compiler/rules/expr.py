@@ -7,6 +7,7 @@ three-valued so that an unknown quantity skips a check instead of failing it) an
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,14 +27,14 @@ def version_int(text: str | None) -> int:
     """'2.12.0' -> 2012000; None (absent) -> 0. Pre-release suffixes are ignored."""
     if text is None:
         return 0
-    parts = []
-    for piece in str(text).split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
-        parts.append(int(digits))
-        if not piece.isdigit():
-            break
-    parts += [0] * (3 - len(parts))
+    match = _VERSION.match(str(text))
+    if not match:
+        return 0
+    parts = [int(p) if p else 0 for p in match.groups()]
     return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
+
+
+_VERSION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?", re.ASCII)
 
 
 class Expr:
