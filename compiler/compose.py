@@ -21,6 +21,7 @@ from .migrate import upgrade_document
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 REFERENCE_KEYS = ("platform", "model")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+ID_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
 def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Composed:
     recipe = _inside(recipe, root, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
     rid = str(recipe.relative_to(root.resolve()).with_suffix(""))
-    if not all(NAME.fullmatch(part) for part in rid.split("/")):
+    if not all(ID_PART.fullmatch(part) for part in rid.split("/")):
         raise CompileError([error("E_RECIPE_ID", f"recipe id {rid!r} is not a plain path: each part must be "
                                   "letters, digits, '.', '_' or '-'", Position(ascii(rid)),
                                   help="rename the file; its id becomes a build directory and a job name")])
