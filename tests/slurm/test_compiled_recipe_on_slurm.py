@@ -31,3 +31,27 @@ def test_tiny_recipe_runs_under_sbatch(slurm_cluster, submit_and_wait, tmp_path)
     assert len(report["steps"]) == 4
     assert all(isinstance(s["loss"], float) and 3.0 < s["loss"] < 6.0 for s in report["steps"])
     assert report["schedule_taken"] == "combined_1f1b"
+
+
+def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_cluster, tmp_path):
+    """`make launch TARGET=slurm` runs `python -m compiler.launch --target slurm`: sbatch --wait,
+    the job's exit code, then the report summary."""
+    env = dict(slurm_cluster.env)
+    env.update(PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    out = tmp_path / "build"
+    subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
+                   cwd=ROOT, env=env, check=True, capture_output=True)
+    build = out / "tiny-moe" / "cpu"
+    done = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "slurm", "--timeout", "600",
+                           str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "exited with 0" in done.stdout and "schedule taken: combined_1f1b" in done.stdout
+    assert json.loads((build / "report.json").read_text())["world_size"] == 2
+    # a failing job's exit code comes back: a plan the runtime refuses (world size mismatch)
+    plan = json.loads((build / "plan.json").read_text())
+    plan["layout"]["world_size"] = 3
+    (build / "plan.json").write_text(json.dumps(plan))
+    (build / "report.json").unlink()
+    done = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "slurm", "--timeout", "600",
+                           str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
+    assert done.returncode != 0 and "exited with 0" not in done.stdout
