@@ -36,7 +36,7 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
             if k.auto:
                 auto.add(k.field)
             else:
-                pins[k.field] = Pin(k.default, c.pos(path) if value is not _MISSING else None, "default")
+                pins[k.field] = Pin(k.default, c.pos(path), "default")  # nearest enclosing section
             continue
         origin = "model" if path[0] == "model" else "pinned"
         pos = c.origins.get(path) or c.pos(path)

@@ -89,8 +89,10 @@ def render(plan: dict, composed_data: dict, build_dir: str) -> dict[str, str]:
 
 
 def write_atomically(target: Path, files: dict[str, str]) -> None:
+    """Write into a staging directory, then swap it in; on any failure the previous build stays."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    retired = None
     try:
         for name, text in files.items():
             path = staging / name
@@ -99,16 +101,22 @@ def write_atomically(target: Path, files: dict[str, str]) -> None:
         os.chmod(staging, 0o755)
         with open(target.parent / f".{target.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent compiles of one recipe swap in turn
-            retired = None
             if target.exists():
                 retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
                 os.replace(target, retired / "build")
-            os.replace(staging, target)
-        if retired:
-            shutil.rmtree(retired, ignore_errors=True)
+            try:
+                os.replace(staging, target)
+            except BaseException:
+                if retired is not None and (retired / "build").exists():
+                    os.replace(retired / "build", target)  # put the previous build back
+                raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if retired is not None:
+            shutil.rmtree(retired, ignore_errors=True)
         raise
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
 
 
 def write_file_atomically(path: Path, text: str) -> None:

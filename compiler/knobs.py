@@ -21,6 +21,7 @@ class Knob:
     domain: tuple = ()         # enum values (None allowed when listed) / set universe
     auto: bool = False         # may be left to the solver
     doc: str = ""
+    bound: str | None = None   # another field this one never exceeds (e.g. layers per stage <= num_layers)
 
     @property
     def solvable(self) -> bool:
@@ -38,7 +39,7 @@ KNOBS: tuple[Knob, ...] = (
     # --- parallel layout -------------------------------------------------------------
     _K("tensor_model_parallel_size", "parallelism.tp", "int", 1),
     _K("pipeline_model_parallel_size", "parallelism.pp", "int", 1),
-    _K("virtual_pipeline_model_parallel_size", "parallelism.vpp", "opt_int", None, auto=True),
+    _K("virtual_pipeline_model_parallel_size", "parallelism.vpp", "opt_int", None, auto=True, bound="num_layers"),
     _K("context_parallel_size", "parallelism.cp", "int", 1),
     _K("expert_model_parallel_size", "parallelism.ep", "int", 1),
     _K("expert_tensor_parallel_size", "parallelism.etp", "opt_int", None, auto=True,
@@ -110,7 +111,7 @@ KNOBS: tuple[Knob, ...] = (
     # --- recompute -------------------------------------------------------------------
     _K("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective")),
     _K("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block")),
-    _K("recompute_num_layers", "recompute.num_layers", "opt_int", None),
+    _K("recompute_num_layers", "recompute.num_layers", "opt_int", None, bound="num_layers"),
     _K("recompute_modules", "recompute.modules", "set", None, RECOMPUTE_MODULES),
     _K("fine_grained_activation_offloading", "recompute.offload.enabled", "bool", False),
     _K("offload_modules", "recompute.offload.modules", "set", None, OFFLOAD_MODULES),
@@ -137,8 +138,8 @@ KNOBS: tuple[Knob, ...] = (
        doc="int N: every Nth layer is MoE; lint-config reads a list as 1 (all MoE) or 2 (some dense)"),
     _K("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
        doc="uneven pipeline layout, e.g. 'Et|(tt|)*30mL'"),
-    _K("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None),
-    _K("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None),
+    _K("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None, bound="num_layers"),
+    _K("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None, bound="num_layers"),
     _K("account_for_embedding_in_pipeline_split", "parallelism.account_for_embedding", "bool", False),
     _K("account_for_loss_in_pipeline_split", "parallelism.account_for_loss", "bool", False),
     _K("moe_enable_deepep", None, "bool", False, doc="deprecated: flex + moe_flex_dispatcher_backend=deepep"),

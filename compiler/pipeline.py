@@ -72,7 +72,7 @@ def resolve(c: Composed, strict: bool = False) -> Resolved:
         raise CompileError(solution.diagnostics)
     env = concrete(pins, solution.values)
     decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
-                             str(p.pos) if p.pos else None) for f, p in pins.items()}
+                             str(p.pos) if p.pos and p.origin != "default" else None) for f, p in pins.items()}
     decisions.update(solution.decisions)
     diags = _silent(silent, pins, auto, env, decisions, strict)
     diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)

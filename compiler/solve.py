@@ -125,6 +125,8 @@ class _Encoding:
                     self.domain.append(z3.And(v >= 1, v <= MAX_INT))
                 else:
                     self.domain.append(z3.And(v >= 0, v <= MAX_INT))
+                if spec.bound and (spec.bound in self.vars or fixed.get(spec.bound) is not None):
+                    self.domain.append(v <= self._get(spec.bound))
         self.domain += self._derived()
 
     def _get(self, name: str):
@@ -416,15 +418,27 @@ def _order(fields) -> list[str]:
 def _violation(pins, rules: list[Rule], core: list[str], sound: list[Rule]) -> Diagnostic:
     rule = rules[0]
     user = [f for f in core if pins[f].origin not in ("fact", "model")]
-    anchor = next((f for f in user if f in rule.when.fields()), user[0] if user else (core[0] if core else None))
-    notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}", pins[f].pos) for f in core)
+    located = [f for f in core if pins[f].origin in ("pinned", "override")] or \
+        [f for f in core if pins[f].pos is not None]
+    anchor = next((f for f in located if f in rule.when.fields()), located[0] if located else None)
+    notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}"
+                       + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
+                       pins[f].pos) for f in core)
     fixes = [fix for f in user if (fix := _fix(f, pins, rules + [r for r in sound if r not in rules]))]
     help_ = ", or ".join(fixes) if fixes else rule.fix  # the solver's fixes are concrete; else the rule's words
     code = rule.id if len(rules) == 1 else "+".join(r.id for r in rules)
     message = rule.message if len(rules) == 1 else "conflict between " + "; ".join(r.message for r in rules)
-    return Diagnostic("error", code, message, pins[anchor].pos if anchor else None, notes,
+    return Diagnostic("error", code, message, pins[anchor].pos if anchor else _file_of(pins), notes,
                       "; ".join(dict.fromkeys(r.source for r in rules)), help_,
                       rule.megatron_message, tuple(sorted({f for r in rules for f in r.fields})))
+
+
+def _file_of(pins: dict) -> Position | None:
+    """When only defaults and facts conflict: the recipe file that chose them."""
+    for p in pins.values():
+        if p.origin in ("pinned", "override", "default") and p.pos is not None:
+            return Position(p.pos.file, 1, 1) if not p.pos.file.startswith("--set") else p.pos
+    return None
 
 
 def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:

@@ -1,0 +1,459 @@
+"""moeforge benchmark: check / compile throughput, solver latency, lint-config throughput, CLI cold
+start, and megatron-core's own TransformerConfig validation on the same configurations.
+
+    PYTHONPATH=. .venv/bin/python bench/bench.py [--json FILE] [--repeat 20] [--cold-runs 5] [--quick]
+
+A benchmark, not a test: it prints a table and PASS/FAIL against the targets, and exits 0 either
+way (2 only when it cannot run at all). See bench/README.md for what each number means.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RECIPES = ROOT / "recipes"
+PERF = ROOT / "tests" / "lint" / "data" / "bridge_perf_configs.yaml"
+TINY = "recipes/tiny-moe/cpu.yaml"
+
+TARGETS = {
+    "catalogue_check_s": 1.0,        # whole catalogue checked in under 1 s wall (cold CLI)
+    "cold_speedup": 20.0,            # cold check of one recipe >= 20x faster than cold megatron-core
+    "solver_median_ms": 20.0,        # solver latency <= 20 ms median, for every recipe
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = max(0, min(len(values) - 1, round(q * (len(values) - 1))))
+    return values[k]
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def machine() -> dict:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return {"nproc": cpus, "cpu_model": model, "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_1min": round(load, 2)}
+
+
+def catalogue() -> list[str]:
+    out = []
+    for path in sorted(RECIPES.rglob("*.yaml")):
+        rel = path.relative_to(RECIPES)
+        if rel.parts[0] not in ("platforms", "models"):
+            out.append(str(rel.with_suffix("")))
+    return out
+
+
+def run_cold(argv: list[str], runs: int, env_extra: dict | None = None, timeout: float = 300) -> dict:
+    """Wall time of a fresh interpreter running argv (median, min, max over `runs`)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    times, rc, tail = [], None, ""
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        times.append(time.perf_counter() - start)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-400:]
+    return {"median_s": median(times), "min_s": min(times), "max_s": max(times), "runs": runs, "rc": rc,
+            "tail": tail}
+
+
+def quiet(fn, *args, **kw):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        return fn(*args, **kw)
+
+
+# ----------------------------------------------------------------------------- moeforge
+
+def bench_check(ids: list[str], runs: int, cold_runs: int) -> dict:
+    from compiler.check import check_paths
+
+    quiet(check_paths, [str(RECIPES)], False, "json")  # warm: imports, schema validators
+    warm = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        rc = quiet(check_paths, [str(RECIPES)], False, "json")
+        warm.append(time.perf_counter() - start)
+    cold = run_cold([sys.executable, "-m", "compiler", "check", "recipes"], cold_runs)
+    n = len(ids)
+    return {"recipes": n, "rc": rc,
+            "warm_median_s": median(warm), "warm_recipes_per_s": n / median(warm),
+            "cold_median_s": cold["median_s"], "cold_min_s": cold["min_s"], "cold_recipes_per_s": n / cold["median_s"],
+            "cold_rc": cold["rc"]}
+
+
+def bench_compile(ids: list[str], runs: int) -> dict:
+    from compiler import emit
+    from compiler.diagnostics import CompileError
+    from compiler.pipeline import load, resolve
+    from compiler.plan import build
+
+    out = Path(tempfile.mkdtemp(prefix="moeforge-bench-"))
+    try:
+        walls, ok, failed = [], 0, []
+        for i in range(runs + 1):  # the first round warms up and is not counted
+            start = time.perf_counter()
+            ok, failed = 0, []
+            for rid in ids:
+                try:
+                    r = resolve(load(rid))
+                    plan = build(r)
+                    emit.write_atomically(out / rid, emit.render(plan, r.composed.data, f"build/{rid}"))
+                    ok += 1
+                except CompileError:
+                    failed.append(rid)
+            if i:
+                walls.append(time.perf_counter() - start)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    wall = median(walls)
+    return {"recipes": len(ids), "compiled": ok, "refused": failed, "median_s": wall,
+            "recipes_per_s": len(ids) / wall}
+
+
+def bench_solver(ids: list[str], repeat: int) -> dict:
+    from compiler.diagnostics import CompileError
+    from compiler.pipeline import load, resolve
+
+    rows, every = {}, []
+    for rid in ids:
+        times, status = [], "ok"
+        for _ in range(repeat + 1):
+            start = time.perf_counter()
+            try:
+                resolve(load(rid))
+                status = "ok"
+            except CompileError as exc:
+                status = f"refused ({len(exc.diagnostics)} errors)"
+            times.append((time.perf_counter() - start) * 1e3)
+        times = times[1:]  # the first run of each recipe warms caches
+        every += times
+        rows[rid] = {"median_ms": median(times), "p95_ms": pct(times, 0.95), "status": status}
+    medians = [r["median_ms"] for r in rows.values()]
+    return {"repeat": repeat, "per_recipe": rows, "overall_median_ms": median(every),
+            "overall_p95_ms": pct(every, 0.95), "worst_median_ms": max(medians), "worst_recipe":
+            max(rows, key=lambda k: rows[k]["median_ms"])}
+
+
+def plan_configs(ids: list[str]) -> list[dict]:
+    """One plan per recipe that compiles: {id, transformer_config, platform} (lint and megatron input)."""
+    from compiler.diagnostics import CompileError
+    from compiler.pipeline import load, resolve
+    from compiler.plan import build
+
+    out = []
+    for rid in ids:
+        try:
+            plan = build(resolve(load(rid)))
+        except CompileError:
+            continue
+        out.append({"id": rid, "transformer_config": plan["transformer_config"], "platform": plan["platform"],
+                    "layout": plan["layout"], "training": plan["training"], "ddp": plan["ddp_config"]})
+    return out
+
+
+def lint_mapping_from_plan(p: dict) -> dict:
+    """A flat Megatron mapping (what lint-config reads) from a compiled plan."""
+    from compiler.lintconfig import known_names
+
+    known = known_names()
+    tc = {k: v for k, v in p["transformer_config"].items() if k in known and k not in ("params_dtype",
+                                                                                          "pipeline_dtype")}
+    plat = p["platform"]
+    sw = plat["software"]
+    tc.update({k: v for k, v in p["ddp"].items() if k in known})
+    tc.update(world_size=p["layout"]["world_size"], micro_batch_size=p["training"]["micro_batch_size"],
+              global_batch_size=p["training"]["global_batch_size"], seq_length=p["training"]["seq_length"],
+              gpu=(None if not plat.get("gpu") else {"name": plat["gpu"]["name"],
+                                                       "compute_capability": plat["gpu"]["compute_capability"]}),
+              versions={"torch": sw["torch"], "transformer_engine": sw.get("transformer_engine"),
+                        "megatron_core": sw["megatron_core"]})
+    return tc
+
+
+def bench_lint(plans: list[dict], seconds: float) -> dict:
+    import yaml
+
+    from compiler.lintconfig import UnusableInput, lint_mapping
+
+    corpus, sources = [], {}
+    if PERF.exists():
+        rows = [r["config"] for r in yaml.safe_load(PERF.read_text())["rows"]]
+        corpus += rows
+        sources["bridge_perf_configs"] = len(rows)
+    from_plans = [lint_mapping_from_plan(p) for p in plans]
+    corpus += from_plans
+    sources["catalogue_plans"] = len(from_plans)
+    usable = []
+    for cfg in corpus:
+        try:
+            lint_mapping(cfg)
+            usable.append(cfg)
+        except UnusableInput:
+            pass
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or n == 0:
+        for cfg in usable:
+            lint_mapping(cfg)
+        n += len(usable)
+    elapsed = time.perf_counter() - start
+    return {"configs": len(usable), "unusable": len(corpus) - len(usable), "sources": sources, "linted": n,
+            "configs_per_s": n / elapsed, "ms_per_config": 1e3 * elapsed / n}
+
+
+# ----------------------------------------------------------------------------- megatron-core
+
+MEGATRON_WORKER = textwrap.dedent(r'''
+    import dataclasses, json, statistics, sys, time, warnings
+    t0 = time.perf_counter()
+    import torch
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+    import_s = time.perf_counter() - t0
+    DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+    def kwargs_for(tc):
+        cls = MLATransformerConfig if tc.get("multi_latent_attention") else TransformerConfig
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw, dropped = {}, []
+        for k, v in tc.items():
+            if k in ("params_dtype", "pipeline_dtype", "autocast_dtype") and isinstance(v, str):
+                v = DTYPES[v]
+            if k == "activation_func" and isinstance(v, str):
+                import torch.nn.functional as F
+                v = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}.get(v, F.gelu)
+            if k in known:
+                kw[k] = v
+            else:
+                dropped.append(k)
+        return cls, kw, dropped
+
+    try:
+        import transformer_engine  # noqa: F401
+        HAVE_TE = True
+    except Exception:
+        HAVE_TE = False
+
+    def validate(tc):
+        cls, kw, dropped = kwargs_for(tc)
+        if not HAVE_TE and kw.get("moe_permute_fusion"):
+            # without Transformer Engine, __post_init__ stops at its first line (fused_permute import):
+            # validate the rest of the configuration instead of timing that ImportError
+            kw["moe_permute_fusion"] = False
+            dropped = dropped + ["moe_permute_fusion (no TE here)"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                cls(**kw)
+                return "accepted", dropped
+            except Exception as exc:  # megatron-core rejects it (or lacks TE): still timed
+                return f"{type(exc).__name__}: {str(exc)[:120]}", dropped
+
+    mode, path = sys.argv[1], sys.argv[2]
+    configs = json.load(open(path))
+    if mode == "cold":  # import + one validation, the way a launcher would find out
+        verdict, _ = validate(configs[0]["transformer_config"])
+        print(json.dumps({"import_s": import_s, "verdict": verdict, "total_s": time.perf_counter() - t0}))
+    else:
+        out = {}
+        for c in configs:
+            validate(c["transformer_config"])  # warm-up
+            times = []
+            for _ in range(int(sys.argv[3])):
+                s = time.perf_counter()
+                verdict, dropped = validate(c["transformer_config"])
+                times.append((time.perf_counter() - s) * 1e3)
+            out[c["id"]] = {"median_ms": statistics.median(times), "verdict": verdict, "dropped": dropped}
+        print(json.dumps({"import_s": import_s, "per_config": out, "have_te": HAVE_TE}))
+''')
+
+
+def bench_megatron(plans: list[dict], cold_runs: int, repeat: int) -> dict:
+    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                            "print(bool(u.find_spec('megatron.core') and u.find_spec('torch')))"],
+                           capture_output=True, text=True)
+    if probe.stdout.strip() != "True":
+        return {"available": False}
+    tmp = Path(tempfile.mkdtemp(prefix="moeforge-bench-mcore-"))
+    try:
+        (tmp / "worker.py").write_text(MEGATRON_WORKER)
+        tiny = [p for p in plans if p["id"] == "tiny-moe/cpu"] or plans[:1]
+        (tmp / "tiny.json").write_text(json.dumps(tiny))
+        (tmp / "all.json").write_text(json.dumps(plans))
+        cold_times, cold_info = [], {}
+        for _ in range(cold_runs):
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, str(tmp / "worker.py"), "cold", str(tmp / "tiny.json")],
+                                  capture_output=True, text=True, timeout=600, cwd=tmp)
+            cold_times.append(time.perf_counter() - start)
+            if proc.returncode != 0:
+                return {"available": False, "error": proc.stderr[-600:]}
+            cold_info = json.loads(proc.stdout.strip().splitlines()[-1])
+        proc = subprocess.run([sys.executable, str(tmp / "worker.py"), "warm", str(tmp / "all.json"), str(repeat)],
+                              capture_output=True, text=True, timeout=600, cwd=tmp)
+        warm = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"per_config": {}}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    per = warm["per_config"]
+    return {"available": True, "config": tiny[0]["id"], "cold_median_s": median(cold_times),
+            "cold_min_s": min(cold_times), "cold_import_s": cold_info.get("import_s"),
+            "cold_verdict": cold_info.get("verdict"),
+            "warm_median_ms": median([v["median_ms"] for v in per.values()]),
+            "warm_per_config": per,
+            "accepted": sum(1 for v in per.values() if v["verdict"] == "accepted"), "configs": len(per),
+            "have_te": warm.get("have_te")}
+
+
+def bench_moeforge_cold_one(cold_runs: int) -> dict:
+    return run_cold([sys.executable, "-m", "compiler", "check", TINY], cold_runs)
+
+
+def bench_moeforge_warm_one(repeat: int) -> float:
+    from compiler.check import check_paths
+
+    quiet(check_paths, [str(ROOT / TINY)], False, "json")
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        quiet(check_paths, [str(ROOT / TINY)], False, "json")
+        times.append((time.perf_counter() - start) * 1e3)
+    return median(times)
+
+
+# ----------------------------------------------------------------------------- report
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(r: dict) -> str:
+    m = r["machine"]
+    head = [f"moeforge bench  ({m['nproc']} CPUs: {m['cpu_model']}; Python {m['python']}; "
+            f"load avg {m['loadavg_1min']}; {m['platform']})", ""]
+    c, k, s, lint = r["check"], r["compile"], r["solver"], r["lint"]
+    one, mc = r["cold_one"], r["megatron"]
+    rows = [
+        ("check catalogue, cold CLI (wall)", f"{c['cold_median_s']:.3f} s",
+         f"{c['recipes']} recipes, {c['cold_recipes_per_s']:.1f} recipes/s (min {c['cold_min_s']:.3f} s)"),
+        ("check catalogue, in process (warm)", f"{c['warm_median_s']:.3f} s",
+         f"{c['warm_recipes_per_s']:.1f} recipes/s"),
+        ("compile catalogue, in process (warm)", f"{k['median_s']:.3f} s",
+         f"{k['recipes_per_s']:.1f} recipes/s ({k['compiled']} compiled, {len(k['refused'])} refused)"),
+        ("solver latency resolve(load()), median", f"{s['overall_median_ms']:.1f} ms",
+         f"p95 {s['overall_p95_ms']:.1f} ms; {s['repeat']} runs x {len(s['per_recipe'])} recipes"),
+        ("solver latency, worst recipe's median", f"{s['worst_median_ms']:.1f} ms", s["worst_recipe"]),
+        ("lint-config throughput", f"{lint['configs_per_s']:.0f} cfg/s",
+         f"{lint['ms_per_config']:.2f} ms each; {lint['configs']} configs {lint['sources']}"),
+        ("cold CLI: check " + TINY, f"{one['median_s']:.3f} s", f"median of {one['runs']} (min {one['min_s']:.3f} s)"),
+        ("warm check of one recipe (in process)", f"{r['warm_one_ms']:.1f} ms", ""),
+    ]
+    if mc.get("available"):
+        rows += [
+            ("megatron-core cold: import + TransformerConfig", f"{mc['cold_median_s']:.3f} s",
+             f"import alone {mc['cold_import_s']:.3f} s; {mc['config']}: {mc['cold_verdict']}"),
+            ("megatron-core warm TransformerConfig(), median", f"{mc['warm_median_ms']:.2f} ms",
+             f"{mc['configs']} catalogue plans, {mc['accepted']} accepted"
+             + ("" if mc.get("have_te") else " (moe_permute_fusion off: no TE here)")),
+            ("ratio cold moeforge check / cold megatron", f"{r['ratio']:.3f}",
+             f"megatron-core takes {1 / r['ratio']:.1f}x as long"),
+        ]
+    else:
+        rows.append(("megatron-core", "n/a", f"not installed {mc.get('error', '')[:60]}"))
+    w = max(len(label) for label, _, _ in rows)
+    lines = head + [f"{'measure':<{w}}  {'value':>12}  detail", "-" * (w + 60)]
+    lines += [f"{label:<{w}}  {value:>12}  {detail}" for label, value, detail in rows]
+    lines += ["", "targets"]
+    lines += [f"  {t['verdict']}  {t['name']}: {t['measured']} (target {t['target']})" for t in r["targets"]]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="moeforge benchmark (prints a table; always exits 0)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--repeat", type=int, default=20, help="solver runs per recipe (default 20)")
+    ap.add_argument("--cold-runs", type=int, default=5, help="runs of each cold subprocess (default 5)")
+    ap.add_argument("--lint-seconds", type=float, default=2.0)
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeat, args.cold_runs, args.lint_seconds = 3, 2, 0.5
+
+    started = time.perf_counter()
+    ids = catalogue()
+    if not ids:
+        print("no recipes under recipes/", file=sys.stderr)
+        return 2
+    r: dict = {"machine": machine(), "catalogue": ids}
+    r["cold_one"] = bench_moeforge_cold_one(args.cold_runs)   # first: nothing of ours warm in the OS cache either
+    r["check"] = bench_check(ids, max(3, args.repeat // 4), args.cold_runs)
+    r["compile"] = bench_compile(ids, max(2, args.repeat // 10))
+    r["solver"] = bench_solver(ids, args.repeat)
+    plans = plan_configs(ids)
+    r["lint"] = bench_lint(plans, args.lint_seconds)
+    r["warm_one_ms"] = bench_moeforge_warm_one(max(5, args.repeat))
+    r["megatron"] = bench_megatron(plans, args.cold_runs, max(5, args.repeat))
+    mc = r["megatron"]
+    r["ratio"] = r["cold_one"]["median_s"] / mc["cold_median_s"] if mc.get("available") else None
+    targets = [
+        {"name": "whole catalogue checked in under 1 s wall (cold `moeforge check recipes`)",
+         "measured": f"{r['check']['cold_median_s']:.3f} s", "target": f"< {TARGETS['catalogue_check_s']} s",
+         "verdict": verdict(r["check"]["cold_median_s"] < TARGETS["catalogue_check_s"])},
+        {"name": "cold check of one recipe >= 20x faster than cold megatron-core import + validation",
+         "measured": f"{1 / r['ratio']:.1f}x" if r["ratio"] else "n/a", "target": f">= {TARGETS['cold_speedup']}x",
+         "verdict": verdict(bool(r["ratio"]) and 1 / r["ratio"] >= TARGETS["cold_speedup"]) if r["ratio"] else "SKIP"},
+        {"name": "solver latency <= 20 ms median per recipe (worst recipe's median)",
+         "measured": f"{r['solver']['worst_median_ms']:.1f} ms ({r['solver']['worst_recipe']})",
+         "target": f"<= {TARGETS['solver_median_ms']} ms",
+         "verdict": verdict(r["solver"]["worst_median_ms"] <= TARGETS["solver_median_ms"])},
+    ]
+    r["targets"] = targets
+    r["bench_seconds"] = time.perf_counter() - started
+    print(report(r))
+    print(f"\n(bench took {r['bench_seconds']:.0f} s)")
+    print("\nsolver latency per recipe (ms): median / p95 / status")
+    width = max(len(i) for i in ids)
+    for rid, row in r["solver"]["per_recipe"].items():
+        print(f"  {rid:<{width}}  {row['median_ms']:7.1f}  {row['p95_ms']:7.1f}  {row['status']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=2, default=str) + "\n")
+        print(f"\nresults written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

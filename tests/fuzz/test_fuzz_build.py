@@ -1,0 +1,177 @@
+"""Never a partial build: `compile --out DIR` after failures, faults and kills.
+
+The contract (README, compiler/emit.py): a failed compile leaves the previous build intact, a
+successful one swaps the complete new build in, and nothing else is left in the build root.
+The only other entry allowed next to build/<dir>/<name>/ is the lock file `.<name>.lock` that
+emit.write_atomically uses to serialise concurrent compiles of one recipe.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import event, given, note
+from hypothesis import strategies as st
+
+import fuzzlib
+from fuzzlib import OUTPUTS, dump, fuzz_settings, tree
+
+CASE = "tiny-moe/fuzz-build"
+NAME = CASE.rsplit("/", 1)[1]
+BASE = fuzzlib.RECIPE_DATA["tiny-moe/cpu"]
+
+
+def leftovers(out: Path) -> list[str]:
+    parent = out / CASE.rsplit("/", 1)[0]
+    if not parent.exists():
+        return []
+    return sorted(p.name for p in parent.iterdir() if p.name not in (NAME, f".{NAME}.lock"))
+
+
+@pytest.fixture(scope="module")
+def previous(fuzz_root, tmp_path_factory) -> Path:
+    """A complete build of the unmutated recipe (copied into each example's build root)."""
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
+    out = tmp_path_factory.mktemp("previous")
+    outcome = fuzzlib.isolated(fuzzlib.compile_in, str(fuzz_root), CASE, [], str(out))
+    assert outcome.status == "ok", outcome.error or outcome.diagnostics
+    assert sorted(tree(out / CASE)) == sorted(OUTPUTS)
+    return out
+
+
+def fresh_out(previous: Path, tmp_path_factory, with_previous: bool) -> Path:
+    out = tmp_path_factory.mktemp("out")
+    if with_previous:
+        shutil.copytree(previous / CASE, out / CASE)
+    return out
+
+
+def assert_whole(out: Path, before: dict, outcome) -> None:
+    after = tree(out / CASE)
+    if outcome is not None and outcome.status == "ok":
+        assert sorted(after) == sorted(OUTPUTS)
+        assert after == {k: v.encode() for k, v in outcome.value["files"].items()}
+    else:
+        assert after == before, "a failed compile changed the previous build" if before else \
+            "a failed compile left a partial build"
+    assert not leftovers(out), f"temporary files left behind: {leftovers(out)}"
+
+
+@st.composite
+def mutated(draw):
+    ops = draw(st.lists(fuzzlib.mutation(BASE, fuzzlib.RECIPE_PATHS), min_size=1, max_size=3))
+    return fuzzlib.apply(BASE, ops)
+
+
+@pytest.mark.usefixtures("warm")
+@fuzz_settings(weight=1.0)
+@given(data=mutated(), sets=fuzzlib.overrides, with_previous=st.booleans())
+def test_failed_compile_keeps_previous_build(fuzz_root, previous, tmp_path_factory, data, sets, with_previous):
+    note(dump(data) + f"\noverrides {sets}")
+    out = fresh_out(previous, tmp_path_factory, with_previous)
+    before = tree(out / CASE)
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(data), encoding="utf-8")
+    outcome = fuzzlib.run(fuzzlib.compile_in, str(fuzz_root), CASE, sets, str(out))
+    if outcome is not None:
+        event(f"outcome: {outcome.status}")
+        if outcome.status == "crash" and not fuzzlib.known_bug(outcome, data, sets):
+            pytest.fail(f"{outcome.error}\n{outcome.traceback}")
+    assert_whole(out, before, outcome)
+
+
+# ----------------------------------------------------------------------------- fault injection
+
+def compile_with_fault(root: str, out: str, op: str, nth: int, kind: str) -> dict:
+    """compile_in with the nth call of `op` failing (OSError: disk full) or interrupted (Ctrl-C)."""
+    import tempfile as tempfile_mod
+    from pathlib import Path as P
+
+    originals = {"write_text": P.write_text, "chmod": os.chmod, "replace": os.replace,
+                 "mkdtemp": tempfile_mod.mkdtemp}
+    calls = {"n": 0}
+
+    def faulty(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == nth:
+            if kind == "interrupt":
+                raise KeyboardInterrupt
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return originals[op](*args, **kw)
+
+    if op == "write_text":
+        P.write_text = faulty
+    elif op == "chmod":
+        os.chmod = faulty
+    elif op == "replace":
+        os.replace = faulty
+    elif op == "mkdtemp":
+        tempfile_mod.mkdtemp = faulty
+    return fuzzlib.compile_in(root, CASE, [], out)
+
+
+FAULTS = [(op, n, kind) for op, calls in (("write_text", 8), ("chmod", 9), ("replace", 2), ("mkdtemp", 2))
+          for n in range(1, calls + 1) for kind in ("oserror", "interrupt")]
+# BUG-9 (fixed): a failure at either rename of the swap must keep the previous build.
+FAULT_CASES = [pytest.param(op, nth, kind, prev, id=f"{op}-{nth}-{kind}-{'previous' if prev else 'empty'}")
+               for op, nth, kind in FAULTS for prev in (True, False)
+               if prev or not (op in ("replace", "mkdtemp") and nth == 2)]  # one rename/tmpdir without a build
+
+
+@pytest.mark.usefixtures("warm")
+@pytest.mark.parametrize("op,nth,kind,with_previous", FAULT_CASES)
+def test_fault_during_write_keeps_previous_build(fuzz_root, previous, tmp_path_factory, op, nth, kind,
+                                                  with_previous):
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
+    out = fresh_out(previous, tmp_path_factory, with_previous)
+    before = tree(out / CASE)
+    outcome = fuzzlib.isolated(compile_with_fault, str(fuzz_root), str(out), op, nth, kind)
+    assert outcome.status == "crash", "the injected fault did not surface"
+    assert "injected" in outcome.error or "KeyboardInterrupt" in outcome.error
+    assert_whole(out, before, None)
+
+
+# ----------------------------------------------------------------------------- killed compiles
+
+def slow_compile(root: str, out: str, delay: float) -> dict:
+    """compile_in with every file write slowed down, so that a kill lands inside the write."""
+    from pathlib import Path as P
+
+    original = P.write_text
+
+    def slow(self, *args, **kw):
+        time.sleep(delay)
+        return original(self, *args, **kw)
+
+    P.write_text = slow
+    return fuzzlib.compile_in(root, CASE, [], out)
+
+
+@pytest.mark.usefixtures("warm")
+@fuzz_settings(weight=0.5)
+@given(kill_after=st.floats(0.0, 0.6), with_previous=st.booleans())
+def test_killed_compile_leaves_previous_or_new_build(fuzz_root, previous, tmp_path_factory, kill_after,
+                                                     with_previous):
+    """SIGKILL at any moment: build/<recipe>/ is the previous build or the complete new one.
+
+    (Staging directories of a killed compile do stay behind: see BUG-10 in test_found_bugs.py.)"""
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
+    out = fresh_out(previous, tmp_path_factory, with_previous)
+    before = tree(out / CASE)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            slow_compile(str(fuzz_root), str(out), 0.05)
+        finally:
+            os._exit(0)
+    time.sleep(kill_after)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    after = tree(out / CASE)
+    new = {k: v for k, v in tree(previous / CASE).items()}  # the same recipe: the new build is identical
+    assert after in (before, new), "a killed compile left a partial build"
+    event("killed after the swap" if after and not before else "killed before the swap")
