@@ -112,10 +112,12 @@ def _advice(rules, env, pins) -> list[Diagnostic]:
 
 def _diag(r: Rule, pins, message: str) -> Diagnostic:
     involved = [f for f in sorted(r.fields) if f in pins and pins[f].pos]
-    anchor = next((pins[f].pos for f in involved if pins[f].origin in ("pinned", "override")),
-                  pins[involved[0]].pos if involved else None)
-    notes = tuple(Note(f"{K.display(f)} = {pins[f].value}", pins[f].pos) for f in involved
-                  if pins[f].origin != "fact")
+    rank = {"pinned": 0, "override": 0, "default": 1, "model": 2}  # the recipe's own lines first, facts last
+    anchor = min((pins[f] for f in involved), key=lambda p: rank.get(p.origin, 3), default=None)
+    anchor = anchor.pos if anchor else None
+    notes = tuple(Note(f"{K.display(f)} = {json.dumps(pins[f].value)}"
+                       + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
+                       pins[f].pos) for f in involved if pins[f].origin != "fact")
     if r.evidence:
         notes += (Note(f"evidence: {r.evidence}"),)
     return Diagnostic(r.severity, r.id, message, anchor, notes, r.source, r.fix,
