@@ -293,7 +293,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         opt = z3.Optimize(ctx=enc.ctx)
         opt.set("timeout", SOLVE_MS)
         opt.add(*enc.domain)
-        opt.add(*[enc.term(e) for e in problem.residual.values()])
+        terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
+        opt.add(*terms.values())
         for p, e in problem.prefs:
             opt.add_soft(enc.term(e), p.weight)
         for name in free:  # among equals, keep Megatron's default
@@ -308,7 +309,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         model = opt.model()
         values.update({f: enc.read(model, f) for f in free})
     values.update(derive({**fixed, **values}))
-    decisions = _provenance(enc, problem, {r.id: r for r in rules}, prefs, auto, values, fixed)
+    terms = {rid: enc.term(e) for rid, e in problem.residual.items()} if not problem.free else terms
+    decisions = _provenance(enc, terms, problem, {r.id: r for r in rules}, prefs, auto, values, fixed)
     return Solution(values, decisions)
 
 
@@ -317,22 +319,22 @@ def _as_pref(r: Rule) -> Preference:
     return Preference(f"avoid:{r.id}", r.require, 50, r.message, r.when)
 
 
-def _provenance(enc, problem, by_id, prefs, auto, values, fixed) -> dict:
+def _provenance(enc, terms, problem, by_id, prefs, auto, values, fixed) -> dict:
     """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
     s = _limit(z3.SimpleSolver(ctx=enc.ctx))
     s.add(*enc.domain)
     trackers = {}
-    for rid, e in problem.residual.items():
+    for rid, term in terms.items():
         t = z3.Bool(f"track:{rid}", enc.ctx)
-        s.add(z3.Implies(t, enc.term(e)))
+        s.add(z3.Implies(t, term))
         trackers[t] = rid
     env = {**fixed, **values}
     out = {}
     for name in sorted(auto):
         value = values[name]
         if name in problem.free and s.check(*trackers, z3.Not(enc.value_term(name, value))) == z3.unsat:
-            core = {str(t) for t in s.unsat_core()}
-            forced = [rid for t, rid in trackers.items() if str(t) in core]  # catalogue order
+            core = {t.get_id() for t in s.unsat_core()}
+            forced = [rid for t, rid in trackers.items() if t.get_id() in core]  # catalogue order
             out[name] = Decision(name, value, "rule", rule=forced[0],
                                  reason="; ".join(by_id[r].message for r in forced))
             continue
