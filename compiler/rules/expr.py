@@ -143,9 +143,10 @@ class Arith(Expr):
         return f"({self.a!r} {self.op} {self.b!r})"
 
 
-@dataclass(eq=False)
-class And(Expr):
-    items: tuple
+class _Junction(Expr):
+    """And / Or over any number of items (plain values are wrapped as constants)."""
+
+    word = ""
 
     def __init__(self, *items):
         self.items = tuple(i if isinstance(i, Expr) else Const(i) for i in items)
@@ -154,21 +155,15 @@ class And(Expr):
         return self.items
 
     def __repr__(self):
-        return " and ".join(f"({i!r})" for i in self.items)
+        return f" {self.word} ".join(f"({i!r})" for i in self.items)
 
 
-@dataclass(eq=False)
-class Or(Expr):
-    items: tuple
+class And(_Junction):
+    word = "and"
 
-    def __init__(self, *items):
-        self.items = tuple(i if isinstance(i, Expr) else Const(i) for i in items)
 
-    def children(self):
-        return self.items
-
-    def __repr__(self):
-        return " or ".join(f"({i!r})" for i in self.items)
+class Or(_Junction):
+    word = "or"
 
 
 @dataclass(eq=False)
