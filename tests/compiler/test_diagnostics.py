@@ -113,3 +113,19 @@ def test_duplicate_keys_are_errors():
 def test_overrides_are_validated_and_located(recipes):
     diags = _errors(recipes, "x/r", TINY, ["parallelism.ep=banana"])
     assert [d.pos.file for d in diags] == ["--set parallelism.ep=banana"]
+
+
+def test_every_shipped_schema_is_a_valid_draft_2020_12_schema():
+    import json
+
+    import jsonschema
+
+    from compiler.validate import SCHEMAS
+
+    names = sorted(p.name for p in SCHEMAS.glob("*.json"))
+    assert {"recipe.v1.json", "recipe.v2.json", "platform.v1.json", "model.v1.json", "plan.v1.json",
+            "check-report.v1.json", "pytorchjob.json"} <= set(names)
+    for name in names:
+        schema = json.loads((SCHEMAS / name).read_text())
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema", name
+        jsonschema.Draft202012Validator.check_schema(schema)
