@@ -6,7 +6,7 @@ them at once; `CompileError` carries the whole list out of the pipeline.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 from typing import Iterable
 
 SEVERITIES = ("error", "warning", "advice")

@@ -83,7 +83,7 @@ RULES = (
          F("use_distributed_optimizer") == True,  # noqa: E712
          "Megatron-Bridge applies its DP overlap settings only with the distributed optimizer "
          "(plain DDP grad-reduce overlap still works in megatron-core)",
-         f"Megatron-Bridge training/comm_overlap.py CommOverlapConfig.setup",
+         "Megatron-Bridge training/comm_overlap.py CommOverlapConfig.setup",
          "set optimizer.distributed: true (the seeds pair DP overlap with the distributed optimizer)",
          None, origin="megatron-bridge"),
 )

@@ -81,7 +81,6 @@ def test_document_names_its_schema_for_the_editor(path):
 
 @pytest.mark.parametrize("path", RECIPE_FILES, ids=_id)
 def test_recipe_resolves(path):
-    rid = _id(path)
     composed = load(path)                      # composes and validates the merged tree
     assert composed.data["model"]["name"] == path.parent.name   # recipes/<model>/<platform>-<precision>.yaml
     resolved = resolve(composed)
