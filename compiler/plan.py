@@ -134,7 +134,7 @@ def _existing(tc: dict, mcore: int) -> dict:
 
 def config_fields(mcore: int) -> frozenset | None:
     """TransformerConfig + ModelParallelConfig fields of the newest catalogued release <= mcore."""
-    from .lintconfig import megatron_fields
+    from .lint_input import megatron_fields
 
     versions = sorted(megatron_fields()["versions"].items(), key=lambda kv: version_int(kv[0]))
     chosen = None

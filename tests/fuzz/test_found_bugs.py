@@ -1,10 +1,10 @@
 """Bugs the fuzz / property suite found, one minimal reproducer each (regression tests).
 
-BUG-1 .. BUG-12 were found by tests/fuzz and fixed in compiler/ while the suite was written;
-they stay here as plain regression tests. A bug that is still open is marked
-`xfail(strict=True)` with its number (see also tests/hostile for BUG-13 .. BUG-16 and
-test_fuzz_build.py for BUG-9); when it is fixed, strict xfail fails: remove the marker, and its
-recogniser in fuzzlib.known_bug if it has one, so that the fuzz tests check that input again.
+Every bug here was found by tests/fuzz and fixed in compiler/ while the suite was written; the
+reproducers stay as plain regression tests (BUG-9 lives in test_fuzz_build.py, BUG-13 .. BUG-16
+in tests/hostile). For a new bug: add its reproducer here marked `xfail(strict=True, raises=...)`
+with the next number, and a narrow recogniser in fuzzlib.known_bug so that the property tests do
+not stop at it again and again; when it is fixed, strict xfail fails: remove both.
 """
 from __future__ import annotations
 

@@ -64,12 +64,7 @@ def test_recipe_commands_with_random_overrides(tmp_path_factory, cmd, rid, sets,
         assert sorted(p.name for p in build.iterdir()) == sorted(fuzzlib.OUTPUTS)
     if rc == 1 and fmt == ["--format", "json"]:
         diags = json.loads(outcome.stdout)
-        # BUG-17 (test_found_bugs.py): rule conflicts of unset defaults come without a location
-        open_bug = [d for d in diags if not d["pos"] and not d["code"].startswith("E_") and d["severity"] == "error"]
-        if open_bug:
-            event("known bug: BUG-17 conflict of unset defaults without a location")
-        assert diags and all(d["pos"] and d["pos"]["file"] for d in diags if d not in open_bug), \
-            outcome.stdout[-3000:]
+        assert diags and all(d["pos"] and d["pos"]["file"] for d in diags), outcome.stdout[-3000:]
 
 
 junk_args = st.sampled_from(["--set", "--format", "json", "--strict", "--out", "-", "--", "--help", "-h", "x=1",
