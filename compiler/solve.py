@@ -99,10 +99,11 @@ def _provenance(enc, terms, problem, by_id, prefs, auto, values, fixed) -> dict:
         s.add(z3.Implies(t, term))
         trackers[t] = rid
     env = {**fixed, **values}
+    ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     out = {}
     for name in sorted(auto):
         value = values[name]
-        if name in problem.free and s.check(*trackers, z3.Not(enc.value_term(name, value))) == z3.unsat:
+        if name in ruled and s.check(*trackers, z3.Not(enc.value_term(name, value))) == z3.unsat:
             core = {t.get_id() for t in s.unsat_core()}
             forced = [rid for t, rid in trackers.items() if t.get_id() in core]  # catalogue order
             out[name] = Decision(name, value, "rule", rule=forced[0],

@@ -18,6 +18,7 @@ Two views of the same catalogue are exported:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from functools import lru_cache
 from importlib import import_module
 
@@ -87,8 +88,8 @@ class Rule:
                 return text
         return self.megatron_message
 
-    @property
-    def fields(self) -> set[str]:
+    @cached_property
+    def fields(self) -> frozenset[str]:
         return self.when.fields() | self.require.fields()
 
 

@@ -84,11 +84,12 @@ class Expr:
 
     __hash__ = object.__hash__
 
-    def fields(self) -> set[str]:
-        out: set[str] = set()
-        for child in self.children():
-            out |= child.fields()
-        return out
+    def fields(self) -> frozenset[str]:
+        """The field names this expression reads (computed once: expressions never change)."""
+        cached = self.__dict__.get("_fields")
+        if cached is None:
+            cached = self.__dict__["_fields"] = frozenset().union(*(c.fields() for c in self.children()))
+        return cached
 
     def children(self) -> tuple["Expr", ...]:
         return ()
@@ -99,7 +100,7 @@ class Field(Expr):
     name: str
 
     def fields(self):
-        return {self.name}
+        return frozenset((self.name,))
 
     def __repr__(self):
         return self.name
