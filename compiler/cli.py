@@ -15,7 +15,6 @@ from .diagnostics import CompileError, error, render_all
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
-NON_RECIPE_DIRS = ("platforms", "models")
 
 
 def _parser() -> argparse.ArgumentParser:

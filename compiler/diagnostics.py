@@ -9,9 +9,6 @@ import json
 from dataclasses import dataclass, asdict
 from typing import Iterable
 
-SEVERITIES = ("error", "warning", "advice")
-
-
 @dataclass(frozen=True)
 class Position:
     file: str

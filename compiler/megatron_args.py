@@ -121,21 +121,16 @@ def _scalar(value) -> str:
 
 
 def bridge_overrides(plan: dict) -> list[tuple[str, str]]:
-    """Megatron-Bridge overrides (Hydra-style key=value): model fields plus the overlap config."""
+    """Megatron-Bridge overrides (Hydra-style key=value) from the flag table's Bridge paths."""
     from .flags import TABLE
 
     tc = plan["transformer_config"]
-    moved = {t.tc_name(99_000_000): t.bridge for t in TABLE.values() if t.bridge and not t.bridge.startswith("model.")}
-    out = []
-    for field, value in tc.items():
-        if field in ("params_dtype", "pipeline_dtype", "activation_func"):
-            continue
-        out.append((moved.get(field) or f"model.{field}", json.dumps(value)))
-    for field, value in plan["ddp_config"].items():
-        if field in ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer"):
-            out.append((f"ddp.{field}", json.dumps(value)))
-    tr = plan["training"]
-    out += [("train.micro_batch_size", json.dumps(tr["micro_batch_size"])),
-            ("train.global_batch_size", json.dumps(tr["global_batch_size"])),
-            ("train.train_iters", json.dumps(tr["train_iters"])), ("model.seq_length", json.dumps(tr["seq_length"]))]
+    sections = {"ddp": plan["ddp_config"], "training": plan["training"], "optimizer": plan["optimizer"]}
+    # model fields keep the name this megatron-core release gives them; others move (comm_overlap.*)
+    by_tc_name = {name: t.bridge for t in TABLE.values() if t.section == "tc" and not t.bridge.startswith("model.")
+                  for _, name in t.tc}
+    out = [(by_tc_name.get(field) or f"model.{field}", json.dumps(value)) for field, value in tc.items()
+           if field not in ("params_dtype", "pipeline_dtype", "activation_func")]
+    out += [(t.bridge, json.dumps(sections[t.section][field])) for field, t in TABLE.items()
+            if t.section in sections and field in sections[t.section]]
     return sorted(set(out))

@@ -34,19 +34,19 @@ def load(recipe: str | Path, overrides=(), root: Path = RECIPES) -> Composed:
     composed = compose(path, list(overrides), root)
     diags = []
     for doc in composed.documents:
-        kind = _kind_of(doc, root)
         diags += validate.missing_schema(doc.data, doc.file)
-        diags += validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
-    recipe_part = {k: v for k, v in composed.data.items() if k not in ("platform", "model")}
-    recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
-                        if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
-    recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
-    if not diags:  # the merged trees (overrides included) must be valid documents too
+        if _kind_of(doc, root) == "recipe":  # platform and model are checked below, overrides included
+            diags += validate.check(doc.data, validate.document_schema(doc.data, "recipe"), doc.pos)
+    for kind in ("platform", "model"):
+        part = composed.data.get(kind)
+        diags += validate.check(part, validate.document_schema(part, kind),
+                                lambda path, k=kind: composed.pos((k,) + tuple(path)))
+    if not diags:  # the merged recipe (extends and overrides applied) must be valid too
+        recipe_part = {k: v for k, v in composed.data.items() if k not in ("platform", "model")}
+        recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
+                            if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
+        recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
         diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
-        for kind in ("platform", "model"):
-            part = composed.data.get(kind)
-            diags += validate.check(part, validate.document_schema(part, kind),
-                                    lambda path, k=kind: composed.pos((k,) + tuple(path)))
     if diags:
         raise CompileError(diags)
     return composed
