@@ -39,8 +39,9 @@ def _env():
     return env
 
 
-def master_port(recipe_id: str) -> int:
-    """Deterministic per recipe, so two recipes launched side by side do not collide."""
+def k8s_port(recipe_id: str) -> int:
+    """The PyTorchJob's rendezvous port: deterministic (every pod must agree); pods have their own
+    network namespace, so no other job on the machine can hold it."""
     return 20000 + zlib.crc32(recipe_id.encode()) % 20000
 
 
@@ -55,14 +56,16 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
         "plan_file": "plan.json", "report_file": "report.json",
         "nnodes": layout["nnodes"], "nproc_per_node": layout["nproc_per_node"], "world_size": layout["world_size"],
         "gpus_per_node": layout["nproc_per_node"] if device == "cuda" else 0, "device": device,
-        "master_port": launch.get("master_port") or master_port(plan["recipe"]["id"]),
+        # None: torchrun.sh lets torchrun pick a free port, launch.sbatch derives one from the job id
+        "master_port": launch.get("master_port"),
         "python": "python3",
         "slurm": {"partition": launch.get("partition"), "account": launch.get("account"),
                   "time": launch.get("time", "00:30:00"), "container_image": image,
                   "container_mounts": list(launch.get("container_mounts", [])),
                   "extra_args": list(launch.get("extra_sbatch_args", []))},
         "k8s": {"name": k8s_name(plan["recipe"]["name"]), "namespace": launch.get("k8s_namespace", "default"),
-                "image": image or "moeforge-runtime:latest", "service_account": None},
+                "image": image or "moeforge-runtime:latest", "service_account": None,
+                "port": launch.get("master_port") or k8s_port(plan["recipe"]["id"])},
         "env": [{"name": k, "value": v["value"], "reason": v["reason"]} for k, v in plan["env"].items()],
         "moeforge_version": __version__,
         "megatron_args": args, "megatron_unsupported": unsupported,

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import os
 import random
+import socket
 import time
 from functools import partial
 from pathlib import Path
@@ -54,7 +55,14 @@ def init_distributed(plan) -> tuple[int, int]:
         raise PlanError(f"the plan's layout.world_size is {plan.layout['world_size']} but "
                         f"WORLD_SIZE is {world}")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29500")
+    if "MASTER_PORT" not in os.environ:
+        if world > 1:
+            raise PlanError("environment variable MASTER_PORT is not set: launch with torchrun or srun "
+                            "(torchrun.sh and launch.sbatch set it)")
+        os.environ["MASTER_PORT"] = str(free_port())  # one process: nobody else needs to agree on it
+    if rank == 0:
+        report.echo(f"rendezvous {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}, "
+                    f"{world} rank(s)")
     on_gpu = torch.cuda.is_available()
     if on_gpu:
         torch.cuda.set_device(local)
@@ -62,6 +70,13 @@ def init_distributed(plan) -> tuple[int, int]:
         "nccl" if on_gpu else "gloo", rank=rank, world_size=world,
         timeout=datetime.timedelta(minutes=10))
     return rank, world
+
+
+def free_port() -> int:
+    """A port the OS reports free on 127.0.0.1 (never a fixed one: two runs would collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def seed_everything(seed: int) -> None:

@@ -4,6 +4,7 @@ The seeds' success criterion for EP overlap is that it must not change the math:
 recipe with overlap on and off, same seed, gives identical per-micro-batch losses.
 """
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,22 @@ def test_ep_overlap_does_not_change_the_math(tmp_path):
     losses_off = [s["micro_batch_losses"] for s in off["steps"]]
     assert len(losses_on) == 4 and all(len(mb) == 2 for mb in losses_on)
     assert losses_on == losses_off
+
+
+def test_same_recipe_launched_twice_at_once_both_finish(tmp_path):
+    """No fixed rendezvous port: each local launch gets its own free one, so both runs finish."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    build = tmp_path / "tiny-moe" / "cpu"
+    runs = [subprocess.Popen([sys.executable, "-m", "compiler.launch", "--target", "local", str(build)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+    outputs = [run.communicate(timeout=900)[0] for run in runs]
+    for run, out in zip(runs, outputs):
+        assert run.returncode == 0, out[-4000:]
+        assert "ran 4 steps on 2 ranks" in out
+    ports = [re.search(r"rendezvous (?:127\.0\.0\.1|localhost):(\d+)", out).group(1) for out in outputs]
+    assert ports[0] != ports[1]
+    assert json.loads((build / "report.json").read_text())["status"] == "ok"

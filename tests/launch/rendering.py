@@ -84,7 +84,7 @@ BENIGN_CONTEXT: dict[str, Any] = {
     "world_size": 2,
     "gpus_per_node": 0,
     "device": "cpu",
-    "master_port": 29517,
+    "master_port": None,  # the default: torchrun picks a free port, launch.sbatch derives one from the job id
     "python": "python3",
     "slurm": {
         "partition": None,
@@ -95,7 +95,7 @@ BENIGN_CONTEXT: dict[str, Any] = {
         "extra_args": [],
     },
     "k8s": {"name": "tiny-moe-cpu", "namespace": "default", "image": "ghcr.io/example/moeforge:0.1.0",
-            "service_account": None},
+            "service_account": None, "port": 29517},
     "env": [
         {
             "name": "CUDA_DEVICE_MAX_CONNECTIONS",
@@ -172,18 +172,24 @@ def sbatch_sees(value: Any) -> str:
     return "".join(out)
 
 
-def expected_torchrun_argv(ctx: dict[str, Any], port: int | str) -> list[str]:
-    """argv after "$python" in torchrun.sh."""
+def expected_torchrun_argv(ctx: dict[str, Any], port: int | str | None) -> list[str]:
+    """argv after "$python" in torchrun.sh; port None: no MASTER_PORT given, torchrun --standalone
+    binds a free one."""
     plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
+    rendezvous = ["--standalone"] if port is None else ["--master_addr=127.0.0.1", f"--master_port={port}"]
     return [
         "-m", "torch.distributed.run",
         "--nnodes=1",
         f"--nproc_per_node={ctx['nproc_per_node']}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={port}",
+        *rendezvous,
         "--max_restarts=0",
         "-m", "runtime.train", plan, "--out", ctx["build_dir"],
     ]  # fmt: skip
+
+
+def expected_job_port(ctx: dict[str, Any], job_id: str) -> int:
+    """launch.sbatch's rendezvous port without MASTER_PORT: the recipe's, else one from the job id."""
+    return ctx["master_port"] or 15000 + int(job_id) % 15000
 
 
 def expected_srun_argv(ctx: dict[str, Any], root: str, master_addr: str, port: int | str, job_id: str) -> list[str]:

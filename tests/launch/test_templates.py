@@ -151,6 +151,9 @@ def checkout(tmp_path: Path, rendering, context):
     return root, build, paths
 
 
+SCONTROL = 'if [[ $1 == show && $2 == hostnames ]]; then printf "node-a\\nnode-b\\n"; exit 0; fi\nexit 1\n'
+
+
 @pytest.fixture
 def shims(tmp_path: Path, rendering, context):
     """A PATH directory with recording fakes of the programs the scripts run."""
@@ -159,10 +162,7 @@ def shims(tmp_path: Path, rendering, context):
     out = tmp_path / "shim-out"
     out.mkdir()
     rendering.write_shim(bin_dir / "srun")
-    rendering.write_shim(
-        bin_dir / "scontrol",
-        'if [[ $1 == show && $2 == hostnames ]]; then printf "node-a\\nnode-b\\n"; exit 0; fi\nexit 1\n',
-    )
+    rendering.write_shim(bin_dir / "scontrol", SCONTROL)
     # torchrun.sh runs "$python" -m torch.distributed.run: the fake interpreter records it.
     rendering.write_shim(bin_dir / context["python"])
     return bin_dir, out
@@ -254,7 +254,8 @@ def test_torchrun_sh_hands_over_argv_verbatim(rendering, context, checkout, shim
     proc = run_script(paths["torchrun.sh"], bin_dir, elsewhere, {})
     assert proc.returncode == 0, proc.stderr
     rec = rendering.recorded(out, context["python"])
-    assert rec["argv"] == rendering.expected_torchrun_argv(context, context["master_port"])
+    assert rec["argv"] == rendering.expected_torchrun_argv(context, None)  # no MASTER_PORT: a free port
+    assert "free local port chosen at launch" in proc.stderr
     assert os.path.realpath(rec["cwd"]) == os.path.realpath(root)
     for var in context["env"]:
         assert rec["env"][var["name"]] == var["value"]
@@ -319,13 +320,40 @@ def test_launch_sbatch_hands_over_argv_verbatim(rendering, context, checkout, sh
     proc = run_script(paths["launch.sbatch"], bin_dir, root, slurm_env)  # sbatch starts jobs in the submit dir
     assert proc.returncode == rc, proc.stderr
     rec = rendering.recorded(out, "srun")
-    assert rec["argv"] == rendering.expected_srun_argv(context, str(root), "node-a", context["master_port"], "4242")
+    port = rendering.expected_job_port(context, "4242")
+    assert rec["argv"] == rendering.expected_srun_argv(context, str(root), "node-a", port, "4242")
     assert os.path.realpath(rec["cwd"]) == os.path.realpath(root)
     assert rec["env"]["MASTER_ADDR"] == "node-a"
-    assert rec["env"]["MASTER_PORT"] == str(context["master_port"])
+    assert rec["env"]["MASTER_PORT"] == str(port)
     for var in context["env"]:
         assert rec["env"][var["name"]] == var["value"]
     no_injection(tmp_path, marker)
+
+
+def test_launch_sbatch_port_differs_per_job_unless_pinned(rendering, tmp_path):
+    """Two jobs sharing a node get different ports; a recipe's launch.master_port or MASTER_PORT wins."""
+    runs = iter(range(100))
+
+    def port_of(ctx, job_id, extra=None):
+        root = tmp_path / f"repo-{next(runs)}"
+        paths = rendering.render_all(ctx, root / ctx["build_dir"])
+        (root / ctx["build_dir"] / ctx["plan_file"]).write_text("{}\n")
+        bin_dir, out = tmp_path / f"bin-{root.name}", tmp_path / f"out-{root.name}"
+        bin_dir.mkdir()
+        out.mkdir()
+        for name in ("srun", "scontrol"):
+            rendering.write_shim(bin_dir / name, SCONTROL if name == "scontrol" else rendering.RECORDER)
+        env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "node-a", "SHIM_OUT": str(out), **(extra or {})}
+        proc = run_script(paths["launch.sbatch"], bin_dir, root, env)
+        assert proc.returncode == 0, proc.stderr
+        return rendering.recorded(out, "srun")["env"]["MASTER_PORT"]
+
+    ctx = rendering.benign_context()
+    assert port_of(ctx, "101") != port_of(ctx, "102")
+    assert port_of(ctx, "101") == str(15000 + 101 % 15000)
+    assert port_of(ctx, "103", {"MASTER_PORT": "31001"}) == "31001"
+    ctx["master_port"] = 29999
+    assert port_of(ctx, "101") == port_of(ctx, "102") == "29999"
 
 
 def test_launch_sbatch_refuses_to_run_outside_slurm(rendering, context, checkout, shims, tmp_path):

@@ -123,3 +123,15 @@ def test_flex_deepep_exits_before_any_model_code_is_imported(tmp_path, tiny_plan
     assert "moe_token_dispatcher_type = 'flex' with moe_flex_dispatcher_backend = 'deepep'" in err
     assert "alternative: set moe_token_dispatcher_type: alltoall" in err
     assert "not performance data" in err and "Traceback" not in err
+
+
+def test_multi_rank_without_master_port_is_refused_not_defaulted(tmp_path, tiny_plan):
+    """The runtime never falls back to a fixed port (two runs would collide on it)."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(tiny_plan))
+    env = {k: v for k, v in subprocess_env().items() if k != "MASTER_PORT"}
+    env.update(RANK="0", WORLD_SIZE=str(tiny_plan["layout"]["world_size"]), LOCAL_RANK="0")
+    proc = subprocess.run([PYTHON, "-m", "runtime.train", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "MASTER_PORT is not set" in proc.stderr and "Traceback" not in proc.stderr

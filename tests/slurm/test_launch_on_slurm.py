@@ -75,12 +75,13 @@ def test_launch_sbatch_on_slurm(slurm_cluster, submit_and_wait, tmp_path, kind, 
     rec = rendering.recorded(shim_out, fake_python.name)
     assert rec, f"the fake interpreter never ran:\n{log}"
     master = socket.gethostname().split(".")[0]
-    expected = rendering.expected_srun_argv(ctx, str(root), master, ctx["master_port"], job_id)
+    port = rendering.expected_job_port(ctx, job_id)
+    expected = rendering.expected_srun_argv(ctx, str(root), master, port, job_id)
     python_at = expected.index(ctx["python"])
     assert rec["argv"] == expected[python_at + 1 :]
     assert Path(rec["cwd"]).resolve() == root.resolve()
     assert rec["env"]["MASTER_ADDR"] == master
-    assert rec["env"]["MASTER_PORT"] == str(ctx["master_port"])
+    assert rec["env"]["MASTER_PORT"] == str(port)
     assert rec["env"]["SLURM_JOB_ID"] == job_id
     for var in ctx["env"]:
         assert rec["env"][var["name"]] == var["value"]

@@ -7,7 +7,8 @@
 # MOEFORGE_ROOT  the repository root, where `runtime` is importable and build_dir is relative to.
 #                Default: this script's directory with build_dir taken off its end, so the script
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
-# MASTER_PORT    overrides the rendezvous port chosen by the compiler.
+# MASTER_PORT    a fixed rendezvous port on 127.0.0.1. Unset (the default): torchrun --standalone binds a
+#                free port itself, so two launches on one machine never collide; rank 0 prints it.
 # The exit code is torchrun's: non-zero when any rank failed.
 set -euo pipefail
 
@@ -15,7 +16,6 @@ build_dir=build/qwen3-235b-a22b/b200-bf16
 plan_file=plan.json
 python_bin=python3
 nproc_per_node=8
-default_master_port=29488
 
 # Logical path (no -P): a symlinked build/ must still lead back to the checkout it was called from.
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,14 +37,19 @@ fi
 # shellcheck source=/dev/null
 source "$script_dir/env.sh"
 
-MASTER_PORT="${MASTER_PORT:-$default_master_port}"
+if [[ -n ${MASTER_PORT:-} ]]; then
+    rendezvous=(--master_addr=127.0.0.1 --master_port="$MASTER_PORT")
+    printf 'torchrun.sh: rendezvous on 127.0.0.1:%s (MASTER_PORT)\n' "$MASTER_PORT" >&2
+else
+    rendezvous=(--standalone)
+    printf 'torchrun.sh: rendezvous on a free local port chosen at launch (set MASTER_PORT to fix one)\n' >&2
+fi
 
 status=0
 "$python_bin" -m torch.distributed.run \
     --nnodes=1 \
     --nproc_per_node="$nproc_per_node" \
-    --master_addr=127.0.0.1 \
-    --master_port="$MASTER_PORT" \
+    "${rendezvous[@]}" \
     --max_restarts=0 \
     -m runtime.train "$build_dir/$plan_file" --out "$build_dir" || status=$?
 if ((status != 0)); then
