@@ -1,6 +1,6 @@
 """Render a plan into build/<recipe>/ through Jinja2 templates, atomically.
 
-Templates get a flat, prepared view (every name decided here or in flags.py); every
+Templates get a flat, prepared view (every name decided here or in compiler/knobs.py); every
 value that reaches a shell goes through the `q` filter. All files are rendered in memory
 first and the build directory is swapped in whole, so a failed compile leaves the
 previous build intact and concurrent compiles never see a half-written one.
@@ -51,6 +51,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
     device = platform["device"]
     image = launch.get("container_image") or platform.get("container_image")
     args, unsupported = arguments(plan)
+    overrides, not_overridden = bridge_overrides(plan)
     return {
         "recipe_id": plan["recipe"]["id"], "job_name": plan["recipe"]["name"], "build_dir": build_dir,
         "plan_file": "plan.json", "report_file": "report.json",
@@ -70,7 +71,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
         "moeforge_version": __version__,
         "megatron_args": args, "megatron_unsupported": unsupported,
         "megatron_release": release_for(plan["platform"]["software"]["megatron_core"]),
-        "bridge_overrides": bridge_overrides(plan),
+        "bridge_overrides": overrides, "bridge_not_overridden": not_overridden,
         "plan": plan,
         "decisions": sorted((d for d in plan["decisions"] if d["source"] != "default"),
                             key=lambda d: (ORDER.get(d["source"], 9), d["knob"])),

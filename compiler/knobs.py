@@ -10,10 +10,21 @@ from dataclasses import dataclass
 from typing import Any
 
 AUTO = "auto"
+# Who reads a configuration: Megatron-LM's arguments, Megatron-Bridge's providers, or megatron-core
+# directly (moeforge's runtime). Their defaults and silent rewrites differ, so every verdict names one.
+FRONTENDS = ("megatron-core", "megatron-lm", "bridge")
 
 
 @dataclass(frozen=True)
 class Knob:
+    """One row of the one table: a knob's recipe path, kind and defaults, and its name in every target.
+
+    The plan section and field name per megatron-core release, the Megatron-LM argument (its dest;
+    flags, negated forms and Megatron-LM's default come from Megatron-LM's own parser, stored in
+    compiler/data/megatron_lm_args.json) and the Megatron-Bridge override path all live here, so
+    emitters and lint-config never spell a Megatron name of their own.
+    """
+
     field: str                 # Megatron's spelling; the canonical name
     path: str | None           # where a recipe sets it (dotted); None: derived or fact
     kind: str                  # bool | int | opt_int | enum | set | float | str
@@ -22,6 +33,35 @@ class Knob:
     auto: bool = False         # may be left to the solver
     doc: str = ""
     bound: str | None = None   # another field this one never exceeds (e.g. layers per stage <= num_layers)
+    # Defaults of the other front-ends where they differ from megatron-core's: ((frontend, value), ...)
+    frontend_defaults: tuple = ()
+    section: str | None = None  # plan section: tc | model | ddp | optimizer | training (None: not in the plan)
+    names: tuple = ()          # ((since_mcore, name), ...) the section's name per release, newest last; () = field
+    lm: str | None = ""        # Megatron-LM argument dest ("" = the plan name; None = Megatron-LM has none)
+    bridge: str | None = ""    # Megatron-Bridge override path ("" = model.<name> for tc/model rows)
+    unit: str = ""
+
+    def default_for(self, frontend: str = "megatron-core"):
+        """The value this front-end uses when nobody sets the knob."""
+        return dict(self.frontend_defaults).get(frontend, self.default)
+
+    def name_for(self, mcore: int) -> str | None:
+        """The field name in this megatron-core release (None: the release has no such field)."""
+        chosen = None
+        for since, name in self.names or ((0, self.field),):
+            if mcore >= since:
+                chosen = name
+        return chosen
+
+    def lm_dest(self, mcore: int) -> str | None:
+        """The Megatron-LM argument that carries this knob."""
+        return self.name_for(mcore) if self.lm == "" else self.lm
+
+    @property
+    def bridge_path(self) -> str | None:
+        if self.bridge != "":
+            return self.bridge
+        return f"model.{self.field}" if self.section in ("tc", "model") else None
 
     @property
     def solvable(self) -> bool:
@@ -35,100 +75,206 @@ OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "moe_act", "attn_norm
 LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 _K = Knob
+V17 = 17_000  # version_int("0.17.0"): megatron-core renamed several fields there
+
+
+def _tc(field, path, kind, default=None, domain=(), **kw) -> Knob:
+    """A TransformerConfig / ModelParallelConfig field."""
+    return Knob(field, path, kind, default, domain, section="tc", **kw)
+
+
+def _arch(key, kind, default=None, domain=(), field=None, **kw) -> Knob:
+    """An architecture fact from the model document (model.architecture.<key>)."""
+    return _tc(field or key, f"model.architecture.{key}", kind, default, domain, **kw)
+
+
+def _moe(key, kind, default=None, domain=(), **kw) -> Knob:
+    """An MoE fact from the model document (model.moe.<key> is megatron-core's moe_<key>)."""
+    return _tc(f"moe_{key}", f"model.moe.{key}", kind, default, domain, **kw)
+
+
+def _gpt(field, path, kind, default=None, domain=(), **kw) -> Knob:
+    """A GPTModel constructor argument (plan section `model`)."""
+    return Knob(field, path, kind, default, domain, section="model", **kw)
+
+
 KNOBS: tuple[Knob, ...] = (
     # --- parallel layout -------------------------------------------------------------
-    _K("tensor_model_parallel_size", "parallelism.tp", "int", 1),
-    _K("pipeline_model_parallel_size", "parallelism.pp", "int", 1),
-    _K("virtual_pipeline_model_parallel_size", "parallelism.vpp", "opt_int", None, auto=True, bound="num_layers"),
-    _K("context_parallel_size", "parallelism.cp", "int", 1),
-    _K("expert_model_parallel_size", "parallelism.ep", "int", 1),
-    _K("expert_tensor_parallel_size", "parallelism.etp", "opt_int", None, auto=True,
-       doc="None means megatron-core uses TP; Megatron-Bridge sets 1 when EP > 1"),
-    _K("sequence_parallel", "parallelism.sp", "bool", False, auto=True),
+    _tc("tensor_model_parallel_size", "parallelism.tp", "int", 1),
+    _tc("pipeline_model_parallel_size", "parallelism.pp", "int", 1),
+    _tc("virtual_pipeline_model_parallel_size", "parallelism.vpp", "opt_int", None, auto=True, bound="num_layers",
+        lm="num_virtual_stages_per_pipeline_rank"),
+    _tc("context_parallel_size", "parallelism.cp", "int", 1),
+    _tc("expert_model_parallel_size", "parallelism.ep", "int", 1),
+    _tc("expert_tensor_parallel_size", "parallelism.etp", "opt_int", None, auto=True,
+        doc="None means megatron-core uses TP; Megatron-Bridge sets 1 when EP > 1"),
+    _tc("sequence_parallel", "parallelism.sp", "bool", False, auto=True),
     _K("num_nodes", "resources.nodes", "int", 1),
     _K("world_size", None, "opt_int", None, doc="nodes x GPUs per node"),
     _K("data_parallel_size", None, "opt_int", None, doc="world / (TP x CP x PP)"),
     _K("expert_data_parallel_size", None, "opt_int", None, doc="world / (ETP x EP x PP)"),
-    # --- training shape --------------------------------------------------------------
-    _K("micro_batch_size", "training.micro_batch_size", "int", 1),
-    _K("global_batch_size", "training.global_batch_size", "opt_int", None),
-    _K("seq_length", "training.seq_length", "int", 4096),
-    _K("train_iters", "training.train_iters", "int", 10),
-    _K("seed", "training.seed", "int", 1234),
-    _K("lr", "training.lr", "float", 1e-4),
+    # --- training shape and optimizer --------------------------------------------------
+    _K("micro_batch_size", "training.micro_batch_size", "int", 1, section="training", bridge="train.micro_batch_size"),
+    _K("global_batch_size", "training.global_batch_size", "opt_int", None, section="training",
+       bridge="train.global_batch_size"),
+    _K("seq_length", "training.seq_length", "int", 4096, section="training", bridge="model.seq_length"),
+    _K("train_iters", "training.train_iters", "int", 10, section="training", bridge="train.train_iters"),
+    _K("seed", "training.seed", "int", 1234, section="training", bridge="rng.seed"),
+    _K("lr", "training.lr", "float", 1e-4, section="optimizer", bridge="optimizer.lr"),
+    _K("weight_decay", "optimizer.weight_decay", "float", 0.01, section="optimizer", bridge="optimizer.weight_decay",
+       doc="decoupled weight decay (megatron-core OptimizerConfig, Megatron-LM --weight-decay: 0.01)"),
+    _K("clip_grad", "optimizer.clip_grad", "float", 1.0, section="optimizer", bridge="optimizer.clip_grad",
+       doc="gradient clipping by global L2 norm"),
+    _K("grad_reduce_in_fp32", "optimizer.grad_reduce_in_fp32", "bool", False, auto=True, section="ddp",
+       lm="accumulate_allreduce_grads_in_fp32", bridge="ddp.grad_reduce_in_fp32",
+       doc="accumulate and reduce gradients in fp32 (megatron-core DDP)"),
     # --- precision -------------------------------------------------------------------
-    _K("bf16", None, "bool", False, doc="from precision.dtype"),
-    _K("fp16", None, "bool", False, doc="from precision.dtype"),
-    _K("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid")),
-    _K("fp8_recipe", "precision.fp8_recipe", "enum", "delayed",
-       ("delayed", "tensorwise", "mxfp8", "blockwise", "custom")),
-    _K("fp4", "precision.fp4", "enum", None, (None, "e2m1")),
-    _K("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom")),
-    _K("fp8_param", "precision.fp8_param", "bool", False),
-    _K("fp4_param", "precision.fp4_param", "bool", False),
-    _K("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
+    _tc("bf16", None, "bool", False, doc="from precision.dtype"),
+    _tc("fp16", None, "bool", False, doc="from precision.dtype"),
+    _tc("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid")),
+    _tc("fp8_recipe", "precision.fp8_recipe", "enum", "delayed",
+        ("delayed", "tensorwise", "mxfp8", "blockwise", "custom")),
+    _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1")),
+    _tc("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom")),
+    _tc("fp8_param", "precision.fp8_param", "bool", False, lm="fp8_param_gather"),
+    _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather"),
+    _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
     # --- model architecture (from the model document) ---------------------------------
-    _K("num_layers", "model.architecture.num_layers", "int", None),
-    _K("hidden_size", "model.architecture.hidden_size", "int", None),
-    _K("ffn_hidden_size", "model.architecture.ffn_hidden_size", "opt_int", None),
-    _K("num_attention_heads", "model.architecture.num_attention_heads", "int", None),
-    _K("num_query_groups", "model.architecture.num_query_groups", "opt_int", None),
-    _K("add_bias_linear", "model.architecture.add_bias_linear", "bool", True),
-    _K("add_qkv_bias", "model.architecture.add_qkv_bias", "bool", False),
-    _K("num_moe_experts", "model.moe.num_experts", "opt_int", None),
-    _K("moe_router_topk", "model.moe.router_topk", "int", 2),
-    _K("moe_ffn_hidden_size", "model.moe.ffn_hidden_size", "opt_int", None),
-    _K("moe_shared_expert_intermediate_size", "model.moe.shared_expert_intermediate_size", "opt_int", None),
-    _K("mtp_num_layers", "model.mtp_num_layers", "opt_int", None),
-    _K("multi_latent_attention", "model.architecture.multi_latent_attention", "bool", False),
-    _K("moe_router_load_balancing_type", "model.moe.router_load_balancing_type", "enum", "aux_loss",
-       LOAD_BALANCING_TYPES),
+    _arch("num_layers", "int", None),
+    _arch("hidden_size", "int", None),
+    _arch("ffn_hidden_size", "opt_int", None),
+    _arch("num_attention_heads", "int", None),
+    _arch("num_query_groups", "opt_int", None, lm=None,
+          doc="Megatron-LM: --group-query-attention --num-query-groups (emitted together)"),
+    _arch("kv_channels", "opt_int", None, unit="channels per head"),
+    _arch("normalization", "enum", "LayerNorm", ("LayerNorm", "RMSNorm")),
+    _arch("norm_epsilon", "float", 1e-5, field="layernorm_epsilon"),
+    _arch("layernorm_zero_centered_gamma", "bool", False),
+    _arch("add_bias_linear", "bool", True),
+    _arch("add_qkv_bias", "bool", False),
+    _arch("qk_layernorm", "bool", False),
+    _arch("hidden_dropout", "float", 0.1, unit="probability"),
+    _arch("attention_dropout", "float", 0.1, unit="probability"),
+    _arch("init_method_std", "float", 0.02),
+    _arch("glu_linear_offset", "float", 0.0),
+    _arch("activation_func_clamp_value", "float", None),
+    _arch("softmax_type", "str", "vanilla"),
+    _arch("window_size", "str", None, doc="[left, right] attention window in tokens"),
+    _arch("window_attn_skip_freq", "str", None),
+    _arch("attention_output_gate", "bool", False),
+    _arch("experimental_attention_variant", "str", None),
+    _arch("linear_attention_freq", "str", None),
+    _arch("linear_conv_kernel_dim", "opt_int", None),
+    _arch("linear_key_head_dim", "opt_int", None),
+    _arch("linear_value_head_dim", "opt_int", None),
+    _arch("linear_num_key_heads", "opt_int", None),
+    _arch("linear_num_value_heads", "opt_int", None),
+    _arch("multi_latent_attention", "bool", False),
+    _arch("q_lora_rank", "opt_int", None),
+    _arch("kv_lora_rank", "opt_int", None),
+    _arch("qk_head_dim", "opt_int", None),
+    _arch("qk_pos_emb_head_dim", "opt_int", None),
+    _arch("v_head_dim", "opt_int", None),
+    # MLA's own YaRN fields (MLATransformerConfig); ordinary attention reads the yarn_* below
+    _arch("rope_type", "str", None),
+    _arch("rotary_scaling_factor", "float", None),
+    _arch("original_max_position_embeddings", "opt_int", None, lm=None,
+          doc="MLATransformerConfig only; Megatron-LM has no flag (its default 4096 applies)"),
+    _arch("beta_fast", "float", None, lm=None, doc="MLATransformerConfig only; no Megatron-LM flag"),
+    _arch("beta_slow", "float", None, lm=None, doc="MLATransformerConfig only; no Megatron-LM flag"),
+    _arch("mscale", "float", None),
+    _arch("mscale_all_dim", "float", None),
+    _tc("mtp_num_layers", "model.mtp_num_layers", "opt_int", None),
+    _tc("num_moe_experts", "model.moe.num_experts", "opt_int", None, lm="num_experts"),
+    _moe("router_topk", "int", 2),
+    _moe("ffn_hidden_size", "opt_int", None),
+    _moe("shared_expert_intermediate_size", "opt_int", None),
+    _moe("router_load_balancing_type", "enum", "aux_loss", LOAD_BALANCING_TYPES),
+    _moe("aux_loss_coeff", "float", 0.0),
+    _moe("router_score_function", "enum", "softmax", ("softmax", "sigmoid")),
+    _moe("router_pre_softmax", "bool", False),
+    _moe("router_enable_expert_bias", "bool", False),
+    _moe("router_bias_update_rate", "float", 1e-3),
+    _moe("router_num_groups", "opt_int", None),
+    _moe("router_group_topk", "opt_int", None),
+    _moe("router_topk_scaling_factor", "float", None),
+    _moe("shared_expert_gate", "bool", False),
+    # --- GPTModel arguments -------------------------------------------------------------
+    _gpt("vocab_size", "model.architecture.vocab_size", "opt_int", None),
+    _gpt("position_embedding_type", "model.architecture.position_embedding_type", "enum", "learned_absolute",
+         ("learned_absolute", "rope", "yarn", "mrope", "none"),
+         doc="megatron-core GPTModel and Megatron-LM default to learned absolute positions"),
+    _gpt("rotary_base", "model.architecture.rotary_base", "opt_int", 10000),
+    _gpt("rotary_percent", "model.architecture.rotary_percent", "float", 1.0),
+    # ordinary attention's YaRN: config attributes GPTModel reads (not dataclass fields)
+    _K("yarn_rotary_scaling_factor", "model.architecture.yarn_rotary_scaling_factor", "float", None,
+       section="yarn", lm="rotary_scaling_factor"),
+    _K("yarn_original_max_position_embeddings", "model.architecture.yarn_original_max_position_embeddings",
+       "opt_int", None, section="yarn"),
+    _K("yarn_beta_fast", "model.architecture.yarn_beta_fast", "float", None, section="yarn"),
+    _K("yarn_beta_slow", "model.architecture.yarn_beta_slow", "float", None, section="yarn"),
+    _K("yarn_mscale", "model.architecture.yarn_mscale", "float", None, section="yarn", lm="mscale"),
+    _K("yarn_mscale_all_dim", "model.architecture.yarn_mscale_all_dim", "float", None, section="yarn",
+       lm="mscale_all_dim"),
+    _K("yarn_correction_range_round_to_int", "model.architecture.yarn_correction_range_round_to_int", "bool",
+       True, section="yarn"),
     # --- MoE dispatch and overlap ----------------------------------------------------
-    _K("moe_token_dispatcher_type", "moe.dispatcher", "enum", "allgather",
-       ("allgather", "alltoall", "flex"), auto=True),
-    _K("moe_flex_dispatcher_backend", "moe.flex_backend", "enum", "deepep",
-       (None, "deepep", "hybridep", "ncclep"), auto=True),
-    _K("moe_flex_dispatcher_num_sms", "moe.flex_num_sms", "opt_int", None, auto=True,
-       doc="0.16: moe_deepep_num_sms (20) / moe_hybridep_num_sms (16)"),
+    _tc("moe_token_dispatcher_type", "moe.dispatcher", "enum", "allgather",
+        ("allgather", "alltoall", "flex"), auto=True),
+    _tc("moe_flex_dispatcher_backend", "moe.flex_backend", "enum", "deepep",
+        (None, "deepep", "hybridep", "ncclep"), auto=True),
+    _tc("moe_flex_dispatcher_num_sms", "moe.flex_num_sms", "opt_int", None, auto=True,
+        names=((0, "moe_{backend}_num_sms"), (V17, "moe_flex_dispatcher_num_sms")),
+        doc="0.16: moe_deepep_num_sms (20) / moe_hybridep_num_sms (16)"),
     _K("hybridep_ranks_per_nvlink_domain", "moe.hybridep_ranks_per_nvlink_domain", "opt_int", None,
        auto=True, doc="NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
-    _K("overlap_moe_expert_parallel_comm", "moe.overlap.ep_comm", "bool", False, auto=True),
-    _K("delay_wgrad_compute", "moe.overlap.delay_wgrad", "bool", False, auto=True),
-    _K("moe_shared_expert_overlap", "moe.overlap.shared_expert", "bool", False, auto=True),
-    _K("moe_router_force_load_balancing", "moe.router.force_load_balancing", "bool", False),
-    _K("moe_permute_fusion", "moe.permute_fusion", "bool", False),
-    _K("moe_grouped_gemm", "moe.grouped_gemm", "bool", False),
-    _K("moe_pad_expert_input_to_capacity", "moe.pad_expert_input_to_capacity", "bool", False),
-    _K("moe_expert_capacity_factor", "moe.expert_capacity_factor", "float", None),
-    _K("moe_router_padding_for_quantization", "moe.router.padding_for_quantization", "bool", False),
-    _K("moe_expert_rank_capacity_factor", "moe.expert_rank_capacity_factor", "float", None,
-       doc="megatron-core 0.18+: per-rank token budget (hybridep; 0.19 also ncclep)"),
-    _K("overlap_dispatch_backward_with_experts_wgrad", "moe.overlap.dispatch_backward_with_wgrad", "bool", False,
-       doc="megatron-core 0.18+; the alternative to EP overlap + delayed wgrad"),
-    _K("ep_overlap_early_attn_memory_release", "moe.overlap.early_attn_memory_release", "bool", False),
-    _K("use_transformer_engine_op_fuser", "training.te_op_fuser", "bool", False,
-       doc="megatron-core 0.18+"),
+    _tc("overlap_moe_expert_parallel_comm", "moe.overlap.ep_comm", "bool", False, auto=True,
+        bridge="comm_overlap.overlap_moe_expert_parallel_comm"),
+    _tc("delay_wgrad_compute", "moe.overlap.delay_wgrad", "bool", False, auto=True,
+        bridge="comm_overlap.delay_wgrad_compute"),
+    _tc("moe_shared_expert_overlap", "moe.overlap.shared_expert", "bool", False, auto=True),
+    _tc("moe_router_force_load_balancing", "moe.router.force_load_balancing", "bool", False),
+    _tc("moe_permute_fusion", "moe.permute_fusion", "bool", False),
+    _tc("moe_grouped_gemm", "moe.grouped_gemm", "bool", False),
+    _tc("moe_pad_expert_input_to_capacity", "moe.pad_expert_input_to_capacity", "bool", False),
+    _tc("moe_expert_capacity_factor", "moe.expert_capacity_factor", "float", None),
+    _tc("moe_router_padding_for_quantization", "moe.router.padding_for_quantization", "bool", False),
+    _tc("moe_expert_rank_capacity_factor", "moe.expert_rank_capacity_factor", "float", None,
+        doc="megatron-core 0.18+: per-rank token budget (hybridep; 0.19 also ncclep)"),
+    _tc("overlap_dispatch_backward_with_experts_wgrad", "moe.overlap.dispatch_backward_with_wgrad", "bool", False,
+        doc="megatron-core 0.18+; the alternative to EP overlap + delayed wgrad"),
+    _tc("ep_overlap_early_attn_memory_release", "moe.overlap.early_attn_memory_release", "bool", False),
+    _tc("use_transformer_engine_op_fuser", "training.te_op_fuser", "bool", False,
+        doc="megatron-core 0.18+"),
     # --- recompute -------------------------------------------------------------------
-    _K("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective")),
-    _K("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block")),
-    _K("recompute_num_layers", "recompute.num_layers", "opt_int", None, bound="num_layers"),
-    _K("recompute_modules", "recompute.modules", "set", None, RECOMPUTE_MODULES),
-    _K("fine_grained_activation_offloading", "recompute.offload.enabled", "bool", False),
-    _K("offload_modules", "recompute.offload.modules", "set", None, OFFLOAD_MODULES),
+    _tc("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective")),
+    _tc("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block")),
+    _tc("recompute_num_layers", "recompute.num_layers", "opt_int", None, bound="num_layers"),
+    _tc("recompute_modules", "recompute.modules", "set", None, RECOMPUTE_MODULES),
+    _tc("fine_grained_activation_offloading", "recompute.offload.enabled", "bool", False),
+    _tc("offload_modules", "recompute.offload.modules", "set", None, OFFLOAD_MODULES),
     # --- CUDA graphs -----------------------------------------------------------------
-    _K("cuda_graph_impl", "cuda_graph.impl", "enum", "none",
-       ("none", "local", "transformer_engine", "full_iteration"), auto=True),
-    _K("cuda_graph_modules", "cuda_graph.modules", "set", None, CUDA_GRAPH_MODULES, auto=True,
-       doc="megatron-core < 0.18 names it cuda_graph_scope"),
-    _K("use_te_rng_tracker", "cuda_graph.te_rng_tracker", "bool", False, auto=True,
-       doc="Megatron-Bridge requires it for any CUDA graph; Megatron-LM turns it on with a warning"),
+    _tc("cuda_graph_impl", "cuda_graph.impl", "enum", "none",
+        ("none", "local", "transformer_engine", "full_iteration"), auto=True),
+    _tc("cuda_graph_modules", "cuda_graph.modules", "set", None, CUDA_GRAPH_MODULES, auto=True,
+        names=((0, "cuda_graph_scope"), (V17, "cuda_graph_modules")),
+        doc="megatron-core < 0.18 names it cuda_graph_scope"),
+    _tc("use_te_rng_tracker", "cuda_graph.te_rng_tracker", "bool", False, auto=True, lm="te_rng_tracker",
+        doc="Megatron-Bridge requires it for any CUDA graph; Megatron-LM turns it on with a warning"),
     # --- TP / PP / DP overlap --------------------------------------------------------
-    _K("tp_comm_overlap", "overlap.tp_comm", "bool", False, auto=True),
-    _K("overlap_p2p_comm", "overlap.p2p", "bool", False, auto=True),
-    _K("overlap_grad_reduce", "overlap.grad_reduce", "bool", False, auto=True),
-    _K("overlap_param_gather", "overlap.param_gather", "bool", False, auto=True),
-    _K("use_distributed_optimizer", "optimizer.distributed", "bool", False, auto=True),
-    _K("gradient_accumulation_fusion", "training.gradient_accumulation_fusion", "bool", False, auto=True),
+    _tc("tp_comm_overlap", "overlap.tp_comm", "bool", False, auto=True, bridge="comm_overlap.tp_comm_overlap"),
+    _tc("overlap_p2p_comm", "overlap.p2p", "bool", False, auto=True, bridge="comm_overlap.overlap_p2p_comm",
+        # Megatron-LM 0.19 arguments.py: --no-overlap-p2p-communication, store_false (default True)
+        frontend_defaults=(("megatron-lm", True),)),
+    _K("overlap_grad_reduce", "overlap.grad_reduce", "bool", False, auto=True, section="ddp",
+       bridge="ddp.overlap_grad_reduce"),
+    _K("overlap_param_gather", "overlap.param_gather", "bool", False, auto=True, section="ddp",
+       bridge="ddp.overlap_param_gather"),
+    _K("use_distributed_optimizer", "optimizer.distributed", "bool", False, auto=True, section="ddp",
+       bridge="ddp.use_distributed_optimizer"),
+    _tc("gradient_accumulation_fusion", "training.gradient_accumulation_fusion", "bool", False, auto=True,
+        # Megatron-LM 0.19 arguments.py: --no-gradient-accumulation-fusion, store_false (default True)
+        frontend_defaults=(("megatron-lm", True),)),
     _K("use_megatron_fsdp", "optimizer.megatron_fsdp", "bool", False),
     # --- lint-config only --------------------------------------------------------------
     # Megatron fields a recipe cannot set (deprecated spellings, list/str-valued layout
@@ -136,12 +282,14 @@ KNOBS: tuple[Knob, ...] = (
     # (compiler.rules specialises the catalogue), see LINT_ONLY below.
     _K("moe_layer_freq", None, "int", 1,  # computed for recipes from model.moe.layer_freq
        doc="int N: every Nth layer is MoE; lint-config reads a list as 1 (all MoE) or 2 (some dense)"),
-    _K("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
-       doc="uneven pipeline layout, e.g. 'Et|(tt|)*30mL'"),
-    _K("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None, bound="num_layers"),
-    _K("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None, bound="num_layers"),
-    _K("account_for_embedding_in_pipeline_split", "parallelism.account_for_embedding", "bool", False),
-    _K("account_for_loss_in_pipeline_split", "parallelism.account_for_loss", "bool", False),
+    _tc("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
+        doc="uneven pipeline layout, e.g. 'Et|(tt|)*30mL'"),
+    _tc("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None, bound="num_layers",
+        lm="decoder_first_pipeline_num_layers"),
+    _tc("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None, bound="num_layers",
+        lm="decoder_last_pipeline_num_layers"),
+    _tc("account_for_embedding_in_pipeline_split", "parallelism.account_for_embedding", "bool", False),
+    _tc("account_for_loss_in_pipeline_split", "parallelism.account_for_loss", "bool", False),
     _K("moe_enable_deepep", None, "bool", False, doc="deprecated: flex + moe_flex_dispatcher_backend=deepep"),
     _K("moe_deepep_num_sms", None, "opt_int", None, doc="0.16-0.18: int, default 20; 0.19: deprecated"),
     _K("moe_hybridep_num_sms", None, "opt_int", None, doc="0.16-0.17: int, default 16; 0.19: deprecated"),
@@ -152,8 +300,6 @@ KNOBS: tuple[Knob, ...] = (
     _K("moe_use_legacy_grouped_gemm", None, "bool", False, doc="megatron-core 0.16 only"),
     _K("moe_router_padding_for_fp8", None, "bool", False, doc="deprecated: moe_router_padding_for_quantization"),
     _K("variable_seq_lengths", None, "bool", False),
-    _K("hidden_dropout", None, "float", 0.1),
-    _K("attention_dropout", None, "float", 0.1),
 )
 
 BY_FIELD: dict[str, Knob] = {k.field: k for k in KNOBS}

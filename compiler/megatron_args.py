@@ -1,10 +1,12 @@
-"""Megatron-LM pretrain_gpt.py arguments for a plan, per megatron-core version.
+"""Megatron-LM pretrain_gpt.py arguments and Megatron-Bridge overrides for a plan, from the one table.
 
-A plan field becomes `--field-name` unless RENAMES says otherwise, and only if that flag
-exists in the Megatron-LM release matching the platform (compiler/data/megatron_lm_flags.json,
-read from Megatron-LM's own argument parser at core_v0.16.1 and core_v0.19.0). Whether a
-boolean is written depends on the flag's argparse action (store_true / store_false), so the
-table never encodes a flag's polarity by hand.
+Every plan value is looked up in compiler.knobs (section and name -> Megatron-LM argument dest,
+Bridge path). The flag that sets a dest, its action (store_true / store_false / value / list) and
+Megatron-LM's own default come from Megatron-LM's argument parser, stored as data
+(compiler/data/megatron_lm_args.json, megatron-core 0.19.2's megatron/training); for a 0.16
+platform only the flags that release has (compiler/data/megatron_lm_flags.json) are used. A value
+is written when it differs from Megatron-LM's default; whatever cannot be written becomes a
+comment line saying why, never a silent drop.
 """
 from __future__ import annotations
 
@@ -12,125 +14,188 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from . import knobs as K
 from .rules.expr import version_int
 
-DATA = Path(__file__).resolve().parent / "data" / "megatron_lm_flags.json"
+DATA = Path(__file__).resolve().parent / "data"
+SECTIONS = (("transformer_config", "tc"), ("model", "model"), ("ddp_config", "ddp"), ("optimizer", "optimizer"),
+            ("training", "training"), ("config_attributes", "yarn"))
+# Plan fields Megatron-LM derives itself from other arguments, and fields only moeforge's runtime reads.
+DERIVED = {"params_dtype": "from --bf16/--fp16", "pipeline_dtype": "from --bf16/--fp16",
+           "batch_p2p_comm": "the opposite of overlap_p2p_comm", "gated_linear_unit": "from the activation flag",
+           "activation_func": "--swiglu / --quick-geglu / --squared-relu", "num_query_groups": "--group-query-attention",
+           "moe_layer_freq": "--moe-layer-freq", "max_sequence_length": "--max-position-embeddings",
+           "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights"}
+RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes and the data-parallel size",
+                "report_window": "steps moeforge's runtime reports on", "data": "--mock-data (synthetic tokens)",
+                "bucket_size": "megatron-core's default bucketing",
+                "optimizer": "Megatron-LM's default --optimizer adam"}
 
-# plan field -> flag, where Megatron-LM does not spell it --field-name
-RENAMES = {
-    "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
-    "num_moe_experts": "--num-experts",
-    "fp8": "--fp8-format",
-    "fp4": "--fp4-format",
-    "add_bias_linear": "--disable-bias-linear",
-    "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
-    "overlap_p2p_comm": "--no-overlap-p2p-communication",
-    "max_sequence_length": "--max-position-embeddings",
-    "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights",
-    "micro_batch_size": "--micro-batch-size", "global_batch_size": "--global-batch-size",
-    "train_iters": "--train-iters",
-    "num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
-    "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
-}
-INVERTED = {"share_embeddings_and_output_weights"}   # the flag says the opposite of the field
-SKIP = {"params_dtype", "pipeline_dtype", "activation_func", "gated_linear_unit", "batch_p2p_comm",
-        "num_microbatches", "data", "report_window", "grad_reduce_in_fp32", "bucket_size", "optimizer",
-        "weight_decay", "clip_grad", "num_query_groups", "normalization", "position_embedding_type"}
+
+# Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
+BRIDGE_SECTIONS = {"tc": "model.{}", "model": "model.{}", "ddp": "ddp.{}", "optimizer": "optimizer.{}"}
+
+
+@lru_cache(maxsize=1)
+def lm_parser() -> dict:
+    return json.loads((DATA / "megatron_lm_args.json").read_text())
 
 
 @lru_cache(maxsize=1)
 def flag_tables() -> dict:
-    return {k: v for k, v in json.loads(DATA.read_text()).items() if not k.startswith("_")}
+    """flag -> kind of each catalogued Megatron-LM release (0.16.1 has no stored parser, only names)."""
+    tables = {k: v for k, v in json.loads((DATA / "megatron_lm_flags.json").read_text()).items()
+              if not k.startswith("_")}
+    parser = lm_parser()
+    tables[parser["release"]] = {flag: entry["kind"] for flag, entry in parser["options"].items()}
+    return tables
 
 
 def release_for(mcore: str) -> str:
-    """The Megatron-LM release whose flags apply: 0.16.1 before 0.17, else 0.19.0."""
-    return "0.16.1" if version_int(mcore) < version_int("0.17.0") else "0.19.0"
+    """The Megatron-LM release whose flags apply: 0.16.1 before 0.17, else the stored parser's."""
+    return "0.16.1" if version_int(mcore) < version_int("0.17.0") else lm_parser()["release"]
 
 
-def _flag_for(field: str) -> str:
-    return RENAMES.get(field, "--" + field.replace("_", "-"))
+@lru_cache(maxsize=4)
+def _by_dest(release: str) -> dict[str, list[tuple[str, dict]]]:
+    """dest -> [(flag, parser entry)] for the flags this release has."""
+    known = flag_tables().get(release)
+    out: dict[str, list] = {}
+    for flag, entry in lm_parser()["options"].items():
+        if known is None or flag in known:
+            out.setdefault(entry["dest"], []).append((flag, entry))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _knob_index(mcore: int) -> dict[tuple[str, str], K.Knob]:
+    return {(k.section, k.name_for(mcore)): k for k in K.KNOBS if k.section and k.name_for(mcore)}
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):  # window sizes and similar tuples: Megatron-LM's tuple_type reads "a,b"
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _set(by_dest: dict, dest: str, value) -> tuple[str, list[str]] | str | None:
+    """(flag, values) that makes Megatron-LM hold `value` in `dest`; None when that is its default;
+    a string saying why when no flag of this release can."""
+    options = by_dest.get(dest)
+    if not options:
+        return "Megatron-LM has no flag for it"
+    default = options[0][1]["default"]
+    if value == default or (value in ([], None) and default in ([], None)):
+        return None
+    for flag, entry in options:
+        kind = entry["kind"]
+        if isinstance(value, bool):
+            if (kind, value) in (("store_true", True), ("store_false", False)):
+                return flag, []
+        elif kind == "list":
+            return flag, [_text(v) for v in (value if isinstance(value, list) else [value])]
+        elif kind == "value":
+            return flag, [_text(value)]
+    return f"no flag sets it to {json.dumps(value)} (Megatron-LM's default is {json.dumps(default)})"
 
 
 def _layer_freq(value) -> str:
     if not isinstance(value, list):
         return str(value)
-    runs, out = [], []
+    runs: list[list] = []
     for v in value:
         if runs and runs[-1][0] == v:
             runs[-1][1] += 1
         else:
             runs.append([v, 1])
-    for v, n in runs:
-        out.append(f"[{v}]*{n}")
-    return "(" + "+".join(out) + ")"
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def tc_has_layout(plan: dict) -> bool:
+    return bool(plan["transformer_config"].get("pipeline_model_parallel_layout"))
+
+
+def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
+    """(dest, value) pairs for the plan fields that are not one knob to one argument."""
+    tc, model = plan["transformer_config"], plan["model"]
+    out = []
+    act, gated = tc.get("activation_func"), tc.get("gated_linear_unit")
+    if gated and act == "silu":
+        out.append(("swiglu", True))
+    elif gated and act == "quick_gelu":
+        out.append(("quick_geglu", True))
+    elif act == "squared_relu":
+        out.append(("squared_relu", True))
+    heads, groups = tc.get("num_attention_heads"), tc.get("num_query_groups")
+    if groups and heads and groups < heads:
+        out += [("group_query_attention", True), ("num_query_groups", groups)]
+    if tc.get("moe_layer_freq") not in (None, 1):
+        out.append(("moe_layer_freq", _layer_freq(tc["moe_layer_freq"])))
+    if model.get("max_sequence_length"):
+        out.append(("max_position_embeddings", model["max_sequence_length"]))
+    out.append(("untie_embeddings_and_output_weights", not model.get("share_embeddings_and_output_weights", False)))
+    if tc.get("bf16") and not plan["ddp_config"].get("grad_reduce_in_fp32", True):
+        out.append(("grad_reduce_in_bf16", True))  # else validate_args reduces BF16 gradients in FP32
+    if plan["training"].get("data", "synthetic") == "synthetic":
+        out += [("mock_data", True), ("tokenizer_type", "NullTokenizer")]
+    return out
 
 
 def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
-    """(flag, values) pairs for pretrain_gpt.py, and the plan fields Megatron-LM cannot take."""
-    release = release_for(plan["platform"]["software"]["megatron_core"])
-    table = flag_tables()[release]
-    tc, model, training = plan["transformer_config"], plan["model"], plan["training"]
-    fields = {**tc, **model, **plan["ddp_config"], **{k: training[k] for k in (
-        "micro_batch_size", "global_batch_size", "seq_length", "train_iters", "seed")}, "lr": plan["optimizer"]["lr"]}
-    out, missing = [], []
-    for field, value in fields.items():
-        if field in SKIP or value is None:
-            continue
-        flag = _flag_for(field)
-        kind = table.get(flag)
-        if kind is None:
-            missing.append(f"{field}={json.dumps(value)}")
-            continue
-        if field in INVERTED:
-            value = not value
-        if kind == "store_true":
-            if value:
-                out.append((flag, []))
-        elif kind == "store_false":
-            if value is False:
-                out.append((flag, []))
-        elif kind == "list":
-            items = value if isinstance(value, list) else [value]
-            if items:
-                out.append((flag, [str(v) for v in items]))
-        else:
-            out.append((flag, [_layer_freq(value) if field == "moe_layer_freq" else _scalar(value)]))
-    out += _derived(tc, table)
-    return out, missing
-
-
-def _derived(tc: dict, table: dict) -> list[tuple[str, list[str]]]:
-    """Flags that stand for a combination of fields, and the mock-pretraining data path."""
+    """(flag, values) pairs for pretrain_gpt.py, and a note for each plan value Megatron-LM cannot take."""
+    mcore_text = plan["platform"]["software"]["megatron_core"]
+    mcore, by_dest = version_int(mcore_text), _by_dest(release_for(mcore_text))
+    index = _knob_index(mcore)
+    wanted, notes = {}, []
+    for plan_key, section in SECTIONS:
+        for name, value in (plan.get(plan_key) or {}).items():
+            knob = index.get((section, name))
+            if name in DERIVED or (section, name) == ("optimizer", "use_distributed_optimizer"):
+                continue  # written through the composite flags below, or from ddp_config
+            if knob is None:
+                why = RUNTIME_ONLY.get(name, "not in moeforge's knob table")
+                notes.append(f"{name}={json.dumps(value)}: {why}")
+                continue
+            dest = knob.lm_dest(mcore)
+            if dest is None:
+                if value is not None and value != knob.default:
+                    notes.append(f"{name}={json.dumps(value)}: {knob.doc or 'Megatron-LM has no argument for it'}")
+                continue
+            if dest == "num_virtual_stages_per_pipeline_rank" and tc_has_layout(plan):
+                continue  # the layout string implies the virtual stages; Megatron-LM refuses both
+            if value is not None:
+                wanted[dest] = (name, value)
+    for dest, value in _composite(plan, by_dest):
+        wanted[dest] = (dest, value)
     out = []
-    if tc.get("gated_linear_unit") and tc.get("activation_func") == "silu":
-        out.append(("--swiglu", []))
-    heads, groups = tc.get("num_attention_heads"), tc.get("num_query_groups")
-    if groups and heads and groups < heads:
-        out += [("--group-query-attention", []), ("--num-query-groups", [str(groups)])]
-    if tc.get("normalization"):
-        out.append(("--normalization", [tc["normalization"]]))
-    out += [("--mock-data", []), ("--tokenizer-type", ["NullTokenizer"])]
-    return [(f, v) for f, v in out if f in table]
+    for dest, (name, value) in wanted.items():
+        result = _set(by_dest, dest, value)
+        if isinstance(result, tuple):
+            out.append(result)
+        elif isinstance(result, str):
+            notes.append(f"{name}={json.dumps(value)}: {result}")
+    return sorted(out), sorted(notes)
 
 
-def _scalar(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def bridge_overrides(plan: dict) -> list[tuple[str, str]]:
-    """Megatron-Bridge overrides (Hydra-style key=value) from the flag table's Bridge paths."""
-    from .flags import TABLE
-
-    tc = plan["transformer_config"]
-    sections = {"ddp": plan["ddp_config"], "training": plan["training"], "optimizer": plan["optimizer"]}
-    # model fields keep the name this megatron-core release gives them; others move (comm_overlap.*)
-    by_tc_name = {name: t.bridge for t in TABLE.values() if t.section == "tc" and not t.bridge.startswith("model.")
-                  for _, name in t.tc}
-    out = [(by_tc_name.get(field) or f"model.{field}", json.dumps(value)) for field, value in tc.items()
-           if field not in ("params_dtype", "pipeline_dtype", "activation_func")]
-    out += [(t.bridge, json.dumps(sections[t.section][field])) for field, t in TABLE.items()
-            if t.section in sections and field in sections[t.section]]
-    return sorted(set(out))
+def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """Megatron-Bridge overrides (Hydra-style key=value, JSON values) from the table's Bridge paths,
+    and a note for each plan value that has none."""
+    mcore = version_int(plan["platform"]["software"]["megatron_core"])
+    index = _knob_index(mcore)
+    out, notes = set(), []
+    for plan_key, section in SECTIONS:
+        for name, value in (plan.get(plan_key) or {}).items():
+            knob = index.get((section, name))
+            path = knob.bridge_path if knob else BRIDGE_SECTIONS.get(section, "{}").format(name)
+            if section == "training" and knob is None:
+                path = None  # moeforge's runtime fields (micro-batch count, report window, data kind)
+            if name in ("params_dtype", "pipeline_dtype"):
+                notes.append(f"{name}={json.dumps(value)}: Bridge sets it from its mixed-precision config")
+            elif path is None:
+                if name not in RUNTIME_ONLY:
+                    notes.append(f"{name}={json.dumps(value)}: no Megatron-Bridge override path")
+            else:
+                out.add((path, json.dumps(value)))
+    return sorted(out), sorted(notes)

@@ -1,7 +1,7 @@
 """The Plan: what the runtime builds, as plan.json (schemas/plan.v1.json).
 
 Everything here is derived from the resolved values; field names are chosen for the
-platform's megatron-core version through compiler/flags.py, so the runtime can pass the
+platform's megatron-core version through compiler/knobs.py, so the runtime can pass the
 sections straight to megatron-core.
 """
 from __future__ import annotations
@@ -13,23 +13,10 @@ from . import __version__
 from . import knobs as K
 from .config import lookup, _MISSING
 from .diagnostics import CompileError, error
-from .flags import TABLE, tc_name
 from .rules.expr import version_int
 from .pipeline import Resolved
+from .validate import validator
 
-ARCH_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-               "kv_channels", "normalization", "gated_linear_unit", "add_bias_linear", "add_qkv_bias",
-               "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-               "qk_pos_emb_head_dim", "v_head_dim")
-MOE_FIELDS = {"num_experts": "num_moe_experts", "router_topk": "moe_router_topk",
-              "ffn_hidden_size": "moe_ffn_hidden_size",
-              "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
-              "layer_freq": "moe_layer_freq", "router_load_balancing_type": "moe_router_load_balancing_type",
-              "aux_loss_coeff": "moe_aux_loss_coeff", "router_score_function": "moe_router_score_function",
-              "router_enable_expert_bias": "moe_router_enable_expert_bias",
-              "router_num_groups": "moe_router_num_groups", "router_group_topk": "moe_router_group_topk",
-              "router_topk_scaling_factor": "moe_router_topk_scaling_factor",
-              "shared_expert_gate": "moe_shared_expert_gate"}
 CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
            "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
            "expert_tensor_parallel_size", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
@@ -40,13 +27,24 @@ BACKEND_MODULES = {"deepep": ("deep_ep", None, "DeepEP"),
 
 
 def build(r: Resolved) -> dict:
+    """The plan, checked against schemas/plan.v1.json: the runtime reads it through the same schema."""
+    plan = _build(r)
+    bad = list(validator("plan.v1.json").iter_errors(plan))
+    if bad:
+        raise CompileError([error("E_PLAN_SCHEMA", f"moeforge built a plan its own schema refuses at "
+                                  f"{'.'.join(map(str, e.absolute_path)) or '(plan)'}: {e.message}",
+                                  help="this is a moeforge bug: please report it with the recipe") for e in bad])
+    return plan
+
+
+def _build(r: Resolved) -> dict:
     env, data = r.env, r.composed.data
     platform, model = data["platform"], data["model"]
     mcore = env["megatron_core"]
-    tc = _transformer_config(env, model, mcore)
+    sections = megatron_view(env, model, mcore)
+    tc = _existing(sections["tc"], mcore)
     layout = _layout(env)
     mbs, gbs = env["micro_batch_size"], env["global_batch_size"] or env["micro_batch_size"] * layout["dp"]
-    arch = model.get("architecture", {})
     return {
         "schema": "moeforge/plan/v1",
         "moeforge_version": __version__,
@@ -56,19 +54,12 @@ def build(r: Resolved) -> dict:
                                                   "distributed_backend", "software", "container_image")},
         "layout": layout,
         "transformer_config": tc,
-        "model": {"vocab_size": arch.get("vocab_size"),
-                  "max_sequence_length": max(arch.get("max_position_embeddings") or 0, env["seq_length"]),
-                  "position_embedding_type": arch.get("position_embedding_type", "rope"),
-                  "share_embeddings_and_output_weights": not arch.get("untie_embeddings_and_output_weights", True),
-                  **({"rotary_base": arch["rotary_base"]} if arch.get("rotary_base") else {})},
-        "ddp_config": {"overlap_grad_reduce": env["overlap_grad_reduce"],
-                       "overlap_param_gather": env["overlap_param_gather"],
-                       "use_distributed_optimizer": env["use_distributed_optimizer"],
-                       "grad_reduce_in_fp32": True, "bucket_size": None},
-        "optimizer": {"optimizer": "adam", "lr": env["lr"], "weight_decay": 0.0, "clip_grad": 1.0,
+        "model": sections["model"],
+        **({"config_attributes": sections["yarn"]} if sections["yarn"] else {}),
+        "ddp_config": {**sections["ddp"], "bucket_size": None},
+        "optimizer": {"optimizer": "adam", **sections["optimizer"],
                       "use_distributed_optimizer": env["use_distributed_optimizer"]},
-        "training": {"micro_batch_size": mbs, "global_batch_size": gbs, "seq_length": env["seq_length"],
-                     "train_iters": env["train_iters"], "seed": env["seed"],
+        "training": {**sections["training"], "global_batch_size": gbs,
                      "num_microbatches": gbs // (mbs * layout["dp"]),
                      "data": lookup(data, "training.data") if lookup(data, "training.data") is not _MISSING
                      else "synthetic",
@@ -82,33 +73,39 @@ def build(r: Resolved) -> dict:
     }
 
 
-def _transformer_config(env, model, mcore) -> dict:
-    arch, moe = model.get("architecture", {}), model.get("moe", {})
-    tc = {name: arch[name] for name in ARCH_FIELDS if arch.get(name) is not None}
-    if arch.get("activation") == "swiglu":
-        tc["gated_linear_unit"], tc["activation_func"] = True, "silu"
-    elif arch.get("activation"):
-        tc["activation_func"] = arch["activation"]
-    tc.update({dest: moe[src] for src, dest in MOE_FIELDS.items() if moe.get(src) is not None})
-    if model.get("mtp_num_layers"):
-        tc["mtp_num_layers"] = model["mtp_num_layers"]
-    backend = env["moe_flex_dispatcher_backend"] if env["moe_token_dispatcher_type"] == "flex" else None
-    for field, target in TABLE.items():
-        if target.section != "tc":
+def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
+    """Every knob with a plan section, under its name in this megatron-core release (compiler.knobs).
+
+    What is not one knob to one field is spelled out here, once: the activation (gated + function),
+    the per-layer MoE pattern, the position table length, tied embeddings, dtypes, and what
+    megatron-core would fill in itself (stated, so it is checked).
+    """
+    out = {s: {} for s in ("tc", "model", "ddp", "optimizer", "training", "yarn")}
+    flex = env["moe_token_dispatcher_type"] == "flex"
+    backend = env["moe_flex_dispatcher_backend"] if flex else None
+    for k in K.KNOBS:
+        name, value = k.name_for(mcore), env.get(k.field)
+        if k.section is None or name is None:
             continue
-        name = tc_name(field, mcore, backend)
-        value = env.get(field)
-        if field == "cuda_graph_modules" and value is None:
+        if "{backend}" in name:
+            name = name.format(backend=backend) if backend in ("deepep", "hybridep") else None
+        if value is None and k.field == "cuda_graph_modules":
             value = []  # megatron-core's default "full" is deprecated and warns
-        if name is None or (value is None and field != "expert_tensor_parallel_size"):
+        if value is None or name is None:
             continue
-        if field == "moe_flex_dispatcher_backend" and value is None:
-            value = "deepep"  # megatron-core's default; inert unless the dispatcher is flex
-        if (field == "fp8_recipe" and not env.get("fp8")) or (field == "fp4_recipe" and not env.get("fp4")):
-            continue
-        if field == "cuda_graph_modules":
-            value = list(value or [])
-        tc[name] = value
+        out[k.section][name] = list(value) if k.kind == "set" else value
+    tc, arch, moe = out["tc"], model.get("architecture", {}), model.get("moe", {})
+    if not flex:
+        tc.pop("moe_flex_dispatcher_backend", None)  # inert without flex: never emit a backend nobody uses
+    for quant in ("fp8", "fp4"):
+        if not env.get(quant):
+            tc.pop(f"{quant}_recipe", None)
+    activation = arch.get("activation")
+    if activation:
+        tc["gated_linear_unit"] = activation == "swiglu" or bool(arch.get("gated_linear_unit"))
+        tc["activation_func"] = "silu" if activation == "swiglu" else activation
+    if moe.get("layer_freq") is not None:
+        tc["moe_layer_freq"] = moe["layer_freq"]
     if tc.get("recompute_granularity") == "selective" and not tc.get("recompute_modules"):
         tc["recompute_modules"] = ["core_attn"]  # what megatron-core fills in; stated, so it is checked
     if tc.get("expert_tensor_parallel_size") is None:
@@ -116,7 +113,11 @@ def _transformer_config(env, model, mcore) -> dict:
     dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
     tc["params_dtype"] = tc["pipeline_dtype"] = dtype
     tc["batch_p2p_comm"] = not env.get("overlap_p2p_comm", False)
-    return _existing(tc, mcore)
+    out["model"]["max_sequence_length"] = max(arch.get("max_position_embeddings") or 0, env["seq_length"])
+    out["model"]["share_embeddings_and_output_weights"] = not arch.get("untie_embeddings_and_output_weights", True)
+    if out["model"].get("position_embedding_type") != "yarn":
+        out["yarn"] = {}
+    return out
 
 
 def _existing(tc: dict, mcore: int) -> dict:
@@ -125,7 +126,9 @@ def _existing(tc: dict, mcore: int) -> dict:
     if known is None:
         return tc
     extra = {k: v for k, v in tc.items() if k not in known and k not in RUNTIME_ONLY}
-    lost = [f"{k} = {json.dumps(v)}" for k, v in extra.items() if v not in (None, False, [], {})]
+    defaults = {k.name_for(mcore): k.default for k in K.KNOBS}
+    lost = [f"{k} = {json.dumps(v)}" for k, v in extra.items()
+            if v not in (None, False, [], {}) and v != defaults.get(k)]
     if lost:
         raise CompileError([error("E_NOT_IN_MEGATRON", f"megatron-core {version_text(mcore)} has no field for: "
                                   + ", ".join(lost), help="use a platform with a newer megatron-core, or drop the setting")])

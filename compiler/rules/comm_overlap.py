@@ -33,6 +33,14 @@ RULES = (
          also=(("Megatron-LM arguments.py (AssertionError)",
                 "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism "
                 "is enabled"),)),
+    # Megatron-LM asserts where Bridge drops it (after turning SP off at TP = 1); lint-config only,
+    # the recipe compiler keeps Bridge's silent rule.
+    Rule("TP_OVERLAP_NEEDS_SP_IN_MEGATRON_LM", "error", TPO, F("sequence_parallel") == True,  # noqa: E712
+         "TP communication overlap needs sequence parallelism (Megatron-LM refuses it; at TP = 1 it has "
+         "already turned sequence parallelism off)", ARGS,
+         "set sequence_parallel: true with tensor_model_parallel_size >= 2, or tp_comm_overlap: false",
+         "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled",
+         origin="megatron-lm", lint_only=True),
     Rule("TP_OVERLAP_NEEDS_TE", "warning", TPO & (TP >= 2) & (F("sequence_parallel") == True),  # noqa: E712
          AtLeast("transformer_engine", "0.1.0"),
          "TP communication overlap needs Transformer Engine; Megatron-Bridge drops it", BRIDGE,
@@ -67,13 +75,13 @@ RULES = (
          variants=(((("megatron_core", ">=0.19.0"),),
                     "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, "
                     "or dist_muon"),)),
-    # A warning, not an error: megatron-core's DDP accepts it (Megatron-Bridge's DeepSeek-V3 H100
-    # recipes run it), but without grad-reduce overlap DDP uses a single bucket, so the parameter
-    # all-gather has nothing to overlap with; Megatron-LM refuses the combination.
-    Rule("DP_PARAM_GATHER_NEEDS_GRAD_REDUCE", "warning", F("overlap_param_gather") == True,  # noqa: E712
+    # megatron-core's DDP accepts it (then one bucket: nothing to overlap), but Megatron-LM's
+    # validate_args refuses it, and a recipe emits megatron-lm.args: an error, so no preference
+    # can ever choose it.
+    Rule("DP_PARAM_GATHER_NEEDS_GRAD_REDUCE", "error", F("overlap_param_gather") == True,  # noqa: E712
          F("overlap_grad_reduce") == True,  # noqa: E712
-         "parameter all-gather overlap without gradient reduce-scatter overlap: megatron-core then uses "
-         "one bucket (nothing to overlap) and Megatron-LM refuses it",
+         "parameter all-gather overlap needs gradient reduce-scatter overlap: Megatron-LM refuses it "
+         "(and megatron-core would use one bucket, with nothing to overlap)",
          f"{ARGS}; megatron-core distributed/distributed_data_parallel.py (bucket_size)",
          "set overlap.grad_reduce: true, or overlap.param_gather: false",
          "Must use --overlap-param-gather with --overlap-grad-reduce", origin="megatron-lm"),

@@ -9,6 +9,7 @@ win; Megatron's silent rewrites weigh 50, Megatron's default 1 per knob):
   5  delayed wgrad off; sequence parallel with TP; ETP = 1 with EP (Bridge's choice)
   4  never allgather with EP; TE-scoped CUDA graphs for dropless MoE; distributed optimizer with DP
   3  alltoall at small EP; DP grad-reduce / param-gather overlap; PP overlap with VPP
+  3  gradients reduced in FP32 with BF16 (Megatron-LM and Megatron-Bridge's bf16 default)
   2  SM counts for the flex backends; gradient accumulation fusion with TE
 """
 from . import Preference
@@ -94,4 +95,8 @@ PREFERENCES = (
                   (EP > F("nvlink_domain")) & (F("hybridep_ranks_per_nvlink_domain") == F("nvlink_domain"))), 8,
                "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = min(EP, NVLink domain): min(EP, 8) on NVL8, EP on NVL72",
                (DISP == "flex") & (BACKEND == "hybridep")),
+    Preference("PREFER_FP32_GRAD_REDUCE_WITH_BF16", F("grad_reduce_in_fp32") == True, 3,  # noqa: E712
+               "BF16 training accumulates and reduces gradients in FP32: Megatron-LM's validate_args does it "
+               "unless --grad-reduce-in-bf16, Megatron-Bridge's bf16_mixed sets grad_reduce_in_fp32",
+               F("bf16") == True),  # noqa: E712
 )

@@ -71,11 +71,12 @@ def test_version_specific_flag_names():
 
 
 def test_016_sm_count_uses_the_per_backend_field():
-    from compiler.plan import _transformer_config  # noqa: PLC2701 - the version switch itself
+    from compiler.plan import megatron_view
 
     env = {"megatron_core": 16001, "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
-           "moe_flex_dispatcher_num_sms": 24, "tensor_model_parallel_size": 1, "bf16": True, "fp16": False}
-    tc = _transformer_config(env, {"architecture": {}, "moe": {}}, 16001)
+           "moe_flex_dispatcher_num_sms": 24, "tensor_model_parallel_size": 1, "bf16": True, "fp16": False,
+           "seq_length": 8}
+    tc = megatron_view(env, {"architecture": {}, "moe": {}}, 16001)["tc"]
     assert tc["moe_hybridep_num_sms"] == 24 and "moe_flex_dispatcher_num_sms" not in tc
 
 
