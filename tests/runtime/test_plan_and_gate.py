@@ -24,28 +24,30 @@ def test_example_plan_is_accepted(tiny_plan):
     assert plan.layout["ep"] == 2 and plan.runtime["schedule"] == "combined_1f1b"
 
 
-def test_extra_keys_are_tolerated(tiny_plan):
-    tiny_plan["something_new"] = {"x": 1}
+def test_unknown_keys_are_refused_by_the_shared_schema(tiny_plan):
+    """The runtime reads the plan through the compiler's schema: one contract, no silent extras."""
     tiny_plan["training"]["future_knob"] = True
-    _check(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        _check(tiny_plan)
+    assert err.value.message.startswith("training:") and "'future_knob' was unexpected" in err.value.message
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda p: p.pop("transformer_config"), "plan.transformer_config is missing"),
+    (lambda p: p.pop("transformer_config"), "plan: 'transformer_config' is a required property"),
     (lambda p: p.update(schema="other/v9"), "schema must be 'moeforge/plan/v1'"),
-    (lambda p: p["training"].update(micro_batch_size=0), "training.micro_batch_size must be >= 1"),
-    (lambda p: p["training"].update(seed="x"), "training.seed must be an integer"),
-    (lambda p: p["training"].update(data="imagenet"), "training.data must be one of"),
+    (lambda p: p["training"].update(micro_batch_size=0), "training.micro_batch_size: 0 is less than the minimum"),
+    (lambda p: p["training"].update(seed="x"), "training.seed: 'x' is not of type 'integer'"),
+    (lambda p: p["training"].update(data="imagenet"), "training.data: 'imagenet' is not one of"),
     (lambda p: p["training"].update(report_window=[3, 9]), "training.report_window must be"),
     (lambda p: p["training"].update(num_microbatches=3),
      "global_batch_size / (micro_batch_size * dp) = 8 / (2 * 2)"),
     (lambda p: p["layout"].update(ep=4), "layout.ep = 4 but transformer_config.expert_model"),
     (lambda p: (p["layout"].update(world_size=3), p["layout"].update(ep=2)),
      "world_size 3 is not divisible by etp*ep*pp = 1*2*1"),
-    (lambda p: p["runtime"].update(schedule="gpipe"), "runtime.schedule must be one of"),
-    (lambda p: p["runtime"].update(transformer_impl="apex"), "runtime.transformer_impl must be"),
-    (lambda p: p["runtime"].update(requires=[{"package": "x"}]), "runtime.requires[0]"),
-    (lambda p: p["transformer_config"].update(params_dtype="fp8"), "params_dtype must be one of"),
+    (lambda p: p["runtime"].update(schedule="gpipe"), "runtime.schedule: 'gpipe' is not one of"),
+    (lambda p: p["runtime"].update(transformer_impl="apex"), "runtime.transformer_impl: 'apex' is not one of"),
+    (lambda p: p["runtime"].update(requires=[{"package": "x"}]), "runtime.requires[0]: 'module' is a required"),
+    (lambda p: p["transformer_config"].update(params_dtype="fp8"), "transformer_config.params_dtype: 'fp8' is not"),
 ])
 def test_bad_plans_name_the_field(tiny_plan, mutate, message):
     mutate(tiny_plan)
@@ -64,7 +66,7 @@ def test_bad_plan_cli_exits_2_without_traceback(tmp_path, tiny_plan):
     tiny_plan["layout"]["tp"] = 0
     bad.write_text(json.dumps(tiny_plan))
     run = run_module("runtime.dryrun", str(bad))
-    assert run.returncode == 2 and "layout.tp must be >= 1" in run.stderr
+    assert run.returncode == 2 and "layout.tp: 0 is less than the minimum of 1" in run.stderr
     assert "Traceback" not in run.stderr
 
 
