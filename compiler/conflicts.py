@@ -12,8 +12,8 @@ import z3
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Note, Position
-from .encoding import (_DERIVED, _LAYOUT, _SPEC, EXPLAIN_S, _deadline, _fixed, _limit, _out_of_time,
-                       _Problem)
+from .encoding import _limit
+from .problem import _DERIVED, _LAYOUT, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
 from .rules import Rule
 
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import z3
-
 from . import knobs as K
-from .conflicts import explain as _explain
 from .diagnostics import Diagnostic, Position
-from .encoding import _SPEC, _DERIVED, SOLVE_MS, _Problem, _fixed, derive, _limit
+from .problem import _SPEC, _DERIVED, SOLVE_MS, _Problem, _fixed, derive
 from .rules import Preference, Rule
 from .rules import expr as E
 
@@ -55,33 +52,48 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     fixed = _fixed(pins)
     problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules])
     if problem.violated:
-        return Solution({}, {}, _explain(pins, rules, problem))
-    free = sorted(set(auto) & problem.free)  # auto knobs no rule or preference mentions keep their default
+        from .conflicts import explain  # z3: only for a recipe that needs explaining
+
+        return Solution({}, {}, explain(pins, rules, problem))
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
-    enc = problem.encoding()
-    if problem.free:
-        opt = z3.Optimize(ctx=enc.ctx)
-        opt.set("timeout", SOLVE_MS)
-        opt.add(*enc.domain)
+    enc = terms = None
+    if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
+        enc = problem.encoding()
         terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        opt.add(*terms.values())
-        for p, e in problem.prefs:
-            opt.add_soft(enc.term(e), p.weight)
-        for name in free:  # among equals, keep Megatron's default
-            opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
-        verdict = opt.check()
-        if verdict == z3.unknown:
-            return Solution({}, {}, [Diagnostic(
-                "error", "E_SOLVER_UNKNOWN", f"the solver did not finish within {SOLVE_MS // 1000} s "
-                f"({opt.reason_unknown()})", help="pin more of the auto knobs (parallelism.vpp, moe.dispatcher, ...)")])
-        if verdict != z3.sat:
-            return Solution({}, {}, _explain(pins, rules, problem))
-        model = opt.model()
-        values.update({f: enc.read(model, f) for f in free})
+        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free))
+        if isinstance(chosen, Solution):
+            return chosen
+        values.update(chosen)
     values.update(derive({**fixed, **values}))
-    terms = {rid: enc.term(e) for rid, e in problem.residual.items()} if not problem.free else terms
-    decisions = _provenance(enc, terms, problem, {r.id: r for r in rules}, prefs, auto, values, fixed)
-    return Solution(values, decisions)
+    ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
+    forced = _forcing_rules(enc, terms, sorted(set(auto) & ruled), values) if enc else {}
+    return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed))
+
+
+def _optimise(pins, rules, problem, enc, terms: dict, free: list[str]):
+    """The auto knobs' values under the residual rules and the weighted preferences (or a Solution
+    carrying the error)."""
+    import z3
+
+    opt = z3.Optimize(ctx=enc.ctx)
+    opt.set("timeout", SOLVE_MS)
+    opt.add(*enc.domain)
+    opt.add(*terms.values())
+    for p, e in problem.prefs:
+        opt.add_soft(enc.term(e), p.weight)
+    for name in free:  # among equals, keep Megatron's default
+        opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
+    verdict = opt.check()
+    if verdict == z3.unknown:
+        return Solution({}, {}, [Diagnostic(
+            "error", "E_SOLVER_UNKNOWN", f"the solver did not finish within {SOLVE_MS // 1000} s "
+            f"({opt.reason_unknown()})", help="pin more of the auto knobs (parallelism.vpp, moe.dispatcher, ...)")])
+    if verdict != z3.sat:
+        from .conflicts import explain
+
+        return Solution({}, {}, explain(pins, rules, problem))
+    model = opt.model()
+    return {f: enc.read(model, f) for f in free}
 
 
 def _as_pref(r: Rule) -> Preference:
@@ -89,23 +101,14 @@ def _as_pref(r: Rule) -> Preference:
     return Preference(f"avoid:{r.id}", r.require, 50, r.message, r.when)
 
 
-def _provenance(enc, terms, problem, by_id, prefs, auto, values, fixed) -> dict:
+def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed) -> dict:
     """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
-    s = _limit(z3.SimpleSolver(ctx=enc.ctx))
-    s.add(*enc.domain)
-    trackers = {}
-    for rid, term in terms.items():
-        t = z3.Bool(f"track:{rid}", enc.ctx)
-        s.add(z3.Implies(t, term))
-        trackers[t] = rid
     env = {**fixed, **values}
-    ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     out = {}
     for name in sorted(auto):
         value = values[name]
-        if name in ruled and s.check(*trackers, z3.Not(enc.value_term(name, value))) == z3.unsat:
-            core = {t.get_id() for t in s.unsat_core()}
-            forced = [rid for t, rid in trackers.items() if t.get_id() in core]  # catalogue order
+        forced = forced_by.get(name)
+        if forced:
             out[name] = Decision(name, value, "rule", rule=forced[0],
                                  reason="; ".join(by_id[r].message for r in forced))
             continue
@@ -118,4 +121,25 @@ def _provenance(enc, terms, problem, by_id, prefs, auto, values, fixed) -> dict:
     for name in _DERIVED:
         if name in values:
             out[name] = Decision(name, values[name], "derived", reason=K.BY_FIELD[name].doc)
+    return out
+
+
+def _forcing_rules(enc, terms: dict, names: list[str], values: dict) -> dict[str, list[str]]:
+    """name -> the residual rules (catalogue order) that leave it no other value, for each forced name."""
+    import z3
+
+    from .encoding import _limit
+
+    s = _limit(z3.SimpleSolver(ctx=enc.ctx))
+    s.add(*enc.domain)
+    trackers = {}
+    for rid, term in terms.items():
+        t = z3.Bool(f"track:{rid}", enc.ctx)
+        s.add(z3.Implies(t, term))
+        trackers[t] = rid
+    out = {}
+    for name in names:
+        if s.check(*trackers, z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
+            core = {t.get_id() for t in s.unsat_core()}
+            out[name] = [rid for t, rid in trackers.items() if t.get_id() in core]
     return out
