@@ -22,13 +22,14 @@ from .rules.expr import UNKNOWN, version_int
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron_fields.json"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-OWN_KEYS = ("gpu", "versions")
+OWN_KEYS = ("gpu", "versions", "frontend")
+LM_FLAGS = Path(__file__).resolve().parent / "data" / "megatron_lm_flags.json"
 VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not megatron-core dataclass fields but whose "not given" value is known
 NON_MCORE_DEFAULTS = {"use_megatron_fsdp": False, "global_batch_size": None,
                       "hybridep_ranks_per_nvlink_domain": None}
-SEVERITY_ORDER = {"error": 0, "warning": 1, "advice": 2}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "advice": 2, "info": 3}
 _VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}([.+-]?[A-Za-z0-9.+-]*)?$")
 
 
@@ -63,6 +64,10 @@ class Config:
     lines: dict                    # top-level key -> 1-based line
     display: dict                  # placeholder -> text, for megatron messages
     findings: list                 # problems found while reading (unknown fields, ...)
+    frontend: str = "megatron-core"  # who reads it: megatron-core | megatron-lm | bridge
+    frontend_reason: str = ""      # why (stated, --frontend, or inferred from which names)
+    written: dict = field(default_factory=dict)   # env before the front-end's rewrites (silent rules)
+    rewrites: list = field(default_factory=list)  # [(field, before, after, why)] the front-end applies
 
 
 # ----------------------------------------------------------------------- field catalogue
@@ -92,7 +97,7 @@ def known_names() -> frozenset:
     if _KNOWN is None:
         f = megatron_fields()
         _KNOWN = frozenset(set(f["all"]) | set(f["megatron_lm_args"]) | set(K.BY_FIELD) | set(K.FACT_BY_FIELD)
-                           | set(OWN_KEYS))
+                           | set(OWN_KEYS) | lm_names() | BRIDGE_PROVIDER_FIELDS)
     return _KNOWN
 
 
@@ -103,6 +108,177 @@ def _fields_for(mcore: int) -> tuple[str, frozenset] | None:
             return v, names
     return None
 
+
+
+# ----------------------------------------------------------------------- front-ends
+
+# Megatron-Bridge: the sections of a ConfigContainer (nested mappings or dotted keys such as
+# comm_overlap.overlap_p2p_comm), and GPTModelProvider / MLA provider fields that are not
+# megatron-core TransformerConfig fields (megatron-bridge 0.6.2 models/gpt_provider.py).
+BRIDGE_SECTIONS = ("model", "comm_overlap", "ddp", "train", "optimizer", "mixed_precision", "dataset",
+                   "checkpoint", "logger", "scheduler", "rng", "tokenizer", "dist")
+BRIDGE_PROVIDER_FIELDS = frozenset((
+    "dense_grouped_gemm", "fp16_lm_cross_entropy", "hf_model_id", "hf_model_revision", "make_vocab_size_divisible_by",
+    "mtp_enabled", "parallel_output", "restore_modelopt_state", "rope_scaling", "rope_scaling_factor",
+    "scatter_embedding_sequence_parallel", "seq_len_interpolation_factor", "share_embeddings_and_output_weights",
+    "should_pad_vocab", "tp_comm_overlap_cfg", "transformer_layer_spec", "use_arbitrary_attention_mask",
+    "use_transformer_engine_full_layer_spec", "position_embedding_type", "rotary_base", "rotary_percent",
+    "vocab_size", "seq_length"))
+# Names every front-end has (a flat lint-config mapping carries them whoever reads it).
+NEUTRAL_NAMES = frozenset(("micro_batch_size", "global_batch_size", "seq_length", "world_size", "train_iters",
+                           "lr", "seed", "use_megatron_fsdp"))
+# Megatron-LM argument dests that name a megatron-core field differently (arguments.py 0.19).
+LM_ALIASES = {"num_experts": "num_moe_experts", "te_rng_tracker": "use_te_rng_tracker",
+              "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+              "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+              "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+              "fp8_param_gather": "fp8_param", "fp4_param_gather": "fp4_param"}
+FRONTEND_WORDS = {"megatron-core": "megatron-core", "mcore": "megatron-core", "megatron-lm": "megatron-lm",
+                  "mlm": "megatron-lm", "bridge": "bridge", "megatron-bridge": "bridge"}
+
+_LM_NAMES: frozenset | None = None
+
+
+def lm_names() -> frozenset:
+    """Megatron-LM argument dests (0.16.1 and 0.19 flag lists) that only Megatron-LM has."""
+    global _LM_NAMES
+    if _LM_NAMES is None:
+        raw = json.loads(LM_FLAGS.read_text())
+        names = {f[2:].replace("-", "_") for v, flags in raw.items() if not v.startswith("_") for f in flags}
+        names |= set(LM_ALIASES) | {"num_layers_per_virtual_pipeline_stage", "recompute_activations"}
+        _LM_NAMES = frozenset(names - set(megatron_fields()["all"]) - set(K.BY_FIELD) - set(K.FACT_BY_FIELD)
+                              - BRIDGE_PROVIDER_FIELDS - NEUTRAL_NAMES - set(OWN_KEYS))
+    return _LM_NAMES
+
+
+def _bridge_layout(data: dict) -> list[str]:
+    return [k for k in data if (k in BRIDGE_SECTIONS and isinstance(data[k], (dict, str)) and k != "frontend")
+            or ("." in k and k.split(".", 1)[0] in BRIDGE_SECTIONS)]
+
+
+def infer_frontend(data: dict) -> tuple[str, str]:
+    """(front-end, why) from the names a mapping uses."""
+    nested = _bridge_layout(data)
+    bridge_only = sorted(k for k in data if k in BRIDGE_PROVIDER_FIELDS - lm_names() - NEUTRAL_NAMES
+                         and k not in ("position_embedding_type", "rotary_base", "rotary_percent", "vocab_size",
+                                       "make_vocab_size_divisible_by", "fp16_lm_cross_entropy",
+                                       "tp_comm_overlap_cfg", "rope_scaling_factor"))
+    lm = sorted(k for k in data if k in lm_names())
+    if nested or bridge_only:
+        names = (nested + bridge_only)[:3]
+        why = f"inferred: Megatron-Bridge names ({', '.join(names)})"
+        if lm:
+            why += f"; Megatron-LM names too ({', '.join(lm[:3])})"
+        return "bridge", why
+    if lm:
+        return "megatron-lm", f"inferred: Megatron-LM argument names that are not megatron-core fields ({', '.join(lm[:3])})"
+    return "megatron-core", "inferred: only megatron-core field names"
+
+
+def _flatten_bridge(data: dict, lines: dict) -> tuple[dict, dict]:
+    """A Bridge ConfigContainer layout (nested sections or dotted keys) as flat Megatron names."""
+    flat: dict = {}
+    flat_lines: dict = {}
+
+    def put(key, value, line, where):
+        if key in flat and flat[key] != value:
+            raise UnusableInput(f"{where}: {key} is given twice with different values ({flat[key]!r}, {value!r})")
+        flat[key] = value
+        if line:
+            flat_lines.setdefault(key, line)
+
+    for key, value in data.items():
+        line = lines.get(key, 0)
+        head, _, rest = key.partition(".")
+        if head == "mixed_precision" and not rest and isinstance(value, str):
+            # Bridge precision presets: "bf16_mixed", "bf16_with_fp8_...", "fp16_mixed", ...
+            put("bf16", value.startswith("bf16"), line, key)
+            put("fp16", value.startswith("fp16"), line, key)
+        elif head in BRIDGE_SECTIONS and rest:
+            put(rest, value, line, key)
+        elif key in BRIDGE_SECTIONS and isinstance(value, dict):
+            for sub, v in value.items():
+                if not isinstance(sub, str):
+                    raise UnusableInput(f"{key}: field names must be strings, got {sub!r}")
+                put(sub, v, line, f"{key}.{sub}")
+        else:
+            put(key, value, line, key)
+    return flat, flat_lines
+
+
+def _set(env, rewrites, name, value, why):
+    before = env.get(name, UNKNOWN)
+    if before is value or (before is not UNKNOWN and value is not UNKNOWN and before == value
+                           and type(before) is type(value)):
+        return
+    env[name] = value
+    rewrites.append((name, before, value, why))
+
+
+def _true(v) -> bool:
+    return v is True
+
+
+def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
+    """Apply what the front-end changes before megatron-core's TransformerConfig sees the values.
+
+    Megatron-Bridge 0.6.2 (ConfigContainer.runtime_config_update: CommOverlapConfig.setup, then
+    TransformerConfig.finalize): TP overlap dropped without TP >= 2 / SP / TE; PP > 1 with VPP > 1
+    -> overlap_p2p_comm (unless given); DP > 1 with the distributed optimizer -> grad-reduce and
+    param-gather overlap (unless given); SP off with TP = 1; ETP = 1 when EP > 1 and ETP unset;
+    flex without a backend -> alltoall; gradient accumulation fusion on when TE is installed.
+    Megatron-LM 0.19 (validate_args): SP off with TP = 1; no VPP -> overlap_p2p_comm off;
+    te_rng_tracker on with CUDA graphs; variable_seq_lengths off.
+    """
+    rw: list = []
+    g = env.get
+    tp, pp, ep = g("tensor_model_parallel_size"), g("pipeline_model_parallel_size"), g("expert_model_parallel_size")
+    vpp = g("virtual_pipeline_model_parallel_size")
+    if frontend == "bridge":
+        cc = "Megatron-Bridge CommOverlapConfig"
+        if _true(g("tp_comm_overlap")):
+            te = g("transformer_engine")
+            if isinstance(tp, int) and tp < 2:
+                _set(env, rw, "tp_comm_overlap", False, f"{cc}: TP < 2")
+            elif g("sequence_parallel") is False:
+                _set(env, rw, "tp_comm_overlap", False, f"{cc}: sequence_parallel=False")
+            elif te == 0:
+                _set(env, rw, "tp_comm_overlap", False, f"{cc}: no Transformer Engine")
+            elif te is UNKNOWN:
+                _set(env, rw, "tp_comm_overlap", UNKNOWN, f"{cc}: dropped if Transformer Engine is missing")
+        if "overlap_p2p_comm" not in given and _known_int(pp):
+            interleaved = pp > 1 and _known_int(vpp) and vpp > 1
+            _set(env, rw, "overlap_p2p_comm", interleaved,
+                 f"{cc}: {'PP > 1 with VPP' if interleaved else 'not the interleaved schedule'}")
+        if _true(g("use_distributed_optimizer")):
+            dp = g("data_parallel_size")
+            value = UNKNOWN if dp is UNKNOWN or dp is None else dp > 1
+            for name in ("overlap_grad_reduce", "overlap_param_gather"):
+                if name not in given:
+                    _set(env, rw, name, value, f"{cc}: DP > 1 with the distributed optimizer")
+        if "gradient_accumulation_fusion" not in given:
+            te = g("transformer_engine")
+            _set(env, rw, "gradient_accumulation_fusion", UNKNOWN if te is UNKNOWN else te > 0,
+                 "Megatron-Bridge GPTModelProvider: on when Transformer Engine (or APEX) is installed")
+        if g("moe_token_dispatcher_type") == "flex" and g("moe_flex_dispatcher_backend") is None:
+            _set(env, rw, "moe_token_dispatcher_type", "alltoall",
+                 "Megatron-Bridge validate_flex_dispatcher_backend: flex without a backend")
+        if _true(g("sequence_parallel")) and _known_int(tp) and tp <= 1:
+            _set(env, rw, "sequence_parallel", False, "Megatron-Bridge TransformerConfig.finalize: TP = 1")
+        if g("expert_tensor_parallel_size") is None and _known_int(ep) and ep > 1:
+            _set(env, rw, "expert_tensor_parallel_size", 1,
+                 "Megatron-Bridge _set_moe_expert_tensor_parallel_default: EP > 1")
+    elif frontend == "megatron-lm":
+        va = "Megatron-LM validate_args"
+        if _true(g("sequence_parallel")) and tp == 1:
+            _set(env, rw, "sequence_parallel", False, f"{va}: TP = 1")
+        if vpp is None:
+            _set(env, rw, "overlap_p2p_comm", False, f"{va}: not the interleaved schedule")
+        if g("cuda_graph_impl") not in ("none", UNKNOWN):
+            _set(env, rw, "use_te_rng_tracker", True, f"{va}: CUDA graphs")
+        if "variable_seq_lengths" in given:
+            _set(env, rw, "variable_seq_lengths", False, f"{va}: always False")
+    return rw
 
 # ----------------------------------------------------------------------- reading
 
@@ -238,8 +414,42 @@ def _version(key: str, value) -> int:
     return version_int(text)
 
 
-def read(data: dict, lines: dict | None = None) -> Config:
-    lines = lines or {}
+def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
+    if frontend is not None:
+        if frontend not in FRONTEND_WORDS:
+            raise UnusableInput(f"--frontend: expected one of {', '.join(K.FRONTENDS)}, got {frontend!r}")
+        return FRONTEND_WORDS[frontend], "given: --frontend"
+    if "frontend" in data:
+        value = data["frontend"]
+        if not isinstance(value, str) or value not in FRONTEND_WORDS:
+            raise _bad("frontend", f"one of {', '.join(K.FRONTENDS)}", value)
+        return FRONTEND_WORDS[value], "given: frontend key"
+    return infer_frontend(data)
+
+
+def _lm_aliases(data: dict, lines: dict) -> dict:
+    """Megatron-LM dests that name a megatron-core field differently, under the megatron-core name."""
+    out = dict(data)
+    for alias, name in LM_ALIASES.items():
+        if alias in out:
+            if name in out and out[name] != out[alias]:
+                raise UnusableInput(f"{alias} and {name} are the same setting with different values")
+            out[name] = out.pop(alias)
+            if alias in lines:
+                lines.setdefault(name, lines[alias])
+    if out.get("recompute_activations") is True and "recompute_granularity" not in out:
+        out["recompute_granularity"] = "selective"
+        lines.setdefault("recompute_granularity", lines.get("recompute_activations", 0))
+    return out
+
+
+def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> Config:
+    lines = dict(lines or {})
+    frontend, frontend_reason = _frontend_of(data, frontend)
+    if _bridge_layout(data):
+        data, flat_lines = _flatten_bridge(data, lines)
+        lines.update(flat_lines)
+    data = _lm_aliases(data, lines)
     env: dict = {}
     given: dict = {}
     display: dict = {}
@@ -259,6 +469,9 @@ def read(data: dict, lines: dict | None = None) -> Config:
             raise UnusableInput(f"versions.{key}: unknown package (expected {', '.join(VERSION_KEYS)})")
         env[key] = _version(key, value)
         display[key] = "None" if value is None else str(value)
+    if versions.get("transformer_engine", "") is None and isinstance(env.get("megatron_core"), int) \
+            and env["megatron_core"] >= version_int("0.19.0"):
+        display["transformer_engine"] = "0.0.0"  # megatron-core 0.19's get_te_version() without TE
     if "gpu" in data:
         gpu = data["gpu"]
         if gpu is None:
@@ -338,7 +551,7 @@ def read(data: dict, lines: dict | None = None) -> Config:
             continue
         if k.field in mf["all"] or k.field in ("bf16", "fp16"):
             required = k.kind == "int" and k.default is None
-            env[k.field] = UNKNOWN if required else k.default
+            env[k.field] = UNKNOWN if required else k.default_for(frontend)
         elif k.field in NON_MCORE_DEFAULTS:
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
@@ -346,8 +559,19 @@ def read(data: dict, lines: dict | None = None) -> Config:
 
     _normalise(env, given, findings, lines, mcore)
     _derive(env)
+    if frontend == "megatron-lm" and _known_int(data.get("num_layers_per_virtual_pipeline_stage")) \
+            and env.get("virtual_pipeline_model_parallel_size") is None:
+        per, layers, pp = data["num_layers_per_virtual_pipeline_stage"], env.get("num_layers"), \
+            env.get("pipeline_model_parallel_size")
+        if _known_int(layers, pp) and per and pp:
+            vpp = layers // pp // per
+            env["virtual_pipeline_model_parallel_size"] = vpp if vpp != 1 else None
+    written = dict(env)
+    rewrites = _frontend_rewrites(env, given, frontend)
+    if rewrites:
+        _derive(env)
     display.update(_display(env, display))
-    return Config(env, given, lines, display, findings)
+    return Config(env, given, lines, display, findings, frontend, frontend_reason, written, rewrites)
 
 
 def _normalise(env: dict, given: dict, findings: list, lines: dict, mcore) -> None:
@@ -365,6 +589,14 @@ def _normalise(env: dict, given: dict, findings: list, lines: dict, mcore) -> No
                     line=lines.get("cuda_graph_scope", 0), fix="keep only cuda_graph_modules"))
         else:
             env["cuda_graph_modules"] = scope
+    # megatron-core 0.19 migrates the deprecated module name full_iteration (impl none/local) to
+    # cuda_graph_impl="full_iteration" (transformer/cuda_graph_config.py)
+    modules = env.get("cuda_graph_modules")
+    if isinstance(mcore, int) and mcore >= version_int("0.19.0") and isinstance(modules, list) \
+            and "full_iteration" in modules and env.get("cuda_graph_impl") in ("none", "local") \
+            and not env.get("enable_cuda_graph") and not env.get("external_cuda_graph"):
+        env["cuda_graph_impl"] = "full_iteration"
+        env["cuda_graph_modules"] = [m for m in modules if m != "full_iteration"]
     # deprecated SM counts, routed the way megatron-core 0.19 routes them
     if env.get("moe_flex_dispatcher_num_sms") is None:
         deprecated = {n: env.get(n) for n in ("moe_deepep_num_sms", "moe_hybridep_num_sms")

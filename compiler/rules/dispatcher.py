@@ -85,7 +85,7 @@ RULES = (
          "(min(EP, 8) on NVL8 systems, EP on NVL72)",
          f"{HARNESS}; seeds: HybridEP tuning (a mismatch costs performance and sometimes correctness)",
          "leave moe.hybridep_ranks_per_nvlink_domain auto, or set it to min(EP, platform.nvlink_domain)",
-         None, origin="megatron-bridge"),
+         None, origin="moeforge"),  # the harness sets it; HybridEP reads it under every front-end
     Rule("HYBRIDEP_EP_WITHIN_NVL72", "error", HYBRIDEP & (NVL >= 72), EP <= NVL,
          "on an NVL72 system HybridEP's EP group must fit in the 72-GPU NVLink domain", HARNESS,
          "set parallelism.ep <= 72",

@@ -73,6 +73,13 @@ RULES = (
          "remove 'moe' from recompute.modules (moe_act keeps most of the saving)",
          "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
          origin="megatron-bridge"),
+    # the same check in megatron-core from 0.17 (every front-end); lint-config keeps one finding
+    Rule("EP_OVERLAP_NO_MOE_RECOMPUTE_MCORE", "error", EP_OVERLAP, Not(Has(F("recompute_modules"), "moe")),
+         "EP overlap cannot recompute whole MoE layers ('moe' in recompute.modules)",
+         "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.17+)",
+         "remove 'moe' from recompute.modules (moe_act keeps most of the saving)",
+         "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+         versions=(("megatron_core", ">=0.17.0"),)),
     Rule("EP_OVERLAP_NO_SHARED_EXPERT_OVERLAP", "error", EP_OVERLAP, F("moe_shared_expert_overlap") == False,  # noqa: E712
          "EP overlap and shared-expert overlap are mutually exclusive", BOTH,
          "set moe.overlap.shared_expert: false",

@@ -62,7 +62,9 @@ RULES = (
          "the number of experts must be divisible by EP",
          f"megatron-core transformer/moe/moe_layer.py (bare assert); {ARGS}",
          "choose parallelism.ep among the divisors of the expert count",
-         "Number of experts should be a multiple of expert model parallel_size.", origin="megatron-lm"),
+         # megatron-core's MoELayer asserts it (bare) at model construction under every front-end;
+         # Megatron-LM's validate_args says it first, with these words
+         "Number of experts should be a multiple of expert model parallel_size."),
     Rule("LAYOUT_VPP_NEEDS_PP", "error", IsSet(VPP), PP > 1,
          "a virtual pipeline size needs pipeline parallelism (PP > 1)", PS,
          "unset parallelism.vpp, or set parallelism.pp > 1",
@@ -110,6 +112,18 @@ RULES = (
          "expert parallelism with tensor parallelism should use sequence parallelism", MPC,
          "set parallelism.sp: true",
          "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used"),
+    # Megatron-LM and Megatron-Bridge turn sequence parallelism off at TP = 1 before megatron-core
+    # would refuse it (LAYOUT_SP_NEEDS_TP); lint-config only (a recipe keeps the hard rule).
+    Rule("LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM", "warning", F("sequence_parallel") == True, TP > 1,  # noqa: E712
+         "sequence parallelism without tensor parallelism: Megatron-LM turns it off", ARGS,
+         "set sequence_parallel: false, or tensor_model_parallel_size > 1",
+         "Disabling sequence parallelism because tensor model parallelism is disabled",
+         origin="megatron-lm", silent={"sequence_parallel": False}, lint_only=True),
+    Rule("LAYOUT_SP_WITHOUT_TP_DROPPED_BY_BRIDGE", "warning", F("sequence_parallel") == True, TP > 1,  # noqa: E712
+         "sequence parallelism without tensor parallelism: Megatron-Bridge turns it off",
+         "Megatron-Bridge models/transformer_config.py TransformerConfig.finalize",
+         "set sequence_parallel: false, or tensor_model_parallel_size > 1", None,
+         origin="megatron-bridge", silent={"sequence_parallel": False}, lint_only=True),
     Rule("LAYOUT_ETP_DEFAULT_DIFFERS", "warning", (EP > 1) & (TP > 1) & Not(IsSet(ETP)), IsSet(ETP),
          "an unset ETP means ETP = TP to megatron-core but ETP = 1 to Megatron-Bridge", BRIDGE_TC,
          "set parallelism.etp explicitly (1 is the usual choice with EP > 1)", None,

@@ -29,6 +29,12 @@ RULES = (
     Rule("RECOMPUTE_SELECTIVE_NO_NUM_LAYERS", "error", SELECTIVE, Not(IsSet(F("recompute_num_layers"))),
          "selective recompute takes no recompute.num_layers", TC, "remove recompute.num_layers",
          "When using recompute_granularity: {recompute_granularity} recompute_num_layers must be None."),
+    # Megatron-LM only (megatron-core ignores the method for selective recompute); lint-config only
+    Rule("RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM", "error", SELECTIVE, Not(IsSet(F("recompute_method"))),
+         "selective recompute takes no recompute.method (Megatron-LM refuses it)",
+         "Megatron-LM megatron/training/arguments.py validate_args",
+         "remove recompute_method", "recompute method is not yet supported for selective recomputing granularity",
+         origin="megatron-lm", lint_only=True),
     Rule("RECOMPUTE_MOE_ACT_NEEDS_GROUPED_GEMM", "error", SELECTIVE & Has(MODS, "moe_act"),
          F("moe_grouped_gemm") == True,  # noqa: E712
          "recomputing moe_act needs grouped GEMM experts", TC,

@@ -14,12 +14,12 @@ Intentional differences (rules left out of the comparison, and why):
 | rule(s)                                                     | why not compared here                                              |
 |-------------------------------------------------------------|--------------------------------------------------------------------|
 | origin megatron-bridge (EP_OVERLAP_NEEDS_EXPERTS, EP_OVERLAP_NO_MOE_RECOMPUTE on 0.16, DELAY_WGRAD_*_TE_*, DELAY_WGRAD_CUDA_GRAPH_*, DEEPEP/HYBRIDEP_NEEDS_SUPPORTED_GPU, HYBRIDEP_*, TP_OVERLAP_* (silent), SHARED_EXPERT_OVERLAP_OFF_WITH_FLEX (silent), FLEX_NEEDS_BACKEND (silent), CUDA_GRAPH_NEEDS_TE_RNG_TRACKER, CUDA_GRAPH_LOCAL_ONLY_FULL_ITERATION_IN_BRIDGE, LAYOUT_ETP_DEFAULT_DIFFERS, DP_OVERLAP_BRIDGE_NEEDS_DIST_OPT) | Megatron-Bridge checks (CommOverlapConfig, flex_dispatcher_backend, GPTModelProvider); megatron-core accepts these configurations |
-| origin megatron-lm (LAYOUT_EXPERTS_DIVISIBLE_BY_EP, PP_OVERLAP_NEEDS_VPP, PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3, DP_PARAM_GATHER_*) | Megatron-LM validate_args; megatron-core only has a bare assert in MoELayer (experts % EP) or ignores the DDP combination |
+| origin megatron-lm (PP_OVERLAP_NEEDS_VPP, PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3, DP_PARAM_GATHER_*, TP_OVERLAP_NEEDS_SP_IN_MEGATRON_LM, RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM, LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM) | Megatron-LM validate_args only; lint-config reports them only for --frontend megatron-lm (this suite lints as megatron-core); tests/lint/test_lint_vs_frontends.py compares them with Megatron-LM 0.19 |
 | origin moeforge (DELAY_WGRAD_NEEDS_TE_BACKWARD_DW, *_PACKAGE_INSTALLED, CUDA_GRAPH_NEEDS_GPU, CUDA_GRAPH_TE_NEEDS_TE, PRECISION_LOW_NEEDS_TE, PRECISION_*_NEEDS_BLACKWELL/HOPPER, RANK_CAPACITY_NEEDS_MCORE_0_18, DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18, FLEX_BACKEND_IGNORED_WITHOUT_FLEX, CUDA_GRAPH_MODULES_WITHOUT_IMPL, advice) | moeforge's own availability/hardware/measured-evidence rules; the failure happens later (model construction, kernels) or never |
-| megatron-core checks outside TransformerConfig: LAYOUT_WORLD_DIVISIBLE, LAYOUT_EXPERT_WORLD_DIVISIBLE, LAYOUT_VPP_NEEDS_PP (parallel_state), LAYOUT_LAYERS_DIVISIBLE_BY_PP, LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP (transformer_block), LAYOUT_GBS_DIVISIBLE (num_microbatches_calculator), FLEX_NEEDS_TP_X_EP, NCCLEP_NEEDS_MCORE_0_19 (token_dispatcher) | raised at process-group / model / dispatcher construction, not by TransformerConfig |
+| megatron-core checks outside TransformerConfig: LAYOUT_WORLD_DIVISIBLE, LAYOUT_EXPERT_WORLD_DIVISIBLE, LAYOUT_VPP_NEEDS_PP (parallel_state), LAYOUT_LAYERS_DIVISIBLE_BY_PP, LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP (transformer_block), LAYOUT_GBS_DIVISIBLE (num_microbatches_calculator), FLEX_NEEDS_TP_X_EP, NCCLEP_NEEDS_MCORE_0_19 (token_dispatcher), LAYOUT_EXPERTS_DIVISIBLE_BY_EP (MoELayer's bare assert; Megatron-LM's validate_args says it first) | raised at process-group / model / dispatcher construction, not by TransformerConfig |
 | EP_OVERLAP_MTP_AT_MOST_ONE with mtp_num_layers=0 | 0.16-0.18 reject 0 (only None or 1); the catalogue (like 0.19 and Bridge) accepts it because the solver encodes an unset optional integer as 0. Not generated here |
 | pipeline_dtype | megatron-core requires it with PP > 1; every front-end (Megatron-LM, Bridge) sets it, so moeforge does not model it: the harness always passes pipeline_dtype=torch.bfloat16 |
-| versions > 0.16.1 | only 0.16.1 installs on this Python (3.11); 0.17-0.19 behaviour is keyed on the declared version and tested against the sources' texts in tests/rules |
+| versions > 0.16.1 | only 0.16.1 installs on this Python (3.11); 0.19.2, Megatron-LM 0.19 and Megatron-Bridge are compared in tests/lint/test_lint_vs_frontends.py (under .venv312); 0.17-0.18 behaviour is keyed on the declared version and tested against the sources' texts in tests/rules |
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ FACTS = {"megatron_core": version_int(MCORE), "torch": version_int(torch.__versi
 OUTSIDE_TRANSFORMER_CONFIG = {
     "LAYOUT_WORLD_DIVISIBLE", "LAYOUT_EXPERT_WORLD_DIVISIBLE", "LAYOUT_VPP_NEEDS_PP",
     "LAYOUT_LAYERS_DIVISIBLE_BY_PP", "LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", "LAYOUT_GBS_DIVISIBLE",
-    "FLEX_NEEDS_TP_X_EP", "NCCLEP_NEEDS_MCORE_0_19",
+    "FLEX_NEEDS_TP_X_EP", "NCCLEP_NEEDS_MCORE_0_19", "LAYOUT_EXPERTS_DIVISIBLE_BY_EP",
 }
 COMPARED = {r.id for r in CATALOGUE
             if r.origin == "megatron-core" and r.severity == "error" and r.applies(FACTS) is not False
@@ -147,7 +147,7 @@ def mcore_verdict(cfg: dict):
 def lint_verdict(cfg: dict):
     mapping = dict(cfg)
     mapping["versions"] = {"torch": torch.__version__, "transformer_engine": None, "megatron_core": MCORE}
-    findings = lint_mapping(mapping)
+    findings = lint_mapping(mapping, frontend="megatron-core")
     errors = [f for f in findings if f.rule in COMPARED and f.severity == "error"]
     return findings, errors
 

@@ -71,7 +71,9 @@ CASES = {
     "EP_OVERLAP_NO_FULL_RECOMPUTE": (c(FULL), c(SEL, recompute_modules=["moe_act"])),
     "EP_OVERLAP_NO_RECOMPUTE_METHOD": (c(recompute_method="uniform"), {}),
     "EP_OVERLAP_NO_RECOMPUTE_NUM_LAYERS": (c(recompute_num_layers=1), {}),
-    "EP_OVERLAP_NO_MOE_RECOMPUTE": (c(SEL, recompute_modules=["moe"]), c(SEL, recompute_modules=["moe_act"])),
+    "EP_OVERLAP_NO_MOE_RECOMPUTE": (c(SEL, V(mcore="0.16.1"), recompute_modules=["moe"]),
+                                    c(SEL, recompute_modules=["moe_act"])),
+    "EP_OVERLAP_NO_MOE_RECOMPUTE_MCORE": (c(SEL, recompute_modules=["moe"]), c(SEL, recompute_modules=["moe_act"])),
     "EP_OVERLAP_NO_SHARED_EXPERT_OVERLAP": (
         c(moe_shared_expert_intermediate_size=512, moe_shared_expert_overlap=True),
         c(moe_shared_expert_intermediate_size=512)),
@@ -91,16 +93,18 @@ CASES = {
     # --- delayed wgrad
     "DELAY_WGRAD_NEEDS_EP_OVERLAP": (c(DWG, NO_EPO), DWG),
     "DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7": (
-        c(DWG, V(te="2.6.0")), c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False)),
+        c(DWG, V(te="2.6.0")), c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False,
+                                 gradient_accumulation_fusion=False)),
     "DELAY_WGRAD_GRAD_ACC_FUSION_NEEDS_TE_2_7": (
         c(DWG, V(te="2.6.0"), gradient_accumulation_fusion=True, overlap_grad_reduce=False,
           overlap_param_gather=False),
-        c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False)),
+        c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False,
+          gradient_accumulation_fusion=False)),
     "DELAY_WGRAD_CUDA_GRAPH_NEEDS_TE_2_12": (
         c(DWG, G, V(te="2.11.0"), cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True),
         c(DWG, G, V(te="2.11.0"), cuda_graph_modules=["moe_router", "moe_preprocess"])),
     "DELAY_WGRAD_CUDA_GRAPH_NEEDS_GRAD_ACC_FUSION": (
-        c(DWG, G, cuda_graph_modules=DROPLESS),
+        c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=False),
         c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True)),
     "DELAY_WGRAD_CUDA_GRAPH_NO_ATTN_BIAS": (
         c(DWG, G, cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True, add_qkv_bias=True),
@@ -238,6 +242,7 @@ CASES = {
         c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
         c(NO_EPO, FLEX_HYBRIDEP, RANKCAP, cuda_graph_impl="full_iteration", use_te_rng_tracker=True)),
     # --- recompute
+    "RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM": (c(NO_EPO, SEL, recompute_method="uniform"), c(NO_EPO, SEL)),
     "RECOMPUTE_FULL_NEEDS_METHOD": (c(NO_EPO, recompute_granularity="full", recompute_num_layers=1), c(NO_EPO, FULL)),
     "RECOMPUTE_FULL_NEEDS_NUM_LAYERS": (c(NO_EPO, recompute_granularity="full", recompute_method="uniform"),
                                         c(NO_EPO, FULL)),
@@ -301,11 +306,15 @@ CASES = {
     "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
                                    c(TP2, add_bias_linear=True)),
     "LAYOUT_SP_NEEDS_TP": (c(sequence_parallel=True), TP2),
+    "LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM": (c(sequence_parallel=True), TP2),
+    "LAYOUT_SP_WITHOUT_TP_DROPPED_BY_BRIDGE": (c(sequence_parallel=True), TP2),
     "LAYOUT_EP_TP_WANTS_SP": (c(tensor_model_parallel_size=2), TP2),
     "LAYOUT_ETP_DEFAULT_DIFFERS": (c(TP2, expert_tensor_parallel_size=None), TP2),
     # --- TP / PP / DP overlap
     "TP_OVERLAP_NEEDS_TP": (c(tp_comm_overlap=True), c(TP2, tp_comm_overlap=True)),
     "TP_OVERLAP_NEEDS_SP": (c(tensor_model_parallel_size=2, tp_comm_overlap=True), c(TP2, tp_comm_overlap=True)),
+    "TP_OVERLAP_NEEDS_SP_IN_MEGATRON_LM": (c(tensor_model_parallel_size=2, tp_comm_overlap=True),
+                                           c(TP2, tp_comm_overlap=True)),
     "TP_OVERLAP_NEEDS_TE": (c(TP2, V(te=None), tp_comm_overlap=True, overlap_grad_reduce=False,
                               overlap_param_gather=False), c(TP2, tp_comm_overlap=True)),
     "PP_OVERLAP_NEEDS_VPP": (c(overlap_p2p_comm=True), PP2_VPP),
@@ -333,8 +342,13 @@ CASES = {
 }
 
 
-def lint(delta: dict, strict: bool = False):
-    return lint_mapping({**BASE, **delta}, strict=strict)
+# the front-end a rule holds for (lint-config filters the catalogue by it; core/moeforge rules: all)
+FRONTEND = {"megatron-lm": "megatron-lm", "megatron-bridge": "bridge"}
+
+
+def lint(delta: dict, strict: bool = False, rule_id: str | None = None):
+    frontend = FRONTEND.get(BY_ID[rule_id].origin, "megatron-core") if rule_id else "megatron-core"
+    return lint_mapping({**BASE, **delta}, strict=strict, frontend=frontend)
 
 
 def test_every_rule_has_a_case():
@@ -349,16 +363,16 @@ def test_base_is_clean():
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_fails_and_passes(rule_id):
     failing, passing = CASES[rule_id]
-    fired = lint(failing)
+    fired = lint(failing, rule_id=rule_id)
     assert rule_id in {f.rule for f in fired}, f"{rule_id} did not fire on {failing}"
-    ok = lint(passing)
+    ok = lint(passing, rule_id=rule_id)
     assert rule_id not in {f.rule for f in ok}, f"{rule_id} fired on its passing case {passing}"
     errors = [f.rule for f in ok if f.severity == "error"]
     assert not errors, f"passing case of {rule_id} has errors: {errors}"
 
 
 def _megatron(rule_id, delta):
-    return next(f.megatron_message for f in lint(delta) if f.rule == rule_id)
+    return next(f.megatron_message for f in lint(delta, rule_id=rule_id) if f.rule == rule_id)
 
 
 @pytest.mark.parametrize("rule_id,delta,text", [
@@ -428,8 +442,10 @@ def test_measured_evidence_is_in_the_catalogue():
 
 def test_strict_turns_silent_rewrites_into_errors():
     delta = c(tp_comm_overlap=True)
-    assert {f.severity for f in lint(delta) if f.rule == "TP_OVERLAP_NEEDS_TP"} == {"warning"}
-    assert {f.severity for f in lint(delta, strict=True) if f.rule == "TP_OVERLAP_NEEDS_TP"} == {"error"}
+    assert {f.severity for f in lint(delta, rule_id="TP_OVERLAP_NEEDS_TP") if f.rule == "TP_OVERLAP_NEEDS_TP"} \
+        == {"warning"}
+    assert {f.severity for f in lint(delta, True, "TP_OVERLAP_NEEDS_TP") if f.rule == "TP_OVERLAP_NEEDS_TP"} \
+        == {"error"}
 
 
 def test_unknown_versions_skip_version_checks():
