@@ -1,14 +1,16 @@
 """Hostile documents and paths, through the whole pipeline (tests/compiler/test_diagnostics.py
 covers compiler.load.load_text on the classic cases; here they arrive as recipes, platforms and
-models, through `python -m compiler` as a process, bounded in time, and with more variants).
+models, through `python -m compiler` as a process, and with more variants).
 
 Every case: exit 1 with a located diagnostic (file:line:col) and the expected code, no
-traceback, no build directory, nothing executed, and an answer within seconds.
+traceback, no build directory, nothing executed, and an answer (no hang). No wall-clock bounds:
+the limits bound the work (a bomb is refused by its node count, not by a timer) and a hang is
+caught by a generous timeout that a slow, loaded machine never reaches; timings are in bench/.
 """
 from __future__ import annotations
 
 import os
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,28 @@ from compiler.diagnostics import CompileError
 from compiler.load import load_text
 
 TOUCH = "pwned-tag"
+HANG = 300  # seconds: what only a hang (a blocked read, an endless expansion) reaches, however slow
+
+
+def without_hanging(fn, *args):
+    """fn(*args) in a daemon thread: its result, or its exception re-raised here. Fails only when
+    it has not returned after HANG seconds (a FIFO read blocks forever), never for being slow."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # whatever it raises, the caller re-raises
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(HANG)
+    if thread.is_alive():
+        pytest.fail(f"{getattr(fn, '__name__', fn)}{args!r} hangs: no answer after {HANG} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def bomb(levels: int, width: int = 10) -> str:
@@ -38,13 +62,10 @@ def write(root: Path, rel: str, content: str | bytes) -> Path:
     return path
 
 
-def refused(root: Path, rid: str, code: str, *, overrides=(), file: str | None = None, seconds: float = 10):
-    """In process: a CompileError with `code`, located in `file`, within `seconds`; no build."""
-    start = time.monotonic()
+def refused(root: Path, rid: str, code: str, *, overrides=(), file: str | None = None):
+    """In process: a CompileError with `code`, located in `file`, and no hang; no build."""
     with pytest.raises(CompileError) as err:
-        H.compile_here(root, rid, overrides)
-    elapsed = time.monotonic() - start
-    assert elapsed < seconds, f"took {elapsed:.1f} s"
+        without_hanging(H.compile_here, root, rid, overrides)
     codes = [d.code for d in err.value.diagnostics]
     assert code in codes, err.value
     for d in err.value.diagnostics:
@@ -131,16 +152,22 @@ def test_hostile_platform_and_model_documents(fresh_sandbox, kind, case):
     assert not H.pwned(fresh_sandbox)
 
 
-def test_documents_at_the_limits_load_quickly():
-    """Just under each limit: accepted, and still fast (no quadratic behaviour)."""
+def test_documents_at_the_limits_load():
+    """Just under each limit: accepted, whole (how fast is bench/'s business, not a test's)."""
     from compiler import load as L
 
-    for text in (bomb(4, 10) + "l4: [" + ", ".join(["*l3"] * 3) + "]\n",       # ~ 45,700 values
-                 "a: " + "[" * (L.MAX_DEPTH - 1) + "]" * (L.MAX_DEPTH - 1) + "\n",
-                 "a: 1\n" + "#" * (L.MAX_BYTES - 10) + "\n"):
-        start = time.monotonic()
-        load_text(text, "limit.yaml")
-        assert time.monotonic() - start < 5
+    def leaves(value):
+        return sum(leaves(v) for v in value) if isinstance(value, list) else 1
+
+    def depth(value):
+        return 1 + max(map(depth, value), default=0) if isinstance(value, list) else 0
+
+    doc = without_hanging(load_text, bomb(4, 10) + "l4: [" + ", ".join(["*l3"] * 3) + "]\n", "limit.yaml")
+    assert leaves(doc.data["l4"]) == 3 * 10**4                                # every alias expanded
+    doc = without_hanging(load_text, "a: " + "[" * (L.MAX_DEPTH - 1) + "]" * (L.MAX_DEPTH - 1) + "\n", "limit.yaml")
+    assert depth(doc.data["a"]) == L.MAX_DEPTH - 1
+    doc = without_hanging(load_text, "a: 1\n" + "#" * (L.MAX_BYTES - 10) + "\n", "limit.yaml")
+    assert doc.data == {"a": 1}
 
 
 @pytest.mark.parametrize("text", ["a: !!int abc\n", "a: !!float abc\n", "a: !!bool maybe\n", 'a: !!int ""\n',
@@ -172,9 +199,7 @@ def test_hostile_documents_through_the_cli(sandbox, moeforge_cli):
     for case in ("alias-bomb", "python-object", "deep-flow"):
         rid = f"hostile/cli-{case}"
         write(sandbox, f"{rid}.yaml", RECIPE_DOCS[case][0])
-        start = time.monotonic()
-        proc = moeforge_cli(sandbox, "compile", rid, timeout=60)
-        assert time.monotonic() - start < 30
+        proc = moeforge_cli(sandbox, "compile", rid, timeout=HANG)  # TimeoutExpired only on a hang
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert f"recipes/{rid}.yaml:" in proc.stdout and f"error[{RECIPE_DOCS[case][1]}]" in proc.stdout
         assert not (sandbox / "build" / rid).exists()
@@ -241,10 +266,10 @@ def test_special_files_are_not_read(fresh_sandbox):
     root = fresh_sandbox / "recipes"
     os.mkfifo(root / "hostile" / "fifo.yaml")
     (root / "hostile" / "dir.yaml").mkdir()
-    refused(fresh_sandbox, "hostile/fifo", "E_RECIPE_NOT_FOUND", seconds=5)
+    refused(fresh_sandbox, "hostile/fifo", "E_RECIPE_NOT_FOUND")
     refused(fresh_sandbox, "hostile/dir", "E_RECIPE_NOT_FOUND")
     write(fresh_sandbox, "hostile/ext-fifo.yaml", _extends("fifo.yaml"))
-    refused(fresh_sandbox, "hostile/ext-fifo", "E_EXTENDS_NOT_FOUND", seconds=5)
+    refused(fresh_sandbox, "hostile/ext-fifo", "E_EXTENDS_NOT_FOUND")
 
 
 @pytest.mark.parametrize("via", ["argument", "extends"])

@@ -3,28 +3,37 @@
 #
 #   tests/slurm/cluster.sh start    install (if missing), configure, start; wait until the node is idle;
 #                                   print `export SLURM_CONF=...` on stdout (so: eval "$(... start)")
-#   tests/slurm/cluster.sh stop     cancel all jobs, then end only the daemons this script started
+#   tests/slurm/cluster.sh stop     cancel all jobs, then end this cluster's daemons (slurm, munged)
 #   tests/slurm/cluster.sh status   exit 0 when running and answering, 3 when stopped, 1 when half up
 #   tests/slurm/cluster.sh env      print `export SLURM_CONF=...` for eval
 #
 # Needs root (the daemons, the slurm/munge users, apt-get). Debian packages: slurmctld slurmd
-# slurm-client munge (Slurm 22.05 on Debian 12). Everything this script writes lives in one private
+# slurm-client munge (Slurm 22.05 on Debian 12). Everything a cluster writes lives in one private
 # directory, $MOEFORGE_SLURM_DIR or <repo>/.slurm (gitignored; /var/tmp/moeforge-slurm-<hash> if the
-# slurm user cannot reach the checkout): slurm.conf, state, spool, logs, PID files. Outside it, it may touch only: packages (apt), /etc/hosts (one line, only when the short
-# host name does not resolve), /etc/munge/munge.key (only when missing), /run/munge.
+# slurm user cannot reach the checkout): slurm.conf, state, spool, logs, PID files, and the
+# cluster's own munged (socket, PID file, log and seed file in munge/; slurm.conf's
+# AuthInfo=socket=... points auth/munge and cred/munge at that socket). Outside it, it may touch
+# only: packages (apt), the slurm and munge users, /etc/hosts (one line, only when the short host
+# name does not resolve), /etc/munge/munge.key (created only when missing; shared by all clusters)
+# and the lock file /run/lock/moeforge-slurm-setup.lock. A munged of the machine's (/run/munge) is
+# neither used nor touched.
 #
-# Stopping never kills by name: each daemon is ended through the PID file it wrote in the private
-# directory, after checking that the PID still belongs to that program. munged is ended only when
-# this script started it (marker file run/munged.started holds its PID); a munged that was already
-# running is left alone.
+# Several clusters can run at once (two checkouts, two test sessions): give each its own directory
+# and its own two free ports; they then share nothing but the packages and the munge key. A lock file
+# in the directory serialises start/stop of one cluster; the machine-wide lock above serialises the
+# setup steps (apt, users, /etc/hosts, key) between clusters.
+#
+# Stopping never kills by name: each daemon (slurmd and slurmctld, then munged) is ended through the
+# PID file it wrote in the private directory, after checking that the PID still belongs to that
+# program.
 #
 # Exit codes: 0 ok; 1 failure; 2 usage; 3 status: not running; 75 packages could not be installed
 # (no package mirror reachable); 77 not root.
 #
 # Environment (all optional):
 #   MOEFORGE_SLURM_DIR            private directory (absolute or relative to the current directory)
-#   MOEFORGE_SLURMCTLD_PORT       default 6817 } change both to run a second cluster beside the first
-#   MOEFORGE_SLURMD_PORT          default 6818 }
+#   MOEFORGE_SLURMCTLD_PORT       default 6817 } each cluster on the machine needs its own two ports
+#   MOEFORGE_SLURMD_PORT          default 6818 } (the tests ask the OS for free ones)
 #   MOEFORGE_SLURM_CPUS           CPUs the node advertises (default: max(nproc, 4); a node may
 #                                 advertise more than it has thanks to SlurmdParameters=config_overrides)
 #   MOEFORGE_SLURM_START_TIMEOUT  seconds to wait for the node to become idle (default 60)
@@ -63,8 +72,11 @@ SPOOL_DIR="$SLURM_DIR/spool"
 LOG_DIR="$SLURM_DIR/log"
 CTLD_PIDFILE="$RUN_DIR/slurmctld.pid"
 SLURMD_PIDFILE="$RUN_DIR/slurmd.pid"
-MUNGE_MARKER="$RUN_DIR/munged.started"
-MUNGE_PIDFILE=/run/munge/munged.pid
+MUNGE_DIR="$SLURM_DIR/munge"
+MUNGE_SOCKET="$MUNGE_DIR/munge.socket"
+MUNGE_PIDFILE="$MUNGE_DIR/munged.pid"
+MUNGE_KEY=/etc/munge/munge.key
+SETUP_LOCK=/run/lock/moeforge-slurm-setup.lock
 CTLD_PORT="${MOEFORGE_SLURMCTLD_PORT:-6817}"
 SLURMD_PORT="${MOEFORGE_SLURMD_PORT:-6818}"
 START_TIMEOUT="${MOEFORGE_SLURM_START_TIMEOUT:-60}"
@@ -95,11 +107,14 @@ read_pid() {
 }
 
 # pid_is PID NAME: PID is alive and is the program NAME (guards against stale files and PID reuse).
+# A zombie is not alive: daemons are reparented to PID 1, which may take seconds to reap them.
 pid_is() {
-    local pid=$1 name=$2 comm=""
+    local pid=$1 name=$2 comm="" stat=""
     [[ -r /proc/$pid/comm ]] || return 1
     read -r comm <"/proc/$pid/comm" 2>/dev/null || return 1
-    [[ $comm == "$name" ]]
+    read -r stat <"/proc/$pid/stat" 2>/dev/null || return 1
+    stat="${stat##*) }" # the state letter follows "(comm) "
+    [[ $comm == "$name" && ${stat:0:1} != Z ]]
 }
 
 # running PIDFILE NAME: the daemon named NAME whose PID is in PIDFILE is alive.
@@ -169,9 +184,11 @@ install_packages() {
     export DEBIAN_FRONTEND=noninteractive
     # Try with the package lists already on the machine first; `apt-get update` only when that fails
     # (no lists yet, or lists so old that the files they name are gone).
-    if ! apt-get install -y --no-install-recommends "${PACKAGES[@]}" >"$apt_log" 2>&1; then
-        if ! apt-get update >>"$apt_log" 2>&1 ||
-            ! apt-get install -y --no-install-recommends "${PACKAGES[@]}" >>"$apt_log" 2>&1; then
+    # DPkg::Lock::Timeout: wait for another apt or dpkg to finish instead of failing on its lock.
+    local -a apt=(apt-get -o DPkg::Lock::Timeout=300)
+    if ! "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >"$apt_log" 2>&1; then
+        if ! "${apt[@]}" update >>"$apt_log" 2>&1 ||
+            ! "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >>"$apt_log" 2>&1; then
             tail -n 20 "$apt_log" >&2 || true
             log "error: could not install ${PACKAGES[*]} (is a Debian package mirror reachable?)"
             exit 75
@@ -200,41 +217,49 @@ ensure_hostname_resolves() {
 
 # --- munge --------------------------------------------------------------------------------------
 
-munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
-
-start_munge() {
-    if munge_works; then
-        return 0 # someone's munged answers: use it, never stop it
-    fi
-    if [[ ! -s /etc/munge/munge.key ]]; then
-        log "creating /etc/munge/munge.key"
-        install -d -o munge -g munge -m 0700 /etc/munge
-        mungekey --create --keyfile=/etc/munge/munge.key
-        chown munge:munge /etc/munge/munge.key
-        chmod 0400 /etc/munge/munge.key
-    fi
-    install -d -o munge -g munge -m 0755 /run/munge
-    install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
-    log "starting munged"
-    runuser -u munge -- /usr/sbin/munged 9>&- || die "munged did not start; see /var/log/munge/munged.log"
-    local i pid
-    for ((i = 0; i < 100; i++)); do
-        if pid="$(read_pid "$MUNGE_PIDFILE")" && pid_is "$pid" munged && munge_works; then
-            printf '%s\n' "$pid" >"$MUNGE_MARKER"
-            return 0
-        fi
-        sleep 0.1
-    done
-    die "munged did not answer; see /var/log/munge/munged.log"
+# The machine's munge key, shared by every cluster (each munged only needs to read it).
+ensure_munge_key() {
+    [[ -s $MUNGE_KEY ]] && return 0
+    log "creating $MUNGE_KEY"
+    install -d -o munge -g munge -m 0700 "$(dirname -- "$MUNGE_KEY")"
+    mungekey --create --keyfile="$MUNGE_KEY"
+    chown munge:munge "$MUNGE_KEY"
+    chmod 0400 "$MUNGE_KEY"
 }
 
-# The PID of the munged this script started, if it did and that munged still runs.
-our_munged() {
-    local pid
-    [[ -e $MUNGE_MARKER ]] || return 1
-    pid="$(read_pid "$MUNGE_MARKER")" || return 1
-    pid_is "$pid" munged || return 1
-    printf '%s\n' "$pid"
+# setup: the steps that change the machine, not the private directory. Under a machine-wide lock
+# so that two clusters starting at once do not race (two apt-get, two useradd, two /etc/hosts lines).
+setup() {
+    exec 8>"$SETUP_LOCK"
+    flock -w 600 8 || die "another cluster.sh holds $SETUP_LOCK"
+    install_packages
+    ensure_users
+    ensure_hostname_resolves
+    ensure_munge_key
+    exec 8>&-
+}
+
+munge_works() {
+    munge --socket="$MUNGE_SOCKET" -n </dev/null 2>/dev/null |
+        unmunge --socket="$MUNGE_SOCKET" >/dev/null 2>&1
+}
+
+# This cluster's own munged, on its own socket: stopping one cluster never takes away the munged
+# another cluster uses.
+start_munge() {
+    if ! running "$MUNGE_PIDFILE" munged; then
+        rm -f -- "$MUNGE_PIDFILE"
+        log "starting munged ($MUNGE_SOCKET)"
+        runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PIDFILE" \
+            --log-file="$MUNGE_DIR/munged.log" --seed-file="$MUNGE_DIR/munged.seed" \
+            --key-file="$MUNGE_KEY" 9>&- || die "munged did not start; see $MUNGE_DIR/munged.log"
+    fi
+    local i
+    for ((i = 0; i < 100; i++)); do
+        running "$MUNGE_PIDFILE" munged && munge_works && return 0
+        sleep 0.1
+    done
+    die "munged did not answer on $MUNGE_SOCKET; see $MUNGE_DIR/munged.log"
 }
 
 # --- slurm --------------------------------------------------------------------------------------
@@ -260,6 +285,7 @@ SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -290,12 +316,16 @@ EOF
 
 prepare_dirs() {
     case $SLURM_DIR in
-    *[[:space:]#]*) die "the private directory must not contain blanks or '#': $SLURM_DIR" ;;
+    *[[:space:]#,]*) die "the private directory must not contain blanks, '#' or ',': $SLURM_DIR" ;;
     esac
+    # A Unix socket path holds at most 107 bytes.
+    ((${#MUNGE_SOCKET} <= 107)) || die "private directory too long for munged's socket: $MUNGE_SOCKET"
     mkdir -p -- "$SLURM_DIR"
     chmod 0755 "$SLURM_DIR"
     install -d -m 0755 "$SPOOL_DIR"
     install -d -o slurm -g slurm -m 0755 "$RUN_DIR" "$STATE_DIR" "$LOG_DIR"
+    # munged checks its directory: owned by munge, writable by no one else, enterable by clients.
+    install -d -o munge -g munge -m 0755 "$MUNGE_DIR"
     # slurmctld runs as the slurm user: it must reach its state, log and PID files.
     if ! runuser -u slurm -- test -w "$STATE_DIR"; then
         die "user slurm cannot write $STATE_DIR (a parent directory is not searchable?); set MOEFORGE_SLURM_DIR"
@@ -389,10 +419,10 @@ cmd_start() {
     exec 9>"$SLURM_DIR/.lock"
     flock -w 300 9 || die "another cluster.sh holds $SLURM_DIR/.lock"
     install -d -m 0755 "$LOG_DIR"
-    install_packages
-    ensure_users
+    [[ $CTLD_PORT =~ ^[0-9]+$ && $SLURMD_PORT =~ ^[0-9]+$ && $CTLD_PORT != "$SLURMD_PORT" ]] ||
+        die "MOEFORGE_SLURMCTLD_PORT and MOEFORGE_SLURMD_PORT must be two different port numbers"
+    setup
     prepare_dirs
-    ensure_hostname_resolves
     start_munge
     export SLURM_CONF="$CONF"
     local fresh=0
@@ -457,10 +487,12 @@ cmd_stop() {
     local pid
     pid="$(read_pid "$SLURMD_PIDFILE")" && daemons+=("$pid" slurmd)
     pid="$(read_pid "$CTLD_PIDFILE")" && daemons+=("$pid" slurmctld)
-    # munged along with them (the jobs are gone; each daemon takes about 2 s to exit).
-    pid="$(our_munged)" && daemons+=("$pid" munged)
     ((${#daemons[@]} == 0)) || stop_pids "${daemons[@]}"
-    rm -f -- "$SLURMD_PIDFILE" "$CTLD_PIDFILE" "$MUNGE_MARKER"
+    # munged last: the Slurm daemons authenticate through it until they are gone.
+    if pid="$(read_pid "$MUNGE_PIDFILE")"; then
+        stop_pids "$pid" munged
+    fi
+    rm -f -- "$SLURMD_PIDFILE" "$CTLD_PIDFILE" "$MUNGE_PIDFILE"
     log "stopped ($SLURM_DIR)"
 }
 
@@ -469,8 +501,10 @@ cmd_status() {
     running "$CTLD_PIDFILE" slurmctld && ctld="running (pid $(read_pid "$CTLD_PIDFILE"))"
     running "$SLURMD_PIDFILE" slurmd && slurmd="running (pid $(read_pid "$SLURMD_PIDFILE"))"
     printf 'dir:       %s\nslurmctld: %s\nslurmd:    %s\n' "$SLURM_DIR" "$ctld" "$slurmd"
-    if [[ -e $MUNGE_MARKER ]]; then
-        printf 'munged:    started by cluster.sh (pid %s)\n' "$(read_pid "$MUNGE_MARKER" || echo '?')"
+    if running "$MUNGE_PIDFILE" munged; then
+        printf 'munged:    running (pid %s, %s)\n' "$(read_pid "$MUNGE_PIDFILE")" "$MUNGE_SOCKET"
+    else
+        printf 'munged:    stopped\n'
     fi
     if [[ $ctld == stopped && $slurmd == stopped ]]; then
         return 3

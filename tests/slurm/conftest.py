@@ -9,11 +9,12 @@ Use:
         info = slurm_cluster.job_info(job_id)                           # scontrol show job, parsed
         text = slurm_cluster.output(job_id)                             # the job's stdout+stderr
 
-`slurm_cluster` (session scope) starts the cluster once (`cluster.sh start`: about 16 s cold, of
-which 12 s installing the Debian packages, 3.5 s when they are installed, most of it a probe job),
-yields a SlurmCluster whose `.env` is os.environ plus SLURM_CONF (pass it to any sbatch, srun or
-scontrol you run yourself), and stops it at the end of the session (about 2 s). A cluster that was already running (someone ran `cluster.sh start` by
-hand, or another pytest session holds it) is used as it is and left running.
+`slurm_cluster` (session scope) starts this session's own cluster once (`cluster.sh start`: about
+16 s cold, of which 12 s installing the Debian packages, 3.5 s when they are installed, most of it a
+probe job), yields a SlurmCluster whose `.env` is os.environ plus SLURM_CONF (pass it to any sbatch,
+srun or scontrol you run yourself), and at the end of the session stops it and removes its directory,
+whether tests failed or not. Its own private directory (/var/tmp/moeforge-slurm-*), its own two free
+ports and its own munged: two sessions at once (two checkouts, CI beside another job) never meet.
 
 Skips, with the reason, only when not root or when the packages cannot be installed (no Debian
 mirror reachable); any other failure to start is a test error showing cluster.sh's output.
@@ -25,7 +26,6 @@ looks at the job 2 s after submission, then 8 s later, then less and less often.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -48,22 +48,15 @@ lib = load_slurm_lib()
 
 @pytest.fixture(scope="session")
 def slurm_lib():
-    """The helper module: SlurmCluster, SbatchRejected, SlurmJobTimeout, cluster_cmd, start_cluster, ..."""
+    """The helper module: SlurmCluster, SbatchRejected, SlurmJobTimeout, private_cluster, cluster_cmd, ..."""
     return lib
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    exports, started_here = lib.start_cluster()
-    env = {**os.environ, **exports}
-    cluster = lib.SlurmCluster(conf=Path(exports["SLURM_CONF"]), env=env, started_here=started_here)
-    try:
+    """This session's own cluster (slurm_lib.private_cluster), stopped and removed at the end."""
+    with lib.private_cluster() as cluster:
         yield cluster
-    finally:
-        if started_here:
-            proc = lib.cluster_cmd("stop")
-            if proc.returncode != 0:
-                print(f"tests/slurm/cluster.sh stop failed ({proc.returncode}):\n{proc.stderr}")
 
 
 @pytest.fixture

@@ -6,9 +6,13 @@ Imported by path from tests/slurm/conftest.py (`load_slurm_lib()`), and handed t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +71,6 @@ def parse_export(stdout: str) -> dict[str, str]:
 class SlurmCluster:
     conf: Path
     env: dict[str, str]
-    started_here: bool
     jobs_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -170,13 +173,42 @@ class SlurmCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def start_cluster(env: dict[str, str] | None = None) -> tuple[dict[str, str], bool]:
-    """Start (or find running) the cluster cluster.sh manages for `env`; return (exports, started_here).
-    Skips the test when not root or when the packages cannot be installed."""
+def free_ports(n: int = 2) -> list[int]:
+    """n different TCP ports that are free now, chosen by the OS (bind to port 0). The sockets stay
+    open until all n are chosen so no port comes twice; bound on all addresses, as slurmctld and
+    slurmd bind theirs (a port free on 127.0.0.1 alone may be taken on another address)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def new_cluster_env() -> dict[str, str]:
+    """cluster.sh's environment for a cluster of its own: a fresh private directory and two free
+    ports, so it shares nothing with any other cluster on the machine (another checkout's, another
+    session's). The directory is in /var/tmp, mode 0755: pytest's tmp dirs are 0700 and the slurm
+    and munge users must enter it."""
+    directory = tempfile.mkdtemp(prefix="moeforge-slurm-", dir="/var/tmp")
+    os.chmod(directory, 0o755)
+    ctld_port, slurmd_port = free_ports(2)
+    return {
+        **os.environ,
+        "MOEFORGE_SLURM_DIR": directory,
+        "MOEFORGE_SLURMCTLD_PORT": str(ctld_port),
+        "MOEFORGE_SLURMD_PORT": str(slurmd_port),
+    }
+
+
+def need_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("a real Slurm needs root (daemons, users, apt-get); run the slurm tests as root")
-    if cluster_cmd("status", env).returncode == 0:
-        return parse_export(cluster_cmd("env", env).stdout), False
+
+
+def start_cluster(env: dict[str, str]) -> dict[str, str]:
+    """`cluster.sh start` for `env`; return its exports ({"SLURM_CONF": ...}).
+    Skips the test when not root or when the packages cannot be installed."""
+    need_root()
     proc = cluster_cmd("start", env)
     if proc.returncode == EXIT_NOT_ROOT:
         pytest.skip("a real Slurm needs root: " + proc.stderr.strip())
@@ -184,5 +216,29 @@ def start_cluster(env: dict[str, str] | None = None) -> tuple[dict[str, str], bo
         pytest.skip("slurmctld/slurmd/munge not installable (no Debian mirror reachable?):\n" + proc.stderr[-2000:])
     if proc.returncode != 0:
         pytest.fail(f"tests/slurm/cluster.sh start failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    # Someone else may have started it between our status and our start (start is idempotent).
-    return parse_export(proc.stdout), "already running" not in proc.stderr
+    return parse_export(proc.stdout)
+
+
+def stop_and_remove(env: dict[str, str]) -> None:
+    """`cluster.sh stop` for `env`, then remove its private directory. When stop fails the
+    directory stays (logs; daemons may still use it) and this raises."""
+    proc = cluster_cmd("stop", env)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"tests/slurm/cluster.sh stop failed ({proc.returncode}); left {env['MOEFORGE_SLURM_DIR']}:\n{proc.stderr}"
+        )
+    shutil.rmtree(env["MOEFORGE_SLURM_DIR"], ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_cluster():
+    """A cluster of its own (new_cluster_env: private directory, free ports, its own munged),
+    started; yields a SlurmCluster. Stopped and its directory removed however the block ends,
+    a failed start included."""
+    need_root()
+    env = new_cluster_env()
+    try:
+        exports = start_cluster(env)
+        yield SlurmCluster(conf=Path(exports["SLURM_CONF"]), env={**os.environ, **exports})
+    finally:
+        stop_and_remove(env)

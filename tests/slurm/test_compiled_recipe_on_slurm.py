@@ -11,7 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-def test_tiny_recipe_runs_under_sbatch(slurm_cluster, submit_and_wait, tmp_path):
+def free_master_port(slurm_lib) -> str:
+    """A free rendezvous port for the job. Without one launch.sbatch takes 15000 + job id, and a
+    second test session's cluster (job ids from 1 too) would rendezvous on the same port."""
+    return str(slurm_lib.free_ports(1)[0])
+
+
+def test_tiny_recipe_runs_under_sbatch(slurm_lib, slurm_cluster, submit_and_wait, tmp_path):
     out = tmp_path / "build"
     env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
@@ -20,7 +26,7 @@ def test_tiny_recipe_runs_under_sbatch(slurm_cluster, submit_and_wait, tmp_path)
     build = out / "tiny-moe" / "cpu"
     job_env = dict(slurm_cluster.env)
     job_env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{job_env.get('PATH', '')}",
-                   MOEFORGE_ROOT=str(ROOT), PYTHONWARNINGS="ignore")
+                   MOEFORGE_ROOT=str(ROOT), PYTHONWARNINGS="ignore", MASTER_PORT=free_master_port(slurm_lib))
     rc, job = submit_and_wait(build / "launch.sbatch", 600, cwd=ROOT, env=job_env,
                               args=[f"--output={tmp_path}/slurm-%j.out", "--export=ALL"])
     log = (tmp_path / f"slurm-{job}.out").read_text() if (tmp_path / f"slurm-{job}.out").exists() else ""
@@ -33,11 +39,12 @@ def test_tiny_recipe_runs_under_sbatch(slurm_cluster, submit_and_wait, tmp_path)
     assert report["schedule_taken"] == "combined_1f1b"
 
 
-def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_cluster, tmp_path):
+def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_cluster, tmp_path):
     """`make launch TARGET=slurm` runs `python -m compiler.launch --target slurm`: sbatch --wait,
     the job's exit code, then the report summary."""
     env = dict(slurm_cluster.env)
-    env.update(PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               MASTER_PORT=free_master_port(slurm_lib))
     out = tmp_path / "build"
     subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
                    cwd=ROOT, env=env, check=True, capture_output=True)
