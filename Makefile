@@ -13,9 +13,31 @@ TARGET ?= local
 SET ?=
 MOEFORGE := PYTHONPATH=$(CURDIR) $(PY) -m compiler
 SET_ARGS := $(foreach s,$(SET),--set $(s))
+# Second environment for the fidelity judges (tests/fidelity): Megatron-LM's own parse_args /
+# validate_args (megatron-core 0.19.2 ships megatron/training) and Megatron-Bridge 0.6.2, which
+# needs Python 3.12. Found as python3.12 on PATH, else under pyenv; empty when absent.
+VENV312 ?= .venv312
+PY312_BIN := $(VENV312)/bin/python
+STAMP312 := $(VENV312)/.installed
+MCORE312_VERSION ?= 0.19.2
+BRIDGE_VERSION ?= 0.6.2
+PYTHON312 ?= $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12 2>/dev/null | sort -V -r); do "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+# megatron-bridge is installed with --no-deps: its full requirement list pulls transformer-engine,
+# flashinfer, mlflow, wandb, ... Below are ONLY the packages that importing
+# megatron.bridge.{recipes,training.config,training.utils.omegaconf_utils} needs (found by trying,
+# versions that work with torch 2.13.0 / megatron-core 0.19.2 on CPU), plus the judges' pyyaml and
+# the runtime's jsonschema (it reads plan.json through schemas/plan.v1.json):
+#   transformers     models/* (HF config classes for every bridge)   hydra-core, omegaconf  overrides
+#   einops, rich     models/*, training/*                             datasets, megatron-energon  data/builders
+#   tensorboard      training/utils (torch.utils.tensorboard)         diffusers  diffusion/ bridges
+#   nvidia-modelopt  training/checkpointing (--no-deps: its torch/CUDA extras are not needed), pulp for it
+# Never transformer-engine: it breaks `import megatron.core` without CUDA.
+BRIDGE_DEPS := transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.1 einops==0.8.2 rich==15.0.0 \
+	datasets==5.2.0 megatron-energon==7.4.1 tensorboard==2.21.0 diffusers==0.42.1 pulp==4.2.0 \
+	pyyaml==6.0.3 packaging jsonschema==4.26.0
 CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort))
 
-.PHONY: help setup demo test check compile compile-all $(addprefix compile-one/,$(CATALOGUE)) launch matrix fuzz bench golden clean
+.PHONY: help setup setup312 demo test check compile compile-all $(addprefix compile-one/,$(CATALOGUE)) launch matrix fuzz bench golden clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,11 +52,41 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv with the compiler, the runtime (torch CPU, megatron-core) and test tools
 
+$(STAMP312):
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (python3.12 on PATH or \$$(pyenv root)/versions/3.12*)"; exit 1; }
+	$(PYTHON312) -m venv $(VENV312)
+	$(PY312_BIN) -m pip install -q --upgrade pip
+	# torch first, pinned (nothing below may pull another torch); then megatron-core 0.19.2
+	$(PY312_BIN) -m pip install -q "torch==$(TORCH_VERSION)"
+	$(PY312_BIN) -m pip install -q "torch==$(TORCH_VERSION)" "megatron-core==$(MCORE312_VERSION)"
+	$(PY312_BIN) -m pip install -q --no-deps "megatron-bridge==$(BRIDGE_VERSION)" "nvidia-modelopt==0.47.0"
+	$(PY312_BIN) -m pip install -q "torch==$(TORCH_VERSION)" $(BRIDGE_DEPS)
+	@! $(PY312_BIN) -m pip show -q transformer-engine 2>/dev/null || { echo "error: transformer-engine got installed"; exit 1; }
+	touch $@
+
+setup312: $(STAMP312) ## create .venv312 (Python 3.12, megatron-core 0.19.2, megatron-bridge) for tests/fidelity
+
+# make test builds .venv312 when Python 3.12 exists; otherwise it says so loudly and the fidelity
+# tests skip (their skip reason names this target).
+ifneq ($(PYTHON312),)
+FIDELITY_ENV := $(STAMP312)
+else
+FIDELITY_ENV := no-python312
+endif
+
+.PHONY: no-python312
+no-python312:
+	@echo "################################################################################"
+	@echo "# WARNING: Python 3.12 not found: .venv312 is NOT built and the fidelity tests  #"
+	@echo "# (Megatron-LM / Megatron-Bridge accept every recipe) are SKIPPED.              #"
+	@echo "# Install Python 3.12 (python3.12 on PATH or pyenv) and run make setup312.      #"
+	@echo "################################################################################"
+
 demo: $(STAMP) ## compile the embedded default recipe, train it on 2 CPU ranks, print the summary
 	$(MOEFORGE) compile $(RECIPE) $(SET_ARGS)
 	PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --target local build/$(RECIPE)
 
-test: $(STAMP) ## run the test suite
+test: $(STAMP) $(FIDELITY_ENV) ## run the test suite
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -x --durations=10
 
 check: $(STAMP) ## validate and solve every recipe in recipes/

@@ -8,16 +8,28 @@ baseline if it trains the same thing).
 
     python bench/runtime_overhead.py [PLAN.json] [--steps 12] [--repeats 1]
 
-The plain worker (``--plain-worker``) uses megatron-core directly: TransformerConfig,
-initialize_model_parallel, GPTModel with the local spec, DDP, get_megatron_optimizer,
-get_forward_backward_func.  On a machine without a GPU it needs the same CUDA stand-ins as the
-runtime (runtime.cpu_support) and it draws the same synthetic batches (runtime.data) so that
-the losses can be compared; nothing else of the runtime is used.
+The plain worker (``--plain-worker``) uses megatron-core directly: TransformerConfig (or
+MLATransformerConfig), initialize_model_parallel, GPTModel with the layer spec the plan names
+(local or Transformer Engine, MTP block when planned), DDP, get_megatron_optimizer,
+get_forward_backward_func.  It builds the same model as the runtime for every catalogue model
+shape: the plan's strings are interpreted with the runtime's string -> object tables
+(runtime.model.DTYPES and activation_from_name: "silu" -> F.silu, "bfloat16" -> torch.bfloat16;
+shared so both sides read the plan identically, not re-implemented), norms and RoPE are plan
+values passed through to TransformerConfig/GPTModel as they are.  On a machine without a GPU it
+needs the same CUDA stand-ins as the runtime (runtime.cpu_support) and it draws the same
+synthetic batches (runtime.data) so that the losses can be compared; nothing else of the runtime
+is used (no plan check, gate, realised-configuration check, schedule probe or report).
+
+    python bench/runtime_overhead.py PLAN --steps 3 --repeats 1 --summary out.json
+
+writes the figures (and the plain worker's rank-0 parameter count and config) as JSON too.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import json
 import os
 import socket
@@ -37,10 +49,12 @@ def plain_worker(plan_path: str, out: str) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
     from runtime import cpu_support, data  # CUDA stand-ins and identical batches only
+    from runtime.model import DTYPES, activation_from_name  # the plan's string tables only
 
     cpu_support.install()
     plan = json.loads(Path(plan_path).read_text())
     tc, lay, tr = dict(plan["transformer_config"]), plan["layout"], plan["training"]
+    use_te = plan["runtime"].get("transformer_impl", "local") == "transformer_engine"
     on_gpu = torch.cuda.is_available()
     if on_gpu:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -49,7 +63,7 @@ def plain_worker(plan_path: str, out: str) -> None:
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.distributed.finalize_model_grads import finalize_model_grads
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.models.gpt import gpt_layer_specs as specs
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -61,22 +75,61 @@ def plain_worker(plan_path: str, out: str) -> None:
     seed = tr["seed"] + 100 * parallel_state.get_pipeline_model_parallel_rank()
     torch.manual_seed(seed)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    for key in ("params_dtype", "pipeline_dtype"):
-        tc[key] = dtypes[tc[key]] if tc.get(key) else tc.get(key)
-    cfg = TransformerConfig(**tc, use_cpu_initialization=not on_gpu, transformer_impl="local")
+    config_cls = TransformerConfig
+    if tc.get("multi_latent_attention"):
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        config_cls = MLATransformerConfig
+    for key in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+        if isinstance(tc.get(key), str):
+            tc[key] = DTYPES[tc[key]]
+    if isinstance(tc.get("activation_func"), str):
+        tc["activation_func"] = activation_from_name(tc["activation_func"])
+    # Plan fields this megatron-core release does not have are left out (the runtime refuses
+    # the meaningful ones before it builds anything, so both sides build the same config).
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    tc = {k: v for k, v in tc.items() if k in known}
+    tc.setdefault("transformer_impl", "transformer_engine" if use_te else "local")
+    cfg = config_cls(**{k: v for k, v in tc.items() if k in known},
+                     **({} if on_gpu else {"use_cpu_initialization": True}))
+    for key, value in (plan.get("config_attributes") or {}).items():
+        setattr(cfg, key, value)  # e.g. yarn_*: read by GPTModel, not dataclass fields
+    model_kwargs = {k: v for k, v in plan["model"].items()
+                    if k in inspect.signature(GPTModel.__init__).parameters}
     vpp = lay["vpp"]
     chunks = []
     for vp in range(vpp) if vpp else [None]:
-        spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False,
-                                          normalization=cfg.normalization, vp_stage=vp)
-        m = GPTModel(config=cfg, transformer_layer_spec=spec, vp_stage=vp,
-                     pre_process=parallel_state.is_pipeline_first_stage(False, vp),
-                     post_process=parallel_state.is_pipeline_last_stage(False, vp),
-                     **plan["model"])
-        chunks.append(m.bfloat16() if cfg.bf16 else m)
+        if getattr(cfg, "experimental_attention_variant", None):
+            from megatron.core.models.gpt import (
+                experimental_attention_variant_module_specs as xspecs)
+
+            spec = xspecs.get_transformer_block_with_experimental_attention_variant_spec(
+                cfg, vp_stage=vp)
+            last = xspecs.get_transformer_layer_with_experimental_attention_variant_spec(cfg)[-1]
+        else:
+            spec = specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=use_te,
+                                                    normalization=cfg.normalization, vp_stage=vp)
+            last = None
+        mtp = None
+        if getattr(cfg, "mtp_num_layers", None):
+            last = last or specs.get_gpt_decoder_layer_specs(
+                cfg, use_transformer_engine=use_te, normalization=cfg.normalization)[-1]
+            mtp = specs.get_gpt_mtp_block_spec(cfg, last, use_transformer_engine=use_te,
+                                               vp_stage=vp)
+        with cpu_support.device_scope():
+            m = GPTModel(config=cfg, transformer_layer_spec=spec, vp_stage=vp, mtp_block_spec=mtp,
+                         pre_process=parallel_state.is_pipeline_first_stage(False, vp),
+                         post_process=parallel_state.is_pipeline_last_stage(False, vp),
+                         **model_kwargs)
+        chunks.append(m.bfloat16() if cfg.bf16 else m.half() if cfg.fp16 else m)
     if on_gpu:
         chunks = [c.cuda() for c in chunks]
+    params = {id(p): p.numel() for c in chunks for p in c.parameters()}
+    built = {"parameters_rank0": sum(params.values()),
+             "config": {k: _describe(getattr(cfg, k)) for k in sorted(known)
+                        if k in plan["transformer_config"]},
+             "model": {k: _describe(v) for k, v in model_kwargs.items()},
+             "modules": sorted({type(m).__name__ for c in chunks for m in c.modules()})}
     ddp_cfg = DistributedDataParallelConfig(**plan["ddp_config"])
     model = [DistributedDataParallel(cfg, ddp_cfg, c, disable_bucketing=i > 0)
              for i, c in enumerate(chunks)]
@@ -128,8 +181,17 @@ def plain_worker(plan_path: str, out: str) -> None:
         torch.distributed.all_reduce(buf)
         losses.append((buf[:, 0] / buf[:, 1]).tolist())
     if torch.distributed.get_rank() == 0:
-        Path(out).write_text(json.dumps({"step_times": times, "losses": losses}))
+        Path(out).write_text(json.dumps({"step_times": times, "losses": losses, **built}))
     torch.distributed.destroy_process_group()
+
+
+def _describe(value):
+    """A config value as JSON (callables by name, dtypes and enums as strings)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_describe(v) for v in value]
+    return getattr(value, "__name__", None) or getattr(value, "name", None) or str(value)
 
 
 def _free_port() -> int:
@@ -158,6 +220,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="alternate runs; report the minimum")
     ap.add_argument("--plain-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--summary", help="also write the figures as JSON to this file")
     args = ap.parse_args()
     if args.plain_worker:
         plain_worker(args.plan, args.out)
@@ -190,6 +253,17 @@ def main() -> None:
     print(f"steady step median: runtime {s_rt * 1e3:7.1f} ms  plain {s_pl * 1e3:7.1f} ms  "
           f"ratio {s_rt / s_pl:.3f}")
     print(f"per-micro-batch losses identical: {'yes' if same else 'NO'}")
+    if args.summary:
+        Path(args.summary).write_text(json.dumps({
+            "plan": args.plan, "ranks": nproc, "steps": args.steps,
+            "wall_s": {"runtime": w_rt, "plain": w_pl},
+            "steady_median_s": {"runtime": s_rt, "plain": s_pl},
+            "losses_identical": same,
+            "losses": {"runtime": [s["micro_batch_losses"] for s in rep["steps"]],
+                       "plain": plain["losses"]},
+            "plain_model": {k: plain[k] for k in ("parameters_rank0", "config", "model",
+                                                  "modules")},
+        }, indent=1))
 
 
 if __name__ == "__main__":

@@ -246,6 +246,19 @@ KNOBS: tuple[Knob, ...] = (
     _tc("ep_overlap_early_attn_memory_release", "moe.overlap.early_attn_memory_release", "bool", False),
     _tc("use_transformer_engine_op_fuser", "training.te_op_fuser", "bool", False,
         doc="megatron-core 0.18+"),
+    # --- kernels and numerics that Megatron-LM's defaults change ---------------------------
+    # megatron-core defaults them off (True for the fp32 softmax); Megatron-LM turns the fusions on.
+    # The plan states each, so both front-ends build the same thing.
+    _tc("bias_activation_fusion", "kernels.bias_activation_fusion", "bool", False, auto=True, lm=None,
+        doc="Megatron-LM: --no-bias-swiglu-fusion / --no-bias-gelu-fusion, by activation"),
+    _tc("masked_softmax_fusion", "kernels.masked_softmax_fusion", "bool", False, auto=True),
+    _tc("bias_dropout_fusion", "kernels.bias_dropout_fusion", "bool", False, auto=True),
+    _tc("apply_rope_fusion", "kernels.apply_rope_fusion", "bool", False, auto=True),
+    _tc("persist_layer_norm", "kernels.persist_layer_norm", "bool", False, lm=None,
+        doc="Megatron-LM: --no-persist-layer-norm (Apex's persistent LayerNorm kernel)"),
+    _tc("attention_softmax_in_fp32", "kernels.attention_softmax_in_fp32", "bool", True),
+    _tc("cp_comm_type", "parallelism.cp_comm_type", "enum", "p2p", ("p2p", "a2a", "allgather", "a2a+p2p"),
+        doc="megatron-core's None means p2p; stated as Megatron-LM states it (--cp-comm-type p2p)"),
     # --- recompute -------------------------------------------------------------------
     _tc("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective")),
     _tc("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block")),

@@ -25,7 +25,9 @@ DERIVED = {"params_dtype": "from --bf16/--fp16", "pipeline_dtype": "from --bf16/
            "batch_p2p_comm": "the opposite of overlap_p2p_comm", "gated_linear_unit": "from the activation flag",
            "activation_func": "--swiglu / --quick-geglu / --squared-relu", "num_query_groups": "--group-query-attention",
            "moe_layer_freq": "--moe-layer-freq", "max_sequence_length": "--max-position-embeddings",
-           "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights"}
+           "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights",
+           "bias_activation_fusion": "--no-bias-swiglu-fusion / --no-bias-gelu-fusion",
+           "persist_layer_norm": "--no-persist-layer-norm"}
 RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes and the data-parallel size",
                 "report_window": "steps moeforge's runtime reports on", "data": "--mock-data (synthetic tokens)",
                 "bucket_size": "megatron-core's default bucketing",
@@ -87,7 +89,9 @@ def _set(by_dest: dict, dest: str, value) -> tuple[str, list[str]] | str | None:
     if not options:
         return "Megatron-LM has no flag for it"
     default = options[0][1]["default"]
-    if value == default or (value in ([], None) and default in ([], None)):
+    as_list = value if isinstance(value, list) else [value]
+    if value == default or (value in ([], None) and default in ([], None)) or \
+            (options[0][1]["kind"] == "list" and as_list == default):
         return None
     for flag, entry in options:
         kind = entry["kind"]
@@ -128,6 +132,11 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
         out.append(("quick_geglu", True))
     elif act == "squared_relu":
         out.append(("squared_relu", True))
+    if "bias_activation_fusion" in tc:  # Megatron-LM reads it from the flag of the activation in use
+        out.append(("bias_swiglu_fusion" if gated and act == "silu" else "bias_gelu_fusion",
+                    tc["bias_activation_fusion"]))
+    if "persist_layer_norm" in tc:
+        out.append(("no_persist_layer_norm", not tc["persist_layer_norm"]))
     heads, groups = tc.get("num_attention_heads"), tc.get("num_query_groups")
     if groups and heads and groups < heads:
         out += [("group_query_attention", True), ("num_query_groups", groups)]

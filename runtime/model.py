@@ -27,20 +27,30 @@ def megatron_version() -> str:
     return package_info.__version__
 
 
-def _activation(name: str):
+TORCH_ACTIVATIONS = ("gelu", "silu", "relu")
+MEGATRON_ACTIVATIONS = ("squared_relu", "quick_gelu", "fast_gelu")  # megatron.core.activations
+
+
+def activation_from_name(name: str):
+    """The plan's ``activation_func`` string -> the callable megatron-core expects: torch's
+    F.gelu/F.silu/F.relu, or megatron.core.activations' squared_relu/quick_gelu/fast_gelu
+    (GPT-OSS uses quick_gelu, as Megatron-Bridge's GPTOSSBridge does)."""
     import torch.nn.functional as F
 
-    table = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}
-    if name == "squared_relu":
-        from megatron.core.activations import squared_relu
+    if name in TORCH_ACTIVATIONS:
+        return getattr(F, name)
+    if name in MEGATRON_ACTIVATIONS:
+        from megatron.core import activations
 
-        return squared_relu
-    if name not in table:
-        raise ConfigRejected(
-            f"transformer_config.activation_func = {name!r}; "
-            f"known: {sorted(table) + ['squared_relu']}"
-        )
-    return table[name]
+        if hasattr(activations, name):
+            return getattr(activations, name)
+    raise ConfigRejected(
+        f"transformer_config.activation_func = {name!r}; "
+        f"known: {sorted(TORCH_ACTIVATIONS + MEGATRON_ACTIVATIONS)}"
+    )
+
+
+_activation = activation_from_name
 
 
 def _is_empty(value) -> bool:
@@ -86,7 +96,7 @@ def config_kwargs(plan: Plan, runtime_overrides: dict) -> tuple[dict, list[str]]
         if isinstance(values.get(key), str):
             values[key] = DTYPES[values[key]]
     if isinstance(values.get("activation_func"), str):
-        values["activation_func"] = _activation(values["activation_func"])
+        values["activation_func"] = activation_from_name(values["activation_func"])
     if "transformer_impl" in known and "transformer_impl" not in values:
         values["transformer_impl"] = plan.runtime.get("transformer_impl", "local")
     kwargs, ignored = split_known(values, known, "transformer_config")
@@ -101,7 +111,23 @@ def build_config(plan: Plan, runtime_overrides: dict | None = None):
         cfg = config_class(plan)(**kwargs)
     except (AssertionError, ValueError, TypeError, NotImplementedError, ImportError) as exc:
         raise ConfigRejected(f"{type(exc).__name__}: {exc}") from None
+    apply_config_attributes(plan, cfg)
     return cfg, ignored
+
+
+def apply_config_attributes(plan: Plan, cfg) -> None:
+    """The plan's ``config_attributes``: values megatron-core reads from the config object
+    without declaring them as dataclass fields (GPTModel reads ``config.yarn_*`` for YaRN on
+    ordinary attention), set after construction as Megatron-Bridge's providers do."""
+    attrs = plan.raw.get("config_attributes") or {}
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    clash = sorted(k for k in attrs if k in fields)
+    if clash:
+        raise ConfigRejected(
+            f"config_attributes {clash} are TransformerConfig fields in megatron-core "
+            f"{megatron_version()}; the plan must state them in transformer_config")
+    for key, value in attrs.items():
+        setattr(cfg, key, value)
 
 
 def init_parallel(plan: Plan, create_gloo_process_groups: bool = True) -> None:
@@ -132,11 +158,19 @@ def use_transformer_engine(plan: Plan) -> bool:
     return plan.runtime.get("transformer_impl", "local") == "transformer_engine"
 
 
-def layer_specs(cfg, plan: Plan, vp_stage: int | None):
-    """(decoder block spec for this pipeline stage/chunk, MTP block spec or None)."""
+def layer_specs(cfg, plan: Plan, vp_stage: int | None, local_backend=None):
+    """(decoder block spec for this pipeline stage/chunk, MTP block spec or None).
+
+    ``experimental_attention_variant`` (e.g. Qwen3-Next's gated_delta_net) uses megatron-core's
+    experimental block spec, which only the Transformer Engine backend supports; with the local
+    spec it needs ``local_backend`` (the dry run's backend with stand-ins), otherwise it is
+    refused with a clear message.
+    """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     use_te = use_transformer_engine(plan)
+    if getattr(cfg, "experimental_attention_variant", None):
+        return _experimental_layer_specs(cfg, vp_stage, use_te, local_backend)
     block = specs.get_gpt_decoder_block_spec(
         cfg, use_transformer_engine=use_te, normalization=cfg.normalization, vp_stage=vp_stage
     )
@@ -146,6 +180,70 @@ def layer_specs(cfg, plan: Plan, vp_stage: int | None):
             cfg, use_transformer_engine=use_te, normalization=cfg.normalization
         )[-1]
         mtp = specs.get_gpt_mtp_block_spec(cfg, last_layer, use_transformer_engine=use_te,
+                                           vp_stage=vp_stage)
+    return block, mtp
+
+
+def _experimental_layer_specs(cfg, vp_stage: int | None, use_te: bool, local_backend):
+    """Block (and MTP) spec for an experimental attention variant; the MTP layer is built
+    like the model's last decoder layer, as for the standard spec."""
+    from megatron.core.models.gpt import experimental_attention_variant_module_specs as xspecs
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    variant = cfg.experimental_attention_variant
+    if use_te:
+        block = xspecs.get_transformer_block_with_experimental_attention_variant_spec(
+            cfg, vp_stage=vp_stage)
+        layers = (xspecs.get_transformer_layer_with_experimental_attention_variant_spec(cfg)
+                  if getattr(cfg, "mtp_num_layers", None) else None)
+    elif local_backend is None:
+        raise ConfigRejected(
+            f"transformer_config.experimental_attention_variant = {variant!r}: megatron-core "
+            f"{megatron_version()} builds experimental attention variants only with the "
+            "Transformer Engine spec (runtime.transformer_impl: transformer_engine); "
+            "runtime.dryrun --local-spec counts its parameters without TE")
+    else:
+        from megatron.core.transformer.enums import LayerType
+        from megatron.core.transformer.transformer_block import (
+            TransformerBlockSubmodules, get_num_layers_to_build)
+        from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+        # megatron-core's helper for the variant's standard-attention layers takes the TE layer
+        # spec whatever the backend; for the local backend they are the local spec's.
+        def local_self_attention(config, backend=None):
+            spec = specs.get_gpt_layer_local_spec(
+                num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
+                qk_layernorm=config.qk_layernorm,
+                multi_latent_attention=config.multi_latent_attention,
+                normalization=config.normalization,
+                qk_l2_norm=getattr(config, "qk_l2_norm", False)).submodules.self_attention
+            spec.metainfo = dict(getattr(spec, "metainfo", None) or {},
+                                 fuse_input_layernorm=False)
+            return spec
+
+        te_helper = xspecs._get_self_attention_module_spec
+        xspecs._get_self_attention_module_spec = local_self_attention
+        try:
+            layers = xspecs.get_transformer_layer_with_experimental_attention_variant_spec(
+                cfg, backend=local_backend)
+        finally:
+            xspecs._get_self_attention_module_spec = te_helper
+        # The slicing of get_transformer_block_with_experimental_attention_variant_spec, which
+        # takes no backend argument.
+        layout = getattr(cfg, "pipeline_model_parallel_layout", None)
+        if layout is not None:
+            ids = layout.get_layer_id_list(layer_type=LayerType.decoder, vp_stage=vp_stage,
+                                           pp_rank=None)
+        else:
+            offset = get_transformer_layer_offset(cfg, vp_stage=vp_stage)
+            ids = range(offset, offset + get_num_layers_to_build(cfg, vp_stage=vp_stage))
+        block = TransformerBlockSubmodules(
+            layer_specs=[layers[i] for i in ids],
+            layer_norm=local_backend.layer_norm(rms_norm=cfg.normalization == "RMSNorm",
+                                                for_qk=False))
+    mtp = None
+    if getattr(cfg, "mtp_num_layers", None):
+        mtp = specs.get_gpt_mtp_block_spec(cfg, layers[-1], use_transformer_engine=use_te,
                                            vp_stage=vp_stage)
     return block, mtp
 
@@ -160,10 +258,12 @@ def gpt_kwargs(plan: Plan) -> dict:
     return kwargs
 
 
-def build_model(plan: Plan, cfg, cast_dtype: bool = True, spec_hook=None) -> list:
+def build_model(plan: Plan, cfg, cast_dtype: bool = True, spec_hook=None,
+                local_backend=None) -> list:
     """One GPTModel per virtual pipeline chunk on this rank (a list of one without VPP).
 
-    ``spec_hook(spec)`` may rewrite the layer specs before construction (dry run only).
+    ``spec_hook(spec)`` may rewrite the layer specs before construction and ``local_backend``
+    builds experimental attention variants on the local spec (both dry run only).
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -174,7 +274,7 @@ def build_model(plan: Plan, cfg, cast_dtype: bool = True, spec_hook=None) -> lis
     for vp_stage in range(vpp) if vpp else [None]:
         pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
         post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-        block, mtp = layer_specs(cfg, plan, vp_stage)
+        block, mtp = layer_specs(cfg, plan, vp_stage, local_backend=local_backend)
         if spec_hook is not None:
             block, mtp = spec_hook(block), (spec_hook(mtp) if mtp is not None else None)
         try:

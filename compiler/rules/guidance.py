@@ -9,6 +9,7 @@ win; Megatron's silent rewrites weigh 50, Megatron's default 1 per knob):
   5  delayed wgrad off; sequence parallel with TP; ETP = 1 with EP (Bridge's choice)
   4  never allgather with EP; TE-scoped CUDA graphs for dropless MoE; distributed optimizer with DP
   3  alltoall at small EP; DP grad-reduce / param-gather overlap; PP overlap with VPP
+  2  fused kernels (bias-activation, masked softmax, bias-dropout, RoPE) on a GPU with TE, as Megatron-LM does
   3  gradients reduced in FP32 with BF16 (Megatron-LM and Megatron-Bridge's bf16 default)
   2  SM counts for the flex backends; gradient accumulation fusion with TE
 """
@@ -99,4 +100,8 @@ PREFERENCES = (
                "BF16 training accumulates and reduces gradients in FP32: Megatron-LM's validate_args does it "
                "unless --grad-reduce-in-bf16, Megatron-Bridge's bf16_mixed sets grad_reduce_in_fp32",
                F("bf16") == True),  # noqa: E712
+    *(Preference(f"PREFER_{name.upper()}_ON_GPU", F(name) == True, 2,  # noqa: E712
+                 "fused kernel on a GPU with Transformer Engine: Megatron-LM's default, same math",
+                 ON_GPU & HAS_TE)
+      for name in ("bias_activation_fusion", "masked_softmax_fusion", "bias_dropout_fusion", "apply_rope_fusion")),
 )

@@ -24,6 +24,8 @@ PINNED = textwrap.dedent("""\
     overlap: {tp_comm: false, p2p: false, grad_reduce: false, param_gather: false}
     optimizer: {distributed: false, grad_reduce_in_fp32: true}
     training: {gradient_accumulation_fusion: false}
+    kernels: {bias_activation_fusion: false, masked_softmax_fusion: false, bias_dropout_fusion: false,
+              apply_rope_fusion: false}
     """)
 
 PROBE = textwrap.dedent("""\

@@ -318,6 +318,8 @@ CASES = {
     "TP_OVERLAP_NEEDS_TE": (c(TP2, V(te=None), tp_comm_overlap=True, overlap_grad_reduce=False,
                               overlap_param_gather=False), c(TP2, tp_comm_overlap=True)),
     "PP_OVERLAP_NEEDS_VPP": (c(overlap_p2p_comm=True), PP2_VPP),
+    "ROPE_FUSION_NEEDS_PLAIN_ROPE": (c(apply_rope_fusion=True, position_embedding_type="yarn"),
+                                     c(apply_rope_fusion=True, position_embedding_type="rope")),
     "PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3": (
         c(PP2_VPP, overlap_p2p_comm=False),
         c(PP2_VPP, pipeline_model_parallel_size=4, overlap_p2p_comm=False)),

@@ -128,7 +128,9 @@ def test_dryrun_parameter_counts_match_architecture(name, ranks, local_spec, tmp
         assert bool(got["substitutions"]) == local_spec
     if local_spec:
         subs = results[0]["substitutions"]
-        assert "moe_grouped_gemm: true -> false (same parameter count)" in subs
+        grouped = [s for s in subs if s["field"] == "moe_grouped_gemm"]
+        assert grouped and grouped[0]["plan"] is True and grouped[0]["used"] is False
+        assert all(set(s) == {"field", "plan", "used", "why"} and s["why"] for s in subs)
 
 
 def test_dryrun_without_local_spec_is_gated(tmp_path):

@@ -98,15 +98,14 @@ def _single_rank(plan: dict) -> dict:
 
 
 def test_realised_mismatch_names_the_field(tiny_plan, tmp_path):
-    # megatron-core's ModelParallelConfig.__post_init__ rewrites expert_tensor_parallel_size=None
-    # to the TP size: a plan that leaves it implicit must not run.
+    # megatron-core's TransformerConfig.__post_init__ fills recompute_modules=None in with
+    # ["core_attn"] for selective recompute: a plan that leaves it implicit must not run.
     plan = _single_rank(tiny_plan)
-    plan["transformer_config"]["expert_tensor_parallel_size"] = None
-    plan["layout"]["etp"] = None
+    plan["transformer_config"].update(recompute_granularity="selective", recompute_modules=None)
+    plan["runtime"]["checked_fields"] = sorted(set(plan["runtime"]["checked_fields"]) | {"recompute_modules"})
     run = launch(plan, tmp_path)
     assert run.returncode == 5, run.output[-3000:]
-    assert "expert_tensor_parallel_size: plan None, realised 1 (read from config)" in run.stderr
-    assert "(read from parallel_state)" in run.stderr
+    assert "recompute_modules: plan None, realised ['core_attn'] (read from config)" in run.stderr
     assert "Traceback" not in run.stderr
     assert run.report is None and "step " not in run.stdout
 

@@ -1,0 +1,210 @@
+"""Judge: do Megatron-Bridge's own recipe + bridge.overrides + Bridge's validation give the plan?
+
+Run under .venv312 (megatron-bridge 0.6.2, megatron-core 0.19.2):
+    .venv312/bin/python tests/fidelity/bridge_judge.py build/<recipe> ... [--json]
+
+For each build dir: build Bridge's own pretrain recipe for the model (RECIPES), apply the
+bridge.overrides lines with Bridge's own applier (training.utils.omegaconf_utils.
+process_config_with_overrides: Hydra syntax, struct mode, so an unknown key is refused the way
+Bridge's scripts refuse it), run ConfigContainer.validate() (finalizes the model provider and the
+CommOverlapConfig), and compare every TransformerConfig field of the provider with the config the
+plan implies, plus training / optimizer / DDP values.
+
+What is stubbed, and why (no GPU, no network, no Transformer Engine here):
+  - Bridge 0.6.2 imports transformer_engine.pytorch unconditionally in peft/lora_layers.py and
+    models/gpt_full_te_layer_autocast_spec.py (LoRA adapters, a TE layer spec; neither is used to
+    build or validate a pretrain config). Those two Bridge modules are replaced by empty
+    placeholders so TE stays absent (megatron-core's HAVE_TE checks stay honest).
+  - the recipes call AutoBridge.from_hf_pretrained(<HF id>): the model's public config.json is
+    read from tests/fidelity/hf_configs/ instead of the Hub.
+  - GPU / TE availability probes answer from plan.platform (judgelib.emulate_platform).
+  - megatron-core's OptimizerConfig checks that TE's FusedAdam takes the precision-aware
+    arguments when the recipe uses use_precision_aware_optimizer: a FusedAdam signature (TE >= 2.x,
+    the platform's TE) is provided as transformer_engine.pytorch.optimizers, inserted only after
+    every megatron module has been imported, with nothing else in it.
+  - ConfigContainer.validate reads the world size from torch.distributed when initialised, else
+    from WORLD_SIZE; it is set to the plan's world size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import judgelib as jl  # noqa: E402
+
+# model name -> (HF id, Bridge recipe function). Bridge 0.6.2's H100 pretrain recipes: the
+# overrides set parallelism, dispatcher and overlap for the target platform.
+RECIPES = {
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B",
+                      "megatron.bridge.recipes.qwen.h100.qwen3_moe:qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B",
+                        "megatron.bridge.recipes.qwen.h100.qwen3_moe:qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config"),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3",
+                    "megatron.bridge.recipes.deepseek.h100.deepseek_v3:deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config"),
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct",
+                           "megatron.bridge.recipes.qwen.h100.qwen3_next:qwen3_next_80b_a3b_pretrain_32gpu_h100_bf16_config"),
+    "gpt-oss-120b": ("openai/gpt-oss-120b",
+                     "megatron.bridge.recipes.gpt_oss.h100.gpt_oss:gpt_oss_120b_pretrain_64gpu_h100_bf16_config"),
+}
+
+# Provider fields that legitimately differ from the plan. Keep it short; each needs a reason.
+LAUNCH_ONLY_EXCEPTIONS = {
+    "inference_sampling_seed": "inference-only sampling seed; the plan's seed is compared as rng.seed",
+}
+NOT_COMPARABLE = {"init_method", "output_layer_init_method", "embedding_init_method"}
+
+# plan section, key -> attribute path in the ConfigContainer
+FIELD_MAP = {
+    ("model", "position_embedding_type"): "model.position_embedding_type",
+    ("model", "rotary_base"): "model.rotary_base",
+    ("model", "vocab_size"): "model.vocab_size",
+    ("model", "share_embeddings_and_output_weights"): "model.share_embeddings_and_output_weights",
+    ("training", "seq_length"): "model.seq_length",
+    ("training", "global_batch_size"): "train.global_batch_size",
+    ("training", "micro_batch_size"): "train.micro_batch_size",
+    ("training", "train_iters"): "train.train_iters",
+    ("training", "seed"): "rng.seed",
+    ("optimizer", "lr"): "optimizer.lr",
+    ("optimizer", "weight_decay"): "optimizer.weight_decay",
+    ("optimizer", "clip_grad"): "optimizer.clip_grad",
+    ("optimizer", "optimizer"): "optimizer.optimizer",
+    ("optimizer", "use_distributed_optimizer"): "optimizer.use_distributed_optimizer",
+    ("ddp_config", "grad_reduce_in_fp32"): "ddp.grad_reduce_in_fp32",
+    ("ddp_config", "overlap_grad_reduce"): "ddp.overlap_grad_reduce",
+    ("ddp_config", "overlap_param_gather"): "ddp.overlap_param_gather",
+    ("ddp_config", "use_distributed_optimizer"): "ddp.use_distributed_optimizer",
+    ("ddp_config", "bucket_size"): "ddp.bucket_size",
+}
+
+
+def _placeholder_module(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return type(attr, (), {})
+
+    mod.__getattr__ = __getattr__
+    return mod
+
+
+def import_bridge():
+    """Import megatron.bridge without Transformer Engine (see the module docstring)."""
+    with jl.quiet():
+        import megatron.core  # noqa: F401  (first, so its TE probes see no TE)
+
+        for name in ("megatron.bridge.peft.lora_layers",
+                     "megatron.bridge.models.gpt_full_te_layer_autocast_spec"):
+            sys.modules.setdefault(name, _placeholder_module(name))
+        import megatron.bridge
+        from megatron.bridge import AutoBridge
+        from megatron.bridge.training.utils import omegaconf_utils
+
+    original = AutoBridge.from_hf_pretrained.__func__
+    cache = Path(tempfile.mkdtemp(prefix="moeforge-hf-"))
+
+    def from_hf_pretrained(cls, path, **kwargs):
+        by_id = {hf_id: model for model, (hf_id, _) in RECIPES.items()}
+        if str(path) in by_id:
+            local = cache / by_id[str(path)]
+            local.mkdir(exist_ok=True)
+            cfg = json.loads((HERE / "hf_configs" / f"{by_id[str(path)]}.json").read_text())
+            cfg.pop("_source", None)
+            (local / "config.json").write_text(json.dumps(cfg))
+            kwargs.pop("revision", None)
+            path = local
+        return original(cls, path, **kwargs)
+
+    AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+    return omegaconf_utils
+
+
+def te_fused_adam_signature() -> None:
+    """See the module docstring: only the FusedAdam signature, nothing else of TE."""
+    if "transformer_engine" in sys.modules:
+        return
+    te, te_pt, te_opt = (types.ModuleType(n) for n in (
+        "transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers"))
+
+    class FusedAdam:  # signature of TE 2.x transformer_engine.pytorch.optimizers.FusedAdam
+        def __init__(self, params, lr=1e-3, *, master_weight_dtype=None, exp_avg_dtype=None,
+                     exp_avg_sq_dtype=None, use_decoupled_grad=False, **kwargs):
+            raise RuntimeError("placeholder: no Transformer Engine on this machine")
+
+    te_opt.FusedAdam, te_pt.optimizers, te.pytorch = FusedAdam, te_opt, te_pt
+    sys.modules.update({m.__name__: m for m in (te, te_pt, te_opt)})
+
+
+def read_overrides(path: Path) -> list[str]:
+    return [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.lstrip().startswith("#")]
+
+
+def dig(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part, "<absent>")
+    return obj
+
+
+def judge_one(build_dir: Path, omegaconf_utils) -> dict:
+    plan = jl.load_plan(build_dir)
+    model = plan["recipe"]["id"].split("/")[0]
+    verdict = {"recipe": plan["recipe"]["id"], "judge": "megatron-bridge", "accepted": False,
+               "error": None, "diffs": [], "notes": jl.emulate_platform(plan)}
+    if model not in RECIPES:
+        verdict["error"] = f"no Megatron-Bridge recipe for model {model!r} (none ships in 0.6.2)"
+        verdict["skip"] = True
+        return verdict
+    module, func = RECIPES[model][1].split(":")
+    verdict["notes"].append(f"Bridge recipe: {module}.{func}")
+    saved_env = dict(os.environ)
+    os.environ.update({k: str(v["value"]) for k, v in plan.get("env", {}).items()})
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(plan["layout"]["world_size"]))
+    stage = "recipe"
+    try:
+        with jl.quiet():
+            cfg = getattr(importlib.import_module(module), func)()
+            stage = "overrides"
+            omegaconf_utils.process_config_with_overrides(
+                cfg, cli_overrides=read_overrides(Path(build_dir) / "bridge.overrides"))
+            stage = "validate"
+            if plan["platform"].get("software", {}).get("transformer_engine"):
+                te_fused_adam_signature()
+            cfg.validate()
+    except Exception as exc:  # noqa: BLE001 - Bridge's refusal is the finding
+        msg = str(exc).strip().splitlines()
+        verdict["error"] = f"{stage}: {type(exc).__name__}: {' '.join(msg)[:1500]}"
+        return verdict
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+    verdict["accepted"] = True
+    verdict["diffs"] = jl.compare_config(plan, cfg.model, LAUNCH_ONLY_EXCEPTIONS, NOT_COMPARABLE)
+    for (section, key), path in FIELD_MAP.items():
+        if key not in plan.get(section, {}):
+            continue
+        want, got = plan[section][key], dig(cfg, path)
+        if not jl.same(jl.norm(want), jl.norm(got)):
+            verdict["diffs"].append({"field": f"{section}.{key} ({path})", "plan": jl.norm(want),
+                                     "megatron": jl.norm(got), "stated_in_plan": True, "exception": None})
+    return verdict
+
+
+def judge(build_dirs: list[Path]) -> list[dict]:
+    logging.disable(logging.WARNING)
+    omegaconf_utils = import_bridge()
+    return [judge_one(d, omegaconf_utils) for d in build_dirs]
+
+
+if __name__ == "__main__":
+    sys.exit(jl.main(judge, sys.argv[1:]))

@@ -1,0 +1,241 @@
+"""Shared helpers for the fidelity judges (run under .venv312, Python 3.12).
+
+Why: both judges compare "the TransformerConfig the plan implies" with what Megatron's own code
+builds, and both must normalise representations the same way (torch dtypes vs strings, activation
+callables vs names, enums, tuples) without hiding a real difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import functools
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")
+
+
+def quiet():
+    """Megatron prints a lot on stdout; the judges keep stdout for their JSON verdict."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def load_plan(build_dir: Path) -> dict:
+    return json.loads((Path(build_dir) / "plan.json").read_text())
+
+
+def activation_name(fn) -> str:
+    """F.silu -> 'silu', megatron's squared_relu -> 'squared_relu' (partials unwrapped)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", repr(fn))
+
+
+def norm(value):
+    """A comparable, JSON-able form: dtype -> 'bfloat16', enum -> its value, tuple -> list."""
+    import torch
+
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, enum.Enum):
+        return norm(value.value) if not isinstance(value.value, int) else value.name
+    if isinstance(value, (list, tuple)):
+        return [norm(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): norm(v) for k, v in value.items()}
+    if callable(value):
+        return f"<fn {activation_name(value)}>"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def emulate_platform(plan: dict) -> list[str]:
+    """Answer megatron's hardware/TE availability probes from plan.platform (returns notes).
+
+    Why: Transformer Engine cannot be installed without CUDA, and megatron-core's config checks
+    ask "is TE >= X installed?" and "are the fused permute kernels importable?". On the target
+    platform they are (plan.platform.software.transformer_engine), so megatron-core's cached TE
+    version is set to the platform's and the fused-permute / fused-RoPE handles to placeholders that are never
+    called. torch.cuda.get_device_capability answers the platform's compute capability. No TE
+    code runs; every other check runs unchanged.
+    """
+    import torch
+    from packaging.version import Version
+
+    import megatron.core.utils as mcu
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+
+    notes = []
+    gpu = plan["platform"].get("gpu") or {}
+    cc = str(gpu.get("compute_capability", "0.0"))
+    major, minor = (int(x) for x in cc.split("."))
+    torch.cuda.get_device_capability = lambda *a, **k: (major, minor)
+    te = plan["platform"].get("software", {}).get("transformer_engine")
+    mcu._te_version = Version(str(te)) if te else Version("0.0.0")
+    placeholder = (lambda *a, **k: (_ for _ in ()).throw(RuntimeError("TE placeholder"))) if te else None
+    import megatron.core.models.common.embeddings.rope_utils as rope_utils
+
+    for name in ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"):
+        setattr(rope_utils, name, placeholder)
+    for name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                 "fused_sort_chunks_by_index_with_probs", "fused_unpermute"):
+        setattr(moe_utils, name, placeholder)
+    if te:
+        notes.append(f"emulated platform: compute capability {cc}, transformer-engine {te}")
+    return notes
+
+
+def config_class(plan: dict):
+    from megatron.core.transformer.transformer_config import (
+        MLATransformerConfig,
+        TransformerConfig,
+    )
+
+    return MLATransformerConfig if plan["transformer_config"].get("multi_latent_attention") else TransformerConfig
+
+
+def plan_kwargs(plan: dict) -> dict:
+    """The plan's transformer_config as megatron-core kwargs, resolved the way runtime/model.py
+    resolves them (dtype and activation strings, transformer_impl from plan.runtime)."""
+    import torch
+    import torch.nn.functional as F
+
+    values = dict(plan["transformer_config"])
+    for key in DTYPE_FIELDS:
+        if isinstance(values.get(key), str):
+            values[key] = getattr(torch, values[key])
+    act = values.get("activation_func")
+    if isinstance(act, str):
+        if act == "squared_relu":
+            from megatron.core.activations import squared_relu as fn
+        elif act == "quick_gelu":
+            from megatron.core.fusions.fused_bias_geglu import quick_gelu as fn
+        else:
+            fn = getattr(F, act)
+        values["activation_func"] = fn
+    values.setdefault("transformer_impl", plan.get("runtime", {}).get("transformer_impl", "local"))
+    return values
+
+
+def plan_expected(plan: dict) -> tuple[dict, list[str], str | None]:
+    """(every field of the config class -> the value the plan implies, plan fields the class
+    lacks, error constructing it). Stated fields come from the plan; unstated ones are what the
+    runtime would get: megatron-core's default after __post_init__ (construction is attempted
+    first; if megatron-core refuses it on this machine, raw dataclass defaults are used)."""
+    cls = config_class(plan)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = plan_kwargs(plan)
+    unknown = sorted(k for k in kwargs if k not in fields)
+    kwargs = {k: v for k, v in kwargs.items() if k in fields}
+    error = None
+    try:
+        with quiet():
+            cfg = cls(**kwargs)
+        return {name: getattr(cfg, name) for name in fields}, unknown, None
+    except Exception as exc:  # noqa: BLE001 - reported, not hidden
+        error = f"{type(exc).__name__}: {exc}"
+    out = {}
+    for name, f in fields.items():
+        if name in kwargs:
+            out[name] = kwargs[name]
+        elif f.default is not dataclasses.MISSING:
+            out[name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[name] = f.default_factory()  # type: ignore[misc]
+    return out, unknown, error
+
+
+# Fields megatron-core resolves lazily: None means "the TP size" (resolve_tensor_parallel_weight_shards
+# with no GTP), which Megatron-LM's validate_args writes out; both sides mean the same.
+RESOLVED_LATER = {"tensor_parallel_num_weight_shards": "tensor_model_parallel_size",
+                  "expert_tensor_parallel_num_weight_shards": "expert_tensor_parallel_size"}
+
+
+def compare_config(plan: dict, actual_cfg, exceptions: dict, not_comparable: set,
+                   actual_values: dict | None = None) -> list[dict]:
+    """Field-by-field differences between the plan-implied config and ``actual_cfg``.
+
+    ``actual_values`` overrides where a field's real value lives (Megatron-LM keeps some in args).
+    None and False are the same value for a bool field (megatron only tests truthiness)."""
+    expected, _, _ = plan_expected(plan)
+    bool_fields = {f.name for f in dataclasses.fields(config_class(plan)) if f.type in (bool, "bool")}
+    stated = set(plan["transformer_config"])
+    diffs = []
+    for name, want in expected.items():
+        if name in not_comparable and name not in stated:
+            continue
+        got = (actual_values or {}).get(name, getattr(actual_cfg, name, "<absent>"))
+        if name in RESOLVED_LATER:
+            tp = expected[RESOLVED_LATER[name]]
+            want, got = (tp if want is None else want), (tp if got is None else got)
+        if want in ([], ()) and got is None or got in ([], ()) and want is None:
+            continue  # an empty list and None both mean "none" to megatron-core
+        if name in bool_fields:
+            want, got = (False if want is None else want), (False if got is None else got)
+        if name == "activation_func" or (callable(want) and callable(got)):
+            want_n, got_n = activation_name(want), activation_name(got)
+        else:
+            want_n, got_n = norm(want), norm(got)
+        if same(want_n, got_n):
+            continue
+        diffs.append({
+            "field": name,
+            "plan": want_n,
+            "megatron": got_n,
+            "stated_in_plan": name in stated,
+            "exception": exceptions.get(name),
+        })
+    return diffs
+
+
+def is_failure(diff: dict) -> bool:
+    return not diff.get("exception")
+
+
+def report(verdicts: list[dict]) -> str:
+    """A readable text report of judge verdicts (the CLI's output)."""
+    lines = []
+    for v in verdicts:
+        bad = [d for d in v.get("diffs", []) if is_failure(d)]
+        status = "ACCEPTED" if v["accepted"] else "REFUSED"
+        lines.append(f"== {v['recipe']}: {status}, {len(bad)} difference(s)")
+        if v.get("error"):
+            lines.append(f"   error: {v['error']}")
+        for note in v.get("notes", []):
+            lines.append(f"   note: {note}")
+        for d in v.get("diffs", []):
+            tag = f"  [exception: {d['exception']}]" if d.get("exception") else ""
+            silent = "" if d.get("stated_in_plan", True) else "  (not stated in plan)"
+            lines.append(f"   {d['field']}: plan={d['plan']!r} megatron={d['megatron']!r}{silent}{tag}")
+    return "\n".join(lines)
+
+
+def main(judge, argv: list[str]) -> int:
+    """CLI: judge BUILD_DIR... [--json]. Prints a report (or JSON); exit 1 when any fails."""
+    as_json = "--json" in argv
+    dirs = [Path(a) for a in argv if a != "--json"]
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    verdicts = judge(dirs)
+    if as_json:
+        print(json.dumps(verdicts, indent=1, default=str))
+    else:
+        print(report(verdicts))
+    ok = all(v["accepted"] and not any(is_failure(d) for d in v.get("diffs", [])) for v in verdicts)
+    return 0 if ok else 1

@@ -1,0 +1,45 @@
+"""moeforge's runtime on megatron-core 0.19.2 (.venv312), 2 CPU ranks: EP overlap does not change the math.
+
+The same check as tests/e2e/test_tiny_recipe.py (which runs megatron-core 0.16.1), on the tiny
+recipe compiled for a 0.19.2 platform (field names of that release) and launched through its
+own torchrun.sh with .venv312's python first on PATH.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fidelity_testlib import READY, ROOT, SKIP_REASON, VENV312
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not READY, reason=SKIP_REASON)]
+
+
+def _compile_and_run(out, *overrides: str) -> dict:
+    sets = [a for o in ("platform.software.megatron_core=0.19.2", *overrides) for a in ("--set", o)]
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out), *sets],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    build = out / "tiny-moe" / "cpu"
+    env = {"PATH": f"{VENV312 / 'bin'}:/usr/bin:/bin", "MOEFORGE_ROOT": str(ROOT), "OMP_NUM_THREADS": "1",
+           "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore", "HOME": str(out)}
+    ran = subprocess.run(["bash", str(build / "torchrun.sh")], cwd=out, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    report = json.loads((build / "report.json").read_text())
+    assert report["versions"]["megatron_core"].startswith("0.19.2")
+    return report
+
+
+def test_ep_overlap_does_not_change_the_math_on_mcore_019(tmp_path):
+    on = _compile_and_run(tmp_path / "on")
+    off = _compile_and_run(tmp_path / "off", "moe.overlap.ep_comm=false")
+    assert on["schedule_taken"] == "combined_1f1b" and on["overlap_schedule_ran"] is True
+    assert off["schedule_taken"] != "combined_1f1b" and off["overlap_schedule_ran"] is False
+    for report in (on, off):
+        assert report["world_size"] == 2 and report["ep"] == 2
+        assert report["realised"]["moe_token_dispatcher_type"]["realised"] == "alltoall"
+    losses_on = [s["micro_batch_losses"] for s in on["steps"]]
+    assert len(losses_on) == 4 and all(len(mb) == 2 for mb in losses_on)
+    assert losses_on == [s["micro_batch_losses"] for s in off["steps"]]
