@@ -125,3 +125,29 @@ def test_the_param_gather_rule_is_an_error_no_preference_can_break():
     r = resolve(load("deepseek-v3/h100-bf16"))
     assert r.env["overlap_grad_reduce"] is False and r.env["overlap_param_gather"] is False
     assert r.decisions["overlap_param_gather"].rule == "DP_PARAM_GATHER_NEEDS_GRAD_REDUCE"
+
+
+def test_model_facts_reach_the_plan_and_the_arguments():
+    """Architecture facts the model schema could not state before (YaRN, partial RoPE, sinks,
+    sliding windows, output gate, init std, router details) now reach every output."""
+    by_id = {p.id: p.values for p in COMPILED}
+    plan, args, _ = by_id["gpt-oss-120b/h100-bf16"]
+    tc = plan["transformer_config"]
+    assert plan["model"]["position_embedding_type"] == "yarn" and args["--position-embedding-type"] == ["yarn"]
+    assert plan["config_attributes"]["yarn_rotary_scaling_factor"] == 32.0 and args["--rotary-scaling-factor"] == ["32.0"]
+    assert tc["activation_func"] == "quick_gelu" and "--quick-geglu" in args
+    assert tc["softmax_type"] == "learnable" and args["--softmax-type"] == ["learnable"]
+    assert tc["window_size"] == [127, 0] and args["--window-size"] == ["127,0"]
+    assert tc["glu_linear_offset"] == 1.0 and tc["activation_func_clamp_value"] == 7.0
+    plan, args, _ = by_id["qwen3-next-80b-a3b/h100-bf16"]
+    tc = plan["transformer_config"]
+    assert plan["model"]["rotary_percent"] == 0.25 and args["--rotary-percent"] == ["0.25"]
+    assert tc["attention_output_gate"] is True and "--attention-output-gate" in args
+    assert tc["experimental_attention_variant"] == "gated_delta_net"
+    plan, args, _ = by_id["deepseek-v3/h100-bf16"]
+    tc = plan["transformer_config"]
+    assert tc["init_method_std"] == 0.006 and args["--init-method-std"] == ["0.006"]
+    assert tc["rope_type"] == "yarn" and tc["rotary_scaling_factor"] == 40 and tc["mscale_all_dim"] == 1.0
+    assert tc["moe_router_pre_softmax"] is True and tc["moe_router_bias_update_rate"] == 0.001
+    assert tc["moe_router_num_groups"] == 8 and tc["moe_router_group_topk"] == 4
+    assert args["--moe-layer-freq"] == ["([0]*3+[1]*58)"]
