@@ -66,7 +66,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         values.update(chosen)
     values.update(derive({**fixed, **values}))
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
-    forced = _forcing_rules(enc, terms, sorted(set(auto) & ruled), values) if enc else {}
+    suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
+    forced = _forcing_rules(enc, terms, suspects, values) if enc and suspects else {}
     return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed))
 
 
@@ -121,6 +122,29 @@ def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed) -> dict:
     for name in _DERIVED:
         if name in values:
             out[name] = Decision(name, values[name], "derived", reason=K.BY_FIELD[name].doc)
+    return out
+
+
+def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:
+    """The names that might be forced: a knob with another value that satisfies every residual
+    rule, all else as solved, is free by example, and needs no z3 query (most auto knobs are)."""
+    out = []
+    for name in names:
+        spec = _SPEC[name]
+        if spec.kind == "bool":
+            others = [not env[name]]
+        elif spec.kind == "enum":
+            others = [v for v in spec.domain if v != env[name]]
+        else:
+            out.append(name)
+            continue
+        for other in others:
+            trial = {**env, name: other}
+            trial.update(derive(trial))
+            if all(E.evaluate(e, trial) is True for e in problem.residual.values()):
+                break
+        else:
+            out.append(name)
     return out
 
 

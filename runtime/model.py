@@ -28,25 +28,30 @@ def megatron_version() -> str:
 
 
 TORCH_ACTIVATIONS = ("gelu", "silu", "relu")
-MEGATRON_ACTIVATIONS = ("squared_relu", "quick_gelu", "fast_gelu")  # megatron.core.activations
+# name -> the megatron-core module whose function Megatron-LM itself uses (core_transformer_config_from_args
+# takes quick_gelu from fused_bias_geglu; TransformerConfig checks that very object for bias fusion)
+MEGATRON_ACTIVATIONS = {"squared_relu": "megatron.core.activations",
+                        "quick_gelu": "megatron.core.fusions.fused_bias_geglu",
+                        "fast_gelu": "megatron.core.activations"}
 
 
 def activation_from_name(name: str):
     """The plan's ``activation_func`` string -> the callable megatron-core expects: torch's
-    F.gelu/F.silu/F.relu, or megatron.core.activations' squared_relu/quick_gelu/fast_gelu
-    (GPT-OSS uses quick_gelu, as Megatron-Bridge's GPTOSSBridge does)."""
+    F.gelu/F.silu/F.relu, or megatron-core's squared_relu/quick_gelu/fast_gelu (GPT-OSS uses
+    quick_gelu, as Megatron-Bridge's GPTOSSBridge and Megatron-LM's --quick-geglu do)."""
+    import importlib
+
     import torch.nn.functional as F
 
     if name in TORCH_ACTIVATIONS:
         return getattr(F, name)
     if name in MEGATRON_ACTIVATIONS:
-        from megatron.core import activations
-
-        if hasattr(activations, name):
-            return getattr(activations, name)
+        module = importlib.import_module(MEGATRON_ACTIVATIONS[name])
+        if hasattr(module, name):
+            return getattr(module, name)
     raise ConfigRejected(
         f"transformer_config.activation_func = {name!r}; "
-        f"known: {sorted(TORCH_ACTIVATIONS + MEGATRON_ACTIVATIONS)}"
+        f"known: {sorted(TORCH_ACTIVATIONS + tuple(MEGATRON_ACTIVATIONS))}"
     )
 
 
