@@ -24,7 +24,7 @@ fields (mtp_enabled, ...) -> bridge; else megatron-core). The output states it a
 - Fields that are not given take that front-end's default (knobs.Knob.default_for: Megatron-LM's
   argparse defaults overlap_p2p_comm=True and gradient_accumulation_fusion=True differ).
 - The front-end's own rewrites are applied before the rules run, the way it applies them
-  (lint_input._frontend_rewrites: Bridge's CommOverlapConfig and TransformerConfig.finalize,
+  (frontends._frontend_rewrites: Bridge's CommOverlapConfig and TransformerConfig.finalize,
   Megatron-LM's validate_args), and stated in the output.
 - Rules are filtered by origin: megatron-core and moeforge rules hold for every front-end (both
   front-ends end in TransformerConfig.__post_init__); a megatron-lm rule only for megatron-lm, a

@@ -1,0 +1,87 @@
+"""Which field names exist, and where: megatron-core per release, Megatron-LM, Megatron-Bridge.
+
+Why: lint-config accepts a name when some front-end reads it, warns about a name none reads, and
+infers the front-end from the names only one of them has; those decisions share this catalogue
+(compiler/data/megatron_fields.json and megatron_lm_flags.json, plus the Bridge provider fields).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import knobs as K
+from .rules.expr import version_int
+
+DATA = Path(__file__).resolve().parent / "data" / "megatron_fields.json"
+LM_FLAGS = Path(__file__).resolve().parent / "data" / "megatron_lm_flags.json"
+OWN_KEYS = ("gpu", "versions", "frontend")
+
+_FIELDS: dict | None = None
+
+
+def megatron_fields() -> dict:
+    """{'versions': {'0.16.1': [...], ...}, 'all': set, 'megatron_lm_args': [...]} (cached)."""
+    global _FIELDS
+    if _FIELDS is None:
+        raw = json.loads(DATA.read_text())
+        versions = {v: frozenset(names) for v, names in raw["versions"].items()}
+        every = set(raw.get("reference_0_19", ()))
+        for names in versions.values():
+            every |= names
+        _FIELDS = {"versions": versions, "all": frozenset(every),
+                   "megatron_lm_args": frozenset(raw.get("megatron_lm_args", ()))}
+    return _FIELDS
+
+
+_KNOWN: frozenset | None = None
+
+
+def known_names() -> frozenset:
+    global _KNOWN
+    if _KNOWN is None:
+        f = megatron_fields()
+        _KNOWN = frozenset(set(f["all"]) | set(f["megatron_lm_args"]) | set(K.BY_FIELD) | set(K.FACT_BY_FIELD)
+                           | set(OWN_KEYS) | lm_names() | BRIDGE_PROVIDER_FIELDS)
+    return _KNOWN
+
+
+def _fields_for(mcore: int) -> tuple[str, frozenset] | None:
+    """The catalogued field list of the same major.minor release (None: not catalogued)."""
+    for v, names in megatron_fields()["versions"].items():
+        if version_int(v) // 1000 == mcore // 1000:
+            return v, names
+    return None
+
+
+# Megatron-Bridge GPTModelProvider / MLA provider fields that are not megatron-core
+# TransformerConfig fields (megatron-bridge 0.6.2 models/gpt_provider.py).
+BRIDGE_PROVIDER_FIELDS = frozenset((
+    "dense_grouped_gemm", "fp16_lm_cross_entropy", "hf_model_id", "hf_model_revision", "make_vocab_size_divisible_by",
+    "mtp_enabled", "parallel_output", "restore_modelopt_state", "rope_scaling", "rope_scaling_factor",
+    "scatter_embedding_sequence_parallel", "seq_len_interpolation_factor", "share_embeddings_and_output_weights",
+    "should_pad_vocab", "tp_comm_overlap_cfg", "transformer_layer_spec", "use_arbitrary_attention_mask",
+    "use_transformer_engine_full_layer_spec", "position_embedding_type", "rotary_base", "rotary_percent",
+    "vocab_size", "seq_length"))
+# Names every front-end has (a flat lint-config mapping carries them whoever reads it).
+NEUTRAL_NAMES = frozenset(("micro_batch_size", "global_batch_size", "seq_length", "world_size", "train_iters",
+                           "lr", "seed", "use_megatron_fsdp"))
+# Megatron-LM argument dests that name a megatron-core field differently (arguments.py 0.19).
+LM_ALIASES = {"num_experts": "num_moe_experts", "te_rng_tracker": "use_te_rng_tracker",
+              "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+              "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+              "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+              "fp8_param_gather": "fp8_param", "fp4_param_gather": "fp4_param"}
+
+_LM_NAMES: frozenset | None = None
+
+
+def lm_names() -> frozenset:
+    """Megatron-LM argument dests (0.16.1 and 0.19 flag lists) that only Megatron-LM has."""
+    global _LM_NAMES
+    if _LM_NAMES is None:
+        raw = json.loads(LM_FLAGS.read_text())
+        names = {f[2:].replace("-", "_") for v, flags in raw.items() if not v.startswith("_") for f in flags}
+        names |= set(LM_ALIASES) | {"num_layers_per_virtual_pipeline_stage", "recompute_activations"}
+        _LM_NAMES = frozenset(names - set(megatron_fields()["all"]) - set(K.BY_FIELD) - set(K.FACT_BY_FIELD)
+                              - BRIDGE_PROVIDER_FIELDS - NEUTRAL_NAMES - set(OWN_KEYS))
+    return _LM_NAMES
