@@ -38,7 +38,9 @@ class Knob:
     section: str | None = None  # plan section: tc | model | ddp | optimizer | training (None: not in the plan)
     names: tuple = ()          # ((since_mcore, name), ...) the section's name per release, newest last; () = field
     lm: str | None = ""        # Megatron-LM argument dest ("" = the plan name; None = Megatron-LM has none)
-    bridge: str | None = ""    # Megatron-Bridge override path ("" = model.<name> for tc/model rows)
+    # Megatron-Bridge override path(s): a tuple where Bridge keeps the value in several configs
+    # ("" = model.<name> for tc/model rows; None = Bridge has none)
+    bridge: str | tuple | None = ""
     unit: str = ""
 
     def default_for(self, frontend: str = "megatron-core"):
@@ -58,10 +60,12 @@ class Knob:
         return self.name_for(mcore) if self.lm == "" else self.lm
 
     @property
-    def bridge_path(self) -> str | None:
+    def bridge_paths(self) -> tuple:
+        if self.bridge is None:
+            return ()
         if self.bridge != "":
-            return self.bridge
-        return f"model.{self.field}" if self.section in ("tc", "model") else None
+            return self.bridge if isinstance(self.bridge, tuple) else (self.bridge,)
+        return (f"model.{self.field}",) if self.section in ("tc", "model") else ()
 
     @property
     def solvable(self) -> bool:
@@ -126,18 +130,19 @@ KNOBS: tuple[Knob, ...] = (
     _K("clip_grad", "optimizer.clip_grad", "float", 1.0, section="optimizer", bridge="optimizer.clip_grad",
        doc="gradient clipping by global L2 norm"),
     _K("grad_reduce_in_fp32", "optimizer.grad_reduce_in_fp32", "bool", False, auto=True, section="ddp",
-       lm="accumulate_allreduce_grads_in_fp32", bridge="ddp.grad_reduce_in_fp32",
+       lm="accumulate_allreduce_grads_in_fp32", bridge="mixed_precision.grad_reduce_in_fp32",
        doc="accumulate and reduce gradients in fp32 (megatron-core DDP)"),
     # --- precision -------------------------------------------------------------------
-    _tc("bf16", None, "bool", False, doc="from precision.dtype"),
-    _tc("fp16", None, "bool", False, doc="from precision.dtype"),
-    _tc("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid")),
+    _tc("bf16", None, "bool", False, doc="from precision.dtype", bridge="mixed_precision.bf16"),
+    _tc("fp16", None, "bool", False, doc="from precision.dtype", bridge="mixed_precision.fp16"),
+    _tc("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid"), bridge="mixed_precision.fp8"),
     _tc("fp8_recipe", "precision.fp8_recipe", "enum", "delayed",
-        ("delayed", "tensorwise", "mxfp8", "blockwise", "custom")),
-    _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1")),
-    _tc("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom")),
-    _tc("fp8_param", "precision.fp8_param", "bool", False, lm="fp8_param_gather"),
-    _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather"),
+        ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), bridge="mixed_precision.fp8_recipe"),
+    _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1"), bridge="mixed_precision.fp4"),
+    _tc("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom"),
+        bridge="mixed_precision.fp4_recipe"),
+    _tc("fp8_param", "precision.fp8_param", "bool", False, lm="fp8_param_gather", bridge="mixed_precision.fp8_param"),
+    _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather", bridge="mixed_precision.fp4_param"),
     _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
     # --- model architecture (from the model document) ---------------------------------
     _arch("num_layers", "int", None),
@@ -164,11 +169,11 @@ KNOBS: tuple[Knob, ...] = (
     _arch("attention_output_gate", "bool", False),
     _arch("experimental_attention_variant", "str", None),
     _arch("linear_attention_freq", "str", None),
-    _arch("linear_conv_kernel_dim", "opt_int", None),
-    _arch("linear_key_head_dim", "opt_int", None),
-    _arch("linear_value_head_dim", "opt_int", None),
-    _arch("linear_num_key_heads", "opt_int", None),
-    _arch("linear_num_value_heads", "opt_int", None),
+    _arch("linear_conv_kernel_dim", "opt_int", 4),
+    _arch("linear_key_head_dim", "opt_int", 128),
+    _arch("linear_value_head_dim", "opt_int", 128),
+    _arch("linear_num_key_heads", "opt_int", 16),
+    _arch("linear_num_value_heads", "opt_int", 32),
     _arch("multi_latent_attention", "bool", False),
     _arch("q_lora_rank", "opt_int", None),
     _arch("kv_lora_rank", "opt_int", None),
@@ -208,16 +213,20 @@ KNOBS: tuple[Knob, ...] = (
     _gpt("rotary_percent", "model.architecture.rotary_percent", "float", 1.0),
     # ordinary attention's YaRN: config attributes GPTModel reads (not dataclass fields)
     _K("yarn_rotary_scaling_factor", "model.architecture.yarn_rotary_scaling_factor", "float", None,
-       section="yarn", lm="rotary_scaling_factor"),
+       section="yarn", bridge="model.yarn_rotary_scaling_factor", lm="rotary_scaling_factor"),
     _K("yarn_original_max_position_embeddings", "model.architecture.yarn_original_max_position_embeddings",
-       "opt_int", None, section="yarn"),
-    _K("yarn_beta_fast", "model.architecture.yarn_beta_fast", "float", None, section="yarn"),
-    _K("yarn_beta_slow", "model.architecture.yarn_beta_slow", "float", None, section="yarn"),
-    _K("yarn_mscale", "model.architecture.yarn_mscale", "float", None, section="yarn", lm="mscale"),
+       "opt_int", None, section="yarn", bridge="model.yarn_original_max_position_embeddings"),
+    _K("yarn_beta_fast", "model.architecture.yarn_beta_fast", "float", None, section="yarn",
+       bridge="model.yarn_beta_fast"),
+    _K("yarn_beta_slow", "model.architecture.yarn_beta_slow", "float", None, section="yarn",
+       bridge="model.yarn_beta_slow"),
+    _K("yarn_mscale", "model.architecture.yarn_mscale", "float", None, section="yarn", bridge="model.yarn_mscale",
+       lm="mscale"),
     _K("yarn_mscale_all_dim", "model.architecture.yarn_mscale_all_dim", "float", None, section="yarn",
+       bridge="model.yarn_mscale_all_dim",
        lm="mscale_all_dim"),
     _K("yarn_correction_range_round_to_int", "model.architecture.yarn_correction_range_round_to_int", "bool",
-       True, section="yarn"),
+       True, section="yarn", bridge="model.yarn_correction_range_round_to_int"),
     # --- MoE dispatch and overlap ----------------------------------------------------
     _tc("moe_token_dispatcher_type", "moe.dispatcher", "enum", "allgather",
         ("allgather", "alltoall", "flex"), auto=True),
@@ -229,9 +238,9 @@ KNOBS: tuple[Knob, ...] = (
     _K("hybridep_ranks_per_nvlink_domain", "moe.hybridep_ranks_per_nvlink_domain", "opt_int", None,
        auto=True, doc="NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
     _tc("overlap_moe_expert_parallel_comm", "moe.overlap.ep_comm", "bool", False, auto=True,
-        bridge="comm_overlap.overlap_moe_expert_parallel_comm"),
+        bridge="model.overlap_moe_expert_parallel_comm"),
     _tc("delay_wgrad_compute", "moe.overlap.delay_wgrad", "bool", False, auto=True,
-        bridge="comm_overlap.delay_wgrad_compute"),
+        bridge=("model.delay_wgrad_compute", "ddp.delay_wgrad_compute")),
     _tc("moe_shared_expert_overlap", "moe.overlap.shared_expert", "bool", False, auto=True),
     _tc("moe_router_force_load_balancing", "moe.router.force_load_balancing", "bool", False),
     _tc("moe_permute_fusion", "moe.permute_fusion", "bool", False),
@@ -257,6 +266,20 @@ KNOBS: tuple[Knob, ...] = (
     _tc("persist_layer_norm", "kernels.persist_layer_norm", "bool", False, lm=None,
         doc="Megatron-LM: --no-persist-layer-norm (Apex's persistent LayerNorm kernel)"),
     _tc("attention_softmax_in_fp32", "kernels.attention_softmax_in_fp32", "bool", True),
+    _tc("cross_entropy_loss_fusion", "kernels.cross_entropy_loss_fusion", "bool", False),
+    _tc("cross_entropy_fusion_impl", "kernels.cross_entropy_fusion_impl", "enum", "native", ("native", "te")),
+    _tc("moe_router_fusion", "kernels.moe_router_fusion", "bool", False, doc="Transformer Engine's fused router"),
+    _tc("calculate_per_token_loss", "training.calculate_per_token_loss", "bool", False,
+        doc="average the loss over all tokens of the global batch instead of per micro-batch"),
+    _tc("first_last_layers_bf16", "precision.first_last_layers_bf16", "bool", False,
+        bridge=("mixed_precision.first_last_layers_bf16",), doc="keep the first/last layers in BF16 under FP8/FP4"),
+    _tc("num_layers_at_start_in_bf16", "precision.num_layers_at_start_in_bf16", "int", 1,
+        bridge=("mixed_precision.num_layers_at_start_in_bf16",)),
+    _tc("num_layers_at_end_in_bf16", "precision.num_layers_at_end_in_bf16", "int", 1,
+        bridge=("mixed_precision.num_layers_at_end_in_bf16",)),
+    _tc("attention_backend", "kernels.attention_backend", "enum", "auto",
+        ("auto", "flash", "fused", "unfused", "local"),
+        doc="megatron-core AttnBackend; Megatron-Bridge's providers leave it None (Transformer Engine chooses)"),
     _tc("cp_comm_type", "parallelism.cp_comm_type", "enum", "p2p", ("p2p", "a2a", "allgather", "a2a+p2p"),
         doc="megatron-core's None means p2p; stated as Megatron-LM states it (--cp-comm-type p2p)"),
     # --- recompute -------------------------------------------------------------------
@@ -273,16 +296,17 @@ KNOBS: tuple[Knob, ...] = (
         names=((0, "cuda_graph_scope"), (V17, "cuda_graph_modules")),
         doc="megatron-core < 0.18 names it cuda_graph_scope"),
     _tc("use_te_rng_tracker", "cuda_graph.te_rng_tracker", "bool", False, auto=True, lm="te_rng_tracker",
+        bridge=("model.use_te_rng_tracker", "rng.te_rng_tracker"),
         doc="Megatron-Bridge requires it for any CUDA graph; Megatron-LM turns it on with a warning"),
     # --- TP / PP / DP overlap --------------------------------------------------------
-    _tc("tp_comm_overlap", "overlap.tp_comm", "bool", False, auto=True, bridge="comm_overlap.tp_comm_overlap"),
-    _tc("overlap_p2p_comm", "overlap.p2p", "bool", False, auto=True, bridge="comm_overlap.overlap_p2p_comm",
+    _tc("tp_comm_overlap", "overlap.tp_comm", "bool", False, auto=True, bridge="model.tp_comm_overlap"),
+    _tc("overlap_p2p_comm", "overlap.p2p", "bool", False, auto=True, bridge="model.overlap_p2p_comm",
         # Megatron-LM 0.19 arguments.py: --no-overlap-p2p-communication, store_false (default True)
         frontend_defaults=(("megatron-lm", True),)),
     _K("overlap_grad_reduce", "overlap.grad_reduce", "bool", False, auto=True, section="ddp",
        bridge="ddp.overlap_grad_reduce"),
     _K("overlap_param_gather", "overlap.param_gather", "bool", False, auto=True, section="ddp",
-       bridge="ddp.overlap_param_gather"),
+       bridge=("ddp.overlap_param_gather", "optimizer.overlap_param_gather")),
     _K("use_distributed_optimizer", "optimizer.distributed", "bool", False, auto=True, section="ddp",
        bridge="ddp.use_distributed_optimizer"),
     _tc("gradient_accumulation_fusion", "training.gradient_accumulation_fusion", "bool", False, auto=True,

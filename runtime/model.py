@@ -10,6 +10,7 @@ installed release cannot express is an error, never silently dropped; only empty
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 
 import torch
@@ -100,6 +101,13 @@ def config_kwargs(plan: Plan, runtime_overrides: dict) -> tuple[dict, list[str]]
     for key in DTYPE_FIELDS:
         if isinstance(values.get(key), str):
             values[key] = DTYPES[values[key]]
+    for f in dataclasses.fields(cls):  # enum fields (attention_backend) travel by name in the plan
+        if isinstance(f.default, enum.Enum) and isinstance(values.get(f.name), str):
+            try:
+                values[f.name] = type(f.default)[values[f.name]]
+            except KeyError:
+                raise ConfigRejected(f"transformer_config.{f.name} = {values[f.name]!r}; known: "
+                                     f"{[m.name for m in type(f.default)]}") from None
     if isinstance(values.get("activation_func"), str):
         values["activation_func"] = activation_from_name(values["activation_func"])
     if "transformer_impl" in known and "transformer_impl" not in values:

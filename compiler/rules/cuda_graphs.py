@@ -141,7 +141,9 @@ RULES = (
          "recomputed MLP/MoE modules cannot be inside a CUDA graph while hidden dropout is on", TC,
          "set hidden_dropout: 0.0, drop mlp/moe from recompute.modules, or graph only attn/moe_router",
          "hidden dropout is not supported with graphed MLP/MoE recomputation."),
-    Rule("CUDA_GRAPH_NEEDS_TE_RNG_TRACKER", "error", IMPL != "none", F("use_te_rng_tracker") == True,  # noqa: E712
+    # graphs on through any switch: megatron-core turns the deprecated two into cuda_graph_impl first
+    Rule("CUDA_GRAPH_NEEDS_TE_RNG_TRACKER", "error", Or(IMPL != "none", ENABLE, EXTERNAL),
+         F("use_te_rng_tracker") == True,  # noqa: E712
          "CUDA graphs need Transformer Engine's RNG tracker", BRIDGE_GPT,
          "set cuda_graph.te_rng_tracker: true (or leave it auto)",
          "Transformer engine's RNG tracker is required for cudagraphs, it can be enabled with "

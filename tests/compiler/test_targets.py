@@ -82,9 +82,12 @@ def test_016_sm_count_uses_the_per_backend_field():
 
 @pytest.mark.parametrize("plan,files", COMPILED)
 def test_bridge_overrides_keep_ep_overlap_and_delayed_wgrad_separate(plan, files):
+    """Written where megatron-core reads them (the model config, and the DDP config for delayed
+    wgrad), never through the perf harness's --moe_a2a_overlap, which turns on both."""
     text = files["bridge.overrides"]
     assert "--moe_a2a_overlap" in text  # the warning is there
     lines = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     tc = plan["transformer_config"]
-    assert lines["comm_overlap.overlap_moe_expert_parallel_comm"] == str(tc["overlap_moe_expert_parallel_comm"]).lower()
-    assert lines["comm_overlap.delay_wgrad_compute"] == str(tc["delay_wgrad_compute"]).lower()
+    assert lines["model.overlap_moe_expert_parallel_comm"] == str(tc["overlap_moe_expert_parallel_comm"]).lower()
+    assert lines["model.delay_wgrad_compute"] == lines["ddp.delay_wgrad_compute"] == \
+        str(tc["delay_wgrad_compute"]).lower()

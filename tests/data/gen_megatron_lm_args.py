@@ -10,6 +10,7 @@ release produces.
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ OUT = Path(__file__).resolve().parents[2] / "compiler" / "data" / "megatron_lm_a
 
 
 def _plain(value):
+    if isinstance(value, enum.Enum):
+        return value.name  # e.g. --attention-backend's AttnBackend.auto: what a plan writes
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):

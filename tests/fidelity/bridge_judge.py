@@ -6,9 +6,12 @@ Run under .venv312 (megatron-bridge 0.6.2, megatron-core 0.19.2):
 For each build dir: build Bridge's own pretrain recipe for the model (RECIPES), apply the
 bridge.overrides lines with Bridge's own applier (training.utils.omegaconf_utils.
 process_config_with_overrides: Hydra syntax, struct mode, so an unknown key is refused the way
-Bridge's scripts refuse it), run ConfigContainer.validate() (finalizes the model provider and the
-CommOverlapConfig), and compare every TransformerConfig field of the provider with the config the
-plan implies, plus training / optimizer / DDP values.
+Bridge's scripts refuse it), run what Bridge's pretrain() runs before it builds anything
+(config.runtime_config_update: the recipe's environment defaults, MixedPrecisionConfig.setup and
+CommOverlapConfig.setup when present, which overwrite model / optimizer / DDP fields, then
+ConfigContainer.validate(), which finalizes the provider), and compare every TransformerConfig field
+of the provider with the config the plan implies, plus GPTModel, YaRN, training / optimizer / DDP
+values (FIELD_MAP).
 
 What is stubbed, and why (no GPU, no network, no Transformer Engine here):
   - Bridge 0.6.2 imports transformer_engine.pytorch unconditionally in peft/lora_layers.py and
@@ -59,31 +62,45 @@ RECIPES = {
 # Provider fields that legitimately differ from the plan. Keep it short; each needs a reason.
 LAUNCH_ONLY_EXCEPTIONS = {
     "inference_sampling_seed": "inference-only sampling seed; the plan's seed is compared as rng.seed",
+    "deallocate_pipeline_outputs": "GPTModelProvider defaults it True, as Megatron-LM hard-codes it (see "
+    "megatron_lm_judge): frees pipeline output tensors early in the schedule, no effect on the math",
+    "hetereogenous_dist_checkpoint": "Bridge's Qwen3-Next provider sets it: the layout of distributed "
+    "checkpoints of heterogeneous layers, read only when a checkpoint is saved or loaded",
 }
 NOT_COMPARABLE = {"init_method", "output_layer_init_method", "embedding_init_method"}
 
-# plan section, key -> attribute path in the ConfigContainer
-FIELD_MAP = {
-    ("model", "position_embedding_type"): "model.position_embedding_type",
-    ("model", "rotary_base"): "model.rotary_base",
-    ("model", "vocab_size"): "model.vocab_size",
-    ("model", "share_embeddings_and_output_weights"): "model.share_embeddings_and_output_weights",
-    ("training", "seq_length"): "model.seq_length",
-    ("training", "global_batch_size"): "train.global_batch_size",
-    ("training", "micro_batch_size"): "train.micro_batch_size",
-    ("training", "train_iters"): "train.train_iters",
-    ("training", "seed"): "rng.seed",
-    ("optimizer", "lr"): "optimizer.lr",
-    ("optimizer", "weight_decay"): "optimizer.weight_decay",
-    ("optimizer", "clip_grad"): "optimizer.clip_grad",
-    ("optimizer", "optimizer"): "optimizer.optimizer",
-    ("optimizer", "use_distributed_optimizer"): "optimizer.use_distributed_optimizer",
-    ("ddp_config", "grad_reduce_in_fp32"): "ddp.grad_reduce_in_fp32",
-    ("ddp_config", "overlap_grad_reduce"): "ddp.overlap_grad_reduce",
-    ("ddp_config", "overlap_param_gather"): "ddp.overlap_param_gather",
-    ("ddp_config", "use_distributed_optimizer"): "ddp.use_distributed_optimizer",
-    ("ddp_config", "bucket_size"): "ddp.bucket_size",
-}
+# (plan section, key, attribute path in the ConfigContainer): plan values outside the provider's
+# TransformerConfig fields, and TransformerConfig values megatron-core also reads from another config.
+FIELD_MAP = (
+    ("model", "position_embedding_type", "model.position_embedding_type"),
+    ("model", "rotary_base", "model.rotary_base"),
+    ("model", "rotary_percent", "model.rotary_percent"),
+    ("model", "vocab_size", "model.vocab_size"),
+    ("model", "share_embeddings_and_output_weights", "model.share_embeddings_and_output_weights"),
+    ("training", "seq_length", "model.seq_length"),
+    ("training", "global_batch_size", "train.global_batch_size"),
+    ("training", "micro_batch_size", "train.micro_batch_size"),
+    ("training", "train_iters", "train.train_iters"),
+    ("training", "seed", "rng.seed"),
+    ("optimizer", "lr", "optimizer.lr"),
+    ("optimizer", "weight_decay", "optimizer.weight_decay"),
+    ("optimizer", "clip_grad", "optimizer.clip_grad"),
+    ("optimizer", "optimizer", "optimizer.optimizer"),
+    ("optimizer", "use_distributed_optimizer", "optimizer.use_distributed_optimizer"),
+    ("ddp_config", "grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32"),
+    ("ddp_config", "overlap_grad_reduce", "ddp.overlap_grad_reduce"),
+    ("ddp_config", "overlap_param_gather", "ddp.overlap_param_gather"),
+    ("ddp_config", "overlap_param_gather", "optimizer.overlap_param_gather"),
+    ("ddp_config", "use_distributed_optimizer", "ddp.use_distributed_optimizer"),
+    ("ddp_config", "bucket_size", "ddp.bucket_size"),
+    ("transformer_config", "delay_wgrad_compute", "ddp.delay_wgrad_compute"),
+    ("transformer_config", "use_te_rng_tracker", "rng.te_rng_tracker"),
+    ("transformer_config", "bf16", "optimizer.bf16"),
+    ("transformer_config", "fp16", "optimizer.fp16"),
+    ("transformer_config", "params_dtype", "optimizer.params_dtype"),
+) + tuple(("config_attributes", f"yarn_{k}", f"model.yarn_{k}") for k in (
+    "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+    "mscale_all_dim", "correction_range_round_to_int"))
 
 
 def _placeholder_module(name: str) -> types.ModuleType:
@@ -98,17 +115,26 @@ def _placeholder_module(name: str) -> types.ModuleType:
     return mod
 
 
-def import_bridge():
-    """Import megatron.bridge without Transformer Engine (see the module docstring)."""
+def install_te_free_bridge() -> None:
+    """Let megatron.bridge import without Transformer Engine: megatron-core first (its TE probes see no
+    TE), then placeholders for the two Bridge modules that import TE unconditionally (module docstring).
+    Shared with tests/lint/frontend_judge.py."""
     with jl.quiet():
-        import megatron.core  # noqa: F401  (first, so its TE probes see no TE)
+        import megatron.core  # noqa: F401
 
         for name in ("megatron.bridge.peft.lora_layers",
                      "megatron.bridge.models.gpt_full_te_layer_autocast_spec"):
             sys.modules.setdefault(name, _placeholder_module(name))
+
+
+def import_bridge():
+    """Import megatron.bridge without Transformer Engine (see the module docstring)."""
+    install_te_free_bridge()
+    with jl.quiet():
         import megatron.bridge
         from megatron.bridge import AutoBridge
         from megatron.bridge.training.utils import omegaconf_utils
+        from megatron.bridge.training import config as bridge_config
 
     original = AutoBridge.from_hf_pretrained.__func__
     cache = Path(tempfile.mkdtemp(prefix="moeforge-hf-"))
@@ -126,6 +152,7 @@ def import_bridge():
         return original(cls, path, **kwargs)
 
     AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+    omegaconf_utils.runtime_config_update = bridge_config.runtime_config_update
     return omegaconf_utils
 
 
@@ -176,10 +203,10 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
             stage = "overrides"
             omegaconf_utils.process_config_with_overrides(
                 cfg, cli_overrides=read_overrides(Path(build_dir) / "bridge.overrides"))
-            stage = "validate"
+            stage = "runtime_config_update"
             if plan["platform"].get("software", {}).get("transformer_engine"):
                 te_fused_adam_signature()
-            cfg.validate()
+            omegaconf_utils.runtime_config_update(cfg)  # what pretrain() runs first
     except Exception as exc:  # noqa: BLE001 - Bridge's refusal is the finding
         msg = str(exc).strip().splitlines()
         verdict["error"] = f"{stage}: {type(exc).__name__}: {' '.join(msg)[:1500]}"
@@ -190,8 +217,8 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
 
     verdict["accepted"] = True
     verdict["diffs"] = jl.compare_config(plan, cfg.model, LAUNCH_ONLY_EXCEPTIONS, NOT_COMPARABLE)
-    for (section, key), path in FIELD_MAP.items():
-        if key not in plan.get(section, {}):
+    for section, key, path in FIELD_MAP:
+        if key not in (plan.get(section) or {}):
             continue
         want, got = plan[section][key], dig(cfg, path)
         if not jl.same(jl.norm(want), jl.norm(got)):

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import types
 from pathlib import Path
 
 DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")
@@ -73,7 +74,8 @@ def emulate_platform(plan: dict) -> list[str]:
     ask "is TE >= X installed?" and "are the fused permute kernels importable?". On the target
     platform they are (plan.platform.software.transformer_engine), so megatron-core's cached TE
     version is set to the platform's and the fused-permute / fused-RoPE handles to placeholders that are never
-    called. torch.cuda.get_device_capability answers the platform's compute capability. No TE
+    called. torch.cuda.get_device_capability answers the platform's compute capability, and
+    torch.cuda.get_device_properties its name, compute capability and memory (Bridge's flex-dispatcher check). No TE
     code runs; every other check runs unchanged.
     """
     import torch
@@ -87,6 +89,10 @@ def emulate_platform(plan: dict) -> list[str]:
     cc = str(gpu.get("compute_capability", "0.0"))
     major, minor = (int(x) for x in cc.split("."))
     torch.cuda.get_device_capability = lambda *a, **k: (major, minor)
+    # Bridge's flex-dispatcher check reads the device's name and major version
+    props = types.SimpleNamespace(name=gpu.get("name", "none"), major=major, minor=minor,
+                                  total_memory=int(gpu.get("memory_gb", 0)) * 2**30)
+    torch.cuda.get_device_properties = lambda *a, **k: props
     te = plan["platform"].get("software", {}).get("transformer_engine")
     mcu._te_version = Version(str(te)) if te else Version("0.0.0")
     placeholder = (lambda *a, **k: (_ for _ in ()).throw(RuntimeError("TE placeholder"))) if te else None

@@ -50,7 +50,7 @@ def check_static(build: Path) -> None:
         assert line.startswith("--"), f"megatron-lm.args: a line that is not a flag: {line!r}"
     overrides = (build / "bridge.overrides").read_text()
     for line in H.non_comment_lines(overrides):
-        key = line.split("=", 1)[0]
+        key = line.split("=", 1)[0].removeprefix("++")  # Hydra's force-add form is part of the grammar
         assert "=" in line and key.replace(".", "").replace("_", "").isalnum(), \
             f"bridge.overrides: a line that is not key=value: {line!r}"
     json.loads((build / "plan.json").read_text())

@@ -9,11 +9,14 @@ KIND is one of:
 - megatron-lm: Megatron-LM's parse_args() defaults, the configuration set on the namespace under
                Megatron-LM's dests, validate_args(), then core_transformer_config_from_args() (what
                pretrain_gpt builds, i.e. TransformerConfig.__post_init__ on the validated arguments);
-- bridge:      Megatron-Bridge's CommOverlapConfig (finalize + setup) and the provider's finalize()
-               (Bridge's pre-processing + megatron-core's __post_init__). Needs megatron-bridge.
+- bridge:      Megatron-Bridge's CommOverlapConfig (finalize + setup), the provider's finalize()
+               (Bridge's pre-processing + megatron-core's __post_init__) and the checks
+               GPTModelProvider.provide() makes before building (CUDA-graph configuration, TE RNG
+               tracker). megatron.bridge is imported the way tests/fidelity/bridge_judge.py imports it
+               (Transformer-Engine-free placeholders, shared code). Needs megatron-bridge.
 
-Input: a JSON list of flat configurations (Megatron field names, plus world_size). Output: one JSON
-object per configuration: {"ok": bool, "error": text or null, "kind": exception class or null,
+Input: a JSON list of flat configurations (Megatron field names, plus world_size). Output, on stdout
+and nothing else there (Megatron's prints and logging go to stderr): one JSON object per configuration: {"ok": bool, "error": text or null, "kind": exception class or null,
 "warnings": [...]}. An exception other than AssertionError/ValueError is reported with ok false
 and kind set, so the caller can tell a harness problem from a verdict.
 """
@@ -116,6 +119,22 @@ def _lm(cfg):
     core_transformer_config_from_args(args)
 
 
+def _bridge_import():
+    """megatron.bridge without Transformer Engine, the way the fidelity judge imports it (shared code)."""
+    from pathlib import Path
+
+    fidelity = str(Path(__file__).resolve().parents[1] / "fidelity")
+    if fidelity not in sys.path:
+        sys.path.insert(0, fidelity)
+    import logging
+
+    from bridge_judge import install_te_free_bridge
+
+    logging.disable(logging.WARNING)  # Bridge logs INFO lines on import
+    install_te_free_bridge()
+    import megatron.bridge.training.comm_overlap  # noqa: F401
+
+
 def _bridge(cfg):
     import torch
     from megatron.bridge.models.gpt_provider import GPTModelProvider
@@ -136,8 +155,19 @@ def _bridge(cfg):
                                 overlap_moe_expert_parallel_comm=cfg.get("overlap_moe_expert_parallel_comm"),
                                 delay_wgrad_compute=cfg.get("delay_wgrad_compute"))
     overlap.finalize()
-    overlap.setup(model, optimizer, ddp)
+    try:
+        overlap.setup(model, optimizer, ddp)
+    except TypeError as exc:  # Bridge's own check crashes (e.g. num_moe_experts None > 1): it refuses
+        raise ValueError(f"CommOverlapConfig.setup raises {type(exc).__name__}: {exc}") from exc
     model.finalize()
+    # GPTModelProvider.provide() checks these before it builds anything (gpt_provider.py, 0.6.2)
+    from megatron.bridge.utils.cuda_graph import validate_cuda_graph_configuration
+
+    validate_cuda_graph_configuration(model)
+    if model.cuda_graph_impl != "none":
+        assert getattr(model, "use_te_rng_tracker", False), (
+            "Transformer engine's RNG tracker is required for cudagraphs, it can be "
+            "enabled with use_te_rng_tracker=True'.")
 
 
 JUDGES = {"mcore": _mcore, "megatron-lm": _lm, "bridge": _bridge}
@@ -146,15 +176,22 @@ JUDGES = {"mcore": _mcore, "megatron-lm": _lm, "bridge": _bridge}
 def main(kind: str) -> int:
     configs = json.load(sys.stdin)
     judge = JUDGES[kind]
-    if kind == "bridge":
-        try:
-            import megatron.bridge.training.comm_overlap  # noqa: F401
-        except Exception as exc:  # noqa: BLE001
-            json.dump({"unavailable": f"{type(exc).__name__}: {exc}"}, sys.stdout)
-            return 0
-    verdicts = [_verdict(judge, cfg) for cfg in configs]
-    real = sys.stdout
-    json.dump({"verdicts": verdicts}, real)
+    # stdout carries the JSON answer only: whatever Megatron prints or logs there (Bridge's INFO
+    # logging, C-level prints) goes to stderr, at the file-descriptor level
+    sys.stdout.flush()
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    try:
+        if kind == "bridge":
+            try:
+                _bridge_import()
+            except Exception as exc:  # noqa: BLE001
+                json.dump({"unavailable": f"{type(exc).__name__}: {exc}"}, answer)
+                return 0
+        verdicts = [_verdict(judge, cfg) for cfg in configs]
+        json.dump({"verdicts": verdicts}, answer)
+    finally:
+        answer.flush()
     return 0
 
 
