@@ -20,7 +20,8 @@ from pathlib import Path
 
 from . import __version__
 from .explain import ORDER
-from .megatron_args import arguments, bridge_overrides, release_for
+from .bridge_overrides import bridge_overrides
+from .megatron_args import arguments, release_for
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",

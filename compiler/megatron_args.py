@@ -1,7 +1,6 @@
-"""Megatron-LM pretrain_gpt.py arguments and Megatron-Bridge overrides for a plan, from the one table.
+"""Megatron-LM pretrain_gpt.py arguments for a plan, from the one table (compiler.knobs).
 
-Every plan value is looked up in compiler.knobs (section and name -> Megatron-LM argument dest,
-Bridge path). The flag that sets a dest, its action (store_true / store_false / value / list) and
+Every plan value is looked up in the table (section and name -> Megatron-LM argument dest). The flag that sets a dest, its action (store_true / store_false / value / list) and
 Megatron-LM's own default come from Megatron-LM's argument parser, stored as data
 (compiler/data/megatron_lm_args.json, megatron-core 0.19.2's megatron/training); for a 0.16
 platform only the flags that release has (compiler/data/megatron_lm_flags.json) are used. A value
@@ -33,65 +32,6 @@ RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes
                 "bucket_size": "megatron-core's default bucketing",
                 "optimizer": "Megatron-LM's default --optimizer adam"}
 
-
-# Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
-BRIDGE_SECTIONS = {"tc": "model.{}", "model": "model.{}", "ddp": "ddp.{}", "optimizer": "optimizer.{}"}
-# Plan fields outside the knob table whose Bridge home is not model.<name> / ddp.<name> / optimizer.<name>.
-BRIDGE_FIELD_PATHS = {"params_dtype": "mixed_precision.params_dtype",
-                      "pipeline_dtype": "mixed_precision.pipeline_dtype",
-                      "autocast_dtype": "mixed_precision.autocast_dtype"}
-# Bridge config nodes rebuilt from scratch, first (Hydra applies overrides in order), so the result does not
-# depend on what the Bridge recipe put there; then values that are not plan values but keep a recipe's own
-# settings from overriding the plan's.
-BRIDGE_RESETS = (
-    # runtime_config_update runs MixedPrecisionConfig.setup, which overwrites the dtype, fp8/fp4 fields of the
-    # model, optimizer and DDP; a recipe holds either a config or a recipe name (a string takes no fields).
-    ("mixed_precision", "null"),
-    ("++mixed_precision._target_", "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"),
-    # CommOverlapConfig.setup overwrites the model's and DDP's overlap fields with its own defaults (p2p overlap
-    # by VPP, EP overlap and delayed wgrad off, a 128 MiB DDP bucket when DP > 1) and cannot say "megatron-core's
-    # default bucketing"; the plan states each value, so they are set where megatron-core reads them.
-    ("comm_overlap", "null"),
-)
-BRIDGE_FIXED = (
-    # deprecated aliases (recipes set them): megatron-core refuses cuda_graph_scope with cuda_graph_modules, and
-    # routes a *_num_sms into moe_flex_dispatcher_num_sms when the plan leaves that unset
-    ("model.cuda_graph_scope", "null"),
-    ("model.moe_deepep_num_sms", "null"),
-    ("model.moe_hybridep_num_sms", "null"),
-    # GPTModel gets the plan's vocab_size as is (no padding to make_vocab_size_divisible_by x TP)
-    ("model.should_pad_vocab", "false"),
-)
-DTYPES = ("float32", "float16", "bfloat16")
-# Fields only an attention variant reads, by the plan field that turns it on: a table knob the plan is silent on
-# is written at megatron-core's default only when its variant is in use (a GPTModelProvider has no MLA fields;
-# the linear-attention sizes are read by experimental_attention_variant's layers only).
-VARIANT_ONLY = {
-    **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
-                     "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-                     "mscale_all_dim"), "multi_latent_attention"),
-    **dict.fromkeys(("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                     "linear_num_value_heads"), "experimental_attention_variant"),
-}
-
-
-def _bridge_value(path: str, value) -> str:
-    """An override value: JSON, except torch dtypes inside a config node Bridge instantiates."""
-    if path.startswith("mixed_precision.") and value in DTYPES:
-        return "{_target_:torch.%s,_call_:false}" % value  # instantiate returns the dtype object itself
-    return json.dumps(value)
-
-
-def _bridge_not_written(plan: dict, name: str, value) -> str | None:
-    """Why a plan value has no Bridge override (None: it has one)."""
-    if name == "max_sequence_length":
-        ptype = plan["model"].get("position_embedding_type")
-        effect = ("with learned_absolute positions the position table has model.seq_length rows"
-                  if ptype == "learned_absolute" else f"with {ptype} positions it sizes no weights")
-        return (f"Bridge's GPTModelProvider passes model.seq_length "
-                f"({plan['training'].get('seq_length')}) as GPTModel's max_sequence_length and has no field "
-                f"for it; {effect}")
-    return None
 
 @lru_cache(maxsize=1)
 def lm_parser() -> dict:
@@ -125,7 +65,7 @@ def _by_dest(release: str) -> dict[str, list[tuple[str, dict]]]:
 
 
 @lru_cache(maxsize=4)
-def _knob_index(mcore: int) -> dict[tuple[str, str], K.Knob]:
+def knob_index(mcore: int) -> dict[tuple[str, str], K.Knob]:
     return {(k.section, k.name_for(mcore)): k for k in K.KNOBS if k.section and k.name_for(mcore)}
 
 
@@ -211,7 +151,7 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """(flag, values) pairs for pretrain_gpt.py, and a note for each plan value Megatron-LM cannot take."""
     mcore_text = plan["platform"]["software"]["megatron_core"]
     mcore, by_dest = version_int(mcore_text), _by_dest(release_for(mcore_text))
-    index = _knob_index(mcore)
+    index = knob_index(mcore)
     wanted, notes = {}, []
     for plan_key, section in SECTIONS:
         for name, value in (plan.get(plan_key) or {}).items():
@@ -241,46 +181,3 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
         elif isinstance(result, str):
             notes.append(f"{name}={json.dumps(value)}: {result}")
     return sorted(out), sorted(notes)
-
-
-def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
-    """Megatron-Bridge overrides (Hydra-style key=value, values as JSON) from the table's Bridge paths, in the
-    order Hydra must apply them, and a note for each plan value that has none.
-
-    A knob's `bridge` may name several paths when Bridge keeps the value in more than one
-    config (megatron-core reads delay_wgrad_compute from both the model and the DDP config). Table knobs the
-    plan is silent on are written at megatron-core's default, so a Bridge recipe's own value does not stand
-    in for it. Paths under mixed_precision are written with `++`: that node is rebuilt from scratch."""
-    mcore = version_int(plan["platform"]["software"]["megatron_core"])
-    index = _knob_index(mcore)
-    out, notes = {}, []
-
-    def put(paths: tuple, value) -> None:
-        for path in paths:
-            out[path] = _bridge_value(path, value)
-
-    for plan_key, section in SECTIONS:
-        for name, value in (plan.get(plan_key) or {}).items():
-            knob = index.get((section, name))
-            fallback = BRIDGE_FIELD_PATHS.get(name) or BRIDGE_SECTIONS.get(section, "{}").format(name)
-            paths = knob.bridge_paths if knob else (fallback,)
-            if section == "training" and knob is None:
-                paths = ()  # moeforge's runtime fields (micro-batch count, report window, data kind)
-            why = _bridge_not_written(plan, name, value)
-            if why:
-                notes.append(f"{name}={json.dumps(value)}: {why}")
-            elif not paths:
-                if name not in RUNTIME_ONLY:
-                    notes.append(f"{name}={json.dumps(value)}: no Megatron-Bridge override path")
-            else:
-                put(paths, value)
-    stated = {name for plan_key, _ in SECTIONS for name in (plan.get(plan_key) or {})}
-    tc = plan["transformer_config"]
-    for (section, name), knob in index.items():
-        if section in ("tc", "model", "yarn") and name not in stated and knob.bridge_paths \
-                and (name not in VARIANT_ONLY or tc.get(VARIANT_ONLY[name])):
-            put(knob.bridge_paths, knob.default_for("megatron-core"))
-    for path, value in BRIDGE_FIXED:
-        out.setdefault(path, value)
-    plus = lambda p: "++" + p if p.startswith("mixed_precision.") else p  # noqa: E731
-    return list(BRIDGE_RESETS) + sorted((plus(p), v) for p, v in out.items()), sorted(notes)

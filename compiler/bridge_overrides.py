@@ -1,0 +1,115 @@
+"""Megatron-Bridge overrides for a plan, from the one table's Bridge paths (compiler.knobs).
+
+Hydra-style `key=value` lines that give a Bridge recipe the plan's values whatever the recipe itself
+holds: config nodes whose setup would overwrite the plan are rebuilt or cleared first, each value is set
+where megatron-core reads it, and a plan value without a Bridge home is a note saying why.
+tests/fidelity/bridge_judge.py applies them to Bridge's own recipes and validates the result.
+"""
+from __future__ import annotations
+
+import json
+
+from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
+from .rules.expr import version_int
+
+# Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
+BRIDGE_SECTIONS = {"tc": "model.{}", "model": "model.{}", "ddp": "ddp.{}", "optimizer": "optimizer.{}"}
+# Plan fields outside the knob table whose Bridge home is not model.<name> / ddp.<name> / optimizer.<name>.
+BRIDGE_FIELD_PATHS = {"params_dtype": "mixed_precision.params_dtype",
+                      "pipeline_dtype": "mixed_precision.pipeline_dtype",
+                      "autocast_dtype": "mixed_precision.autocast_dtype"}
+# Bridge config nodes rebuilt from scratch, first (Hydra applies overrides in order), so the result does not
+# depend on what the Bridge recipe put there; then values that are not plan values but keep a recipe's own
+# settings from overriding the plan's.
+BRIDGE_RESETS = (
+    # runtime_config_update runs MixedPrecisionConfig.setup, which overwrites the dtype, fp8/fp4 fields of the
+    # model, optimizer and DDP; a recipe holds either a config or a recipe name (a string takes no fields).
+    ("mixed_precision", "null"),
+    ("++mixed_precision._target_", "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"),
+    # CommOverlapConfig.setup overwrites the model's and DDP's overlap fields with its own defaults (p2p overlap
+    # by VPP, EP overlap and delayed wgrad off, a 128 MiB DDP bucket when DP > 1) and cannot say "megatron-core's
+    # default bucketing"; the plan states each value, so they are set where megatron-core reads them.
+    ("comm_overlap", "null"),
+)
+BRIDGE_FIXED = (
+    # deprecated aliases (recipes set them): megatron-core refuses cuda_graph_scope with cuda_graph_modules, and
+    # routes a *_num_sms into moe_flex_dispatcher_num_sms when the plan leaves that unset
+    ("model.cuda_graph_scope", "null"),
+    ("model.moe_deepep_num_sms", "null"),
+    ("model.moe_hybridep_num_sms", "null"),
+    # GPTModel gets the plan's vocab_size as is (no padding to make_vocab_size_divisible_by x TP)
+    ("model.should_pad_vocab", "false"),
+)
+DTYPES = ("float32", "float16", "bfloat16")
+# Fields only an attention variant reads, by the plan field that turns it on: a table knob the plan is silent on
+# is written at megatron-core's default only when its variant is in use (a GPTModelProvider has no MLA fields;
+# the linear-attention sizes are read by experimental_attention_variant's layers only).
+VARIANT_ONLY = {
+    **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
+                     "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                     "mscale_all_dim"), "multi_latent_attention"),
+    **dict.fromkeys(("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                     "linear_num_value_heads"), "experimental_attention_variant"),
+}
+
+
+def _bridge_value(path: str, value) -> str:
+    """An override value: JSON, except torch dtypes inside a config node Bridge instantiates."""
+    if path.startswith("mixed_precision.") and value in DTYPES:
+        return "{_target_:torch.%s,_call_:false}" % value  # instantiate returns the dtype object itself
+    return json.dumps(value)
+
+
+def _bridge_not_written(plan: dict, name: str, value) -> str | None:
+    """Why a plan value has no Bridge override (None: it has one)."""
+    if name == "max_sequence_length":
+        ptype = plan["model"].get("position_embedding_type")
+        effect = ("with learned_absolute positions the position table has model.seq_length rows"
+                  if ptype == "learned_absolute" else f"with {ptype} positions it sizes no weights")
+        return (f"Bridge's GPTModelProvider passes model.seq_length "
+                f"({plan['training'].get('seq_length')}) as GPTModel's max_sequence_length and has no field "
+                f"for it; {effect}")
+    return None
+
+
+def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """Megatron-Bridge overrides (Hydra-style key=value, values as JSON) from the table's Bridge paths, in the
+    order Hydra must apply them, and a note for each plan value that has none.
+
+    A knob's `bridge` may name several paths when Bridge keeps the value in more than one
+    config (megatron-core reads delay_wgrad_compute from both the model and the DDP config). Table knobs the
+    plan is silent on are written at megatron-core's default, so a Bridge recipe's own value does not stand
+    in for it. Paths under mixed_precision are written with `++`: that node is rebuilt from scratch."""
+    mcore = version_int(plan["platform"]["software"]["megatron_core"])
+    index = knob_index(mcore)
+    out, notes = {}, []
+
+    def put(paths: tuple, value) -> None:
+        for path in paths:
+            out[path] = _bridge_value(path, value)
+
+    for plan_key, section in SECTIONS:
+        for name, value in (plan.get(plan_key) or {}).items():
+            knob = index.get((section, name))
+            fallback = BRIDGE_FIELD_PATHS.get(name) or BRIDGE_SECTIONS.get(section, "{}").format(name)
+            paths = knob.bridge_paths if knob else (fallback,)
+            if section == "training" and knob is None:
+                paths = ()  # moeforge's runtime fields (micro-batch count, report window, data kind)
+            why = _bridge_not_written(plan, name, value)
+            if why:
+                notes.append(f"{name}={json.dumps(value)}: {why}")
+            elif not paths:
+                if name not in RUNTIME_ONLY:
+                    notes.append(f"{name}={json.dumps(value)}: no Megatron-Bridge override path")
+            else:
+                put(paths, value)
+    stated = {name for plan_key, _ in SECTIONS for name in (plan.get(plan_key) or {})}
+    tc = plan["transformer_config"]
+    for (section, name), knob in index.items():
+        if section in ("tc", "model", "yarn") and name not in stated and knob.bridge_paths \
+                and (name not in VARIANT_ONLY or tc.get(VARIANT_ONLY[name])):
+            put(knob.bridge_paths, knob.default_for("megatron-core"))
+    for path, value in BRIDGE_FIXED:
+        out.setdefault(path, value)
+    plus = lambda p: "++" + p if p.startswith("mixed_precision.") else p  # noqa: E731
+    return list(BRIDGE_RESETS) + sorted((plus(p), v) for p, v in out.items()), sorted(notes)
