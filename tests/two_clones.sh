@@ -9,6 +9,7 @@ set -euo pipefail
 
 repo="$(git -C "$(dirname -- "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)"
 work="$(mktemp -d /var/tmp/moeforge-two-clones.XXXXXX)"
+chmod 0755 "$work" # as a checkout's parent usually is: tests run scripts as an unprivileged user too
 printf 'two_clones.sh: cloning %s (HEAD %s) twice into %s\n' "$repo" "$(git -C "$repo" rev-parse --short HEAD)" "$work"
 for i in 1 2; do
     mkdir -p -- "$work/c$i"
