@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .diagnostics import CompileError, Position, error
-from .load import Document, load_file
+from .load import Document, YamlLoader, load_file
 from .migrate import upgrade_document
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -194,7 +194,7 @@ def parse_override(text: str) -> tuple[tuple, Any]:
     if not all(p.isidentifier() for p in parts):
         raise CompileError([error("E_OVERRIDE", f"override key '{key}' is not a dotted name", pos)])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     except ValueError as exc:  # e.g. an integer beyond Python's digit limit

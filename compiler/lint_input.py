@@ -21,9 +21,9 @@ from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_
     _lm_virtual_pipeline
 from .lint_values import UnusableInput, _bad, _coerce, _graph_modules, _known_int, _layer_freq, \
     _load_balancing, _version
+from .load import YamlLoader as _LOADER  # YAML 1.2 exponent floats (lr: 3e-4) as in recipes
 from .rules.expr import UNKNOWN, version_int
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not megatron-core dataclass fields but whose "not given" value is known

@@ -7,6 +7,7 @@ schema, duplicate keys, non-string keys, alias bombs, deep nesting and huge docu
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,17 @@ MAX_DEPTH = 64
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader (YAML 1.1) plus YAML 1.2's exponent floats: `lr: 3e-4` is a number, as
+    people write it (YAML 1.1 wants a dot: 3.0e-4). Recipes, --set values and lint-config share it."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+_Loader = YamlLoader
 _construct = yaml.constructor.SafeConstructor()
 
 Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
