@@ -10,6 +10,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from . import valid_cache
 from .diagnostics import Diagnostic, Position, error
 from .load import KEY
 
@@ -27,11 +28,17 @@ def validator(name: str):
 
 
 def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
-    """All schema violations of `data`; `pos_of(path)` gives a Position for a path."""
+    """All schema violations of `data`; `pos_of(path)` gives a Position for a path. A document this
+    schema accepted before (compiler.valid_cache) is not validated again."""
+    entry = valid_cache.key(SCHEMAS / schema_name, data)
+    if valid_cache.known_valid(entry):
+        return []
     v = validator(schema_name)
     out = []
     for err in sorted(v.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
         out.extend(_diagnose(err, pos_of, v.schema))
+    if not out:
+        valid_cache.remember_valid(entry)
     return _dedupe(out)
 
 

@@ -1,11 +1,26 @@
-"""Suite-wide: a closing summary of skipped tests, grouped by reason.
+"""Suite-wide: a private cache directory, and a closing summary of skipped tests, grouped by reason.
 
 Why: a skip hides a check (no root for Slurm, no Python 3.12 for Megatron's own judges, ...);
 the end of `make test` says how many were skipped and why, so a green run never hides that.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections import Counter
+
+_CACHE = tempfile.mkdtemp(prefix="moeforge-test-cache-")
+
+
+def pytest_configure(config):
+    """The compiler's validity cache (compiler/valid_cache.py) lives in a directory of this session's own,
+    inherited by every subprocess, and is removed at the end: tests leave nothing in the user's cache."""
+    os.environ["MOEFORGE_CACHE_DIR"] = _CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 def _reason(report) -> str:

@@ -55,3 +55,43 @@ def test_a_fully_pinned_recipe_is_checked_without_z3(tmp_path):
     solved = _probe("tiny-moe/cpu", root)
     assert solved["auto"] and solved["z3"] is True  # the same recipe with auto knobs does need it
     assert pinned["tc"] == solved["tc"]
+
+
+CHECK = textwrap.dedent("""\
+    import json, sys
+    from compiler.cli import main
+    rc = main(["check", "recipes/tiny-moe/cpu.yaml"])
+    print(json.dumps({"rc": rc, "jsonschema": "jsonschema" in sys.modules}))
+    """)
+
+
+def _check(cache: Path, **env) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MOEFORGE_CACHE_DIR": str(cache),
+                              **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_an_unchanged_recipe_is_not_validated_again(tmp_path):
+    """The validity cache: the second cold check of an unchanged recipe never imports jsonschema."""
+    cache = tmp_path / "cache"
+    assert _check(cache) == {"rc": 0, "jsonschema": True}
+    assert any(cache.rglob("*")), "acceptances are remembered"
+    assert _check(cache) == {"rc": 0, "jsonschema": False}
+    assert _check(cache, MOEFORGE_NO_CACHE="1") == {"rc": 0, "jsonschema": True}
+
+
+def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
+    from compiler import valid_cache
+    from compiler.validate import SCHEMAS, check
+
+    monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
+    valid_cache._directory.cache_clear()
+
+    good, bad = {"schema": "moeforge/model/v1"}, {"schema": "moeforge/model/v1", "nonsense": 1}
+    assert valid_cache.key(SCHEMAS / "model.v1.json", good) != valid_cache.key(SCHEMAS / "model.v1.json", bad)
+    valid_cache.remember_valid(valid_cache.key(SCHEMAS / "model.v1.json", good))
+    assert check(bad, "model.v1.json", lambda path: None), "a refused document is validated every time"
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [valid_cache.key(SCHEMAS / "model.v1.json", good)]
+    valid_cache._directory.cache_clear()
