@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import __version__
 from .diagnostics import CompileError, error, render_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +20,7 @@ RECIPES = ROOT / "recipes"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moeforge", description="Compile MoE training recipes into Megatron launches.")
+    p.add_argument("--version", action="version", version=f"moeforge {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def recipe_cmd(name, help_):
@@ -40,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("rules", help="print the rule catalogue")
     c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON)")
     c.add_argument("rest", nargs=argparse.REMAINDER)
-    c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance")
+    c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance "
+                                    "(exit 1 when they differ, as diff(1) does)")
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--format", choices=("text", "json"), default="text")
@@ -165,7 +168,7 @@ def cmd_diff(args) -> int:
 
     rows = diff(args.a, args.b)
     print(render(rows, args.a, args.b, args.format))
-    return 0
+    return 1 if rows else 0
 
 
 def cmd_matrix(args) -> int:

@@ -2,6 +2,8 @@
 import io
 import json
 import shutil
+import subprocess
+import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -70,20 +72,20 @@ def test_diff_shows_each_differing_knob_with_where_it_came_from():
     base = "qwen3-30b-a3b/h100-bf16-ep16-alltoall"
     rc, out = run("diff", base, f"{base}-overlap", "--format", "json")
     rows = json.loads(out)
-    assert rc == 0
+    assert rc == 1  # they differ, as diff(1) says
     assert [r["knob"] for r in rows] == ["moe.overlap.ep_comm"]
     [row] = rows
     assert (row["a"], row["b"]) == (False, True)
     assert row["b_from"].startswith("recipes/qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap.yaml:")
     rc, out = run("diff", base, base)
-    assert "resolve to the same configuration" in out
+    assert rc == 0 and "resolve to the same configuration" in out
 
 
 def test_diff_of_two_compiled_plans(tmp_path):
     run("compile", "tiny-moe/cpu", "--out", str(tmp_path / "a"))
     run("compile", "tiny-moe/cpu", "--out", str(tmp_path / "b"), "--set", "moe.overlap.ep_comm=false")
     rc, out = run("diff", str(tmp_path / "a" / "tiny-moe" / "cpu"), str(tmp_path / "b" / "tiny-moe" / "cpu"))
-    assert rc == 0 and "moe.overlap.ep_comm: true -> false" in out
+    assert rc == 1 and "moe.overlap.ep_comm: true -> false" in out
 
 
 def test_matrix_text_and_html(tmp_path):
@@ -99,3 +101,11 @@ def test_matrix_text_and_html(tmp_path):
     assert "ERROR" in row  # the CPU platform cannot run a flex/TE recipe
     html = page.read_text()
     assert html.startswith("<!doctype html>") and "<table>" in html and 'class="err"' in html
+
+
+def test_version():
+    from compiler import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "compiler", "--version"], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.strip() == f"moeforge {__version__}"
