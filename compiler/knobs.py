@@ -35,7 +35,7 @@ class Knob:
     bound: str | None = None   # another field this one never exceeds (e.g. layers per stage <= num_layers)
     # Defaults of the other front-ends where they differ from megatron-core's: ((frontend, value), ...)
     frontend_defaults: tuple = ()
-    section: str | None = None  # plan section: tc | model | ddp | optimizer | training (None: not in the plan)
+    section: str | None = None  # plan section: tc | model | yarn | ddp | optimizer | training (None: not in it)
     names: tuple = ()          # ((since_mcore, name), ...) the section's name per release, newest last; () = field
     lm: str | None = ""        # Megatron-LM argument dest ("" = the plan name; None = Megatron-LM has none)
     # Megatron-Bridge override path(s): a tuple where Bridge keeps the value in several configs
