@@ -109,6 +109,8 @@ def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
         if section in ("tc", "model", "yarn") and name not in stated and knob.bridge_paths \
                 and (name not in VARIANT_ONLY or tc.get(VARIANT_ONLY[name])):
             put(knob.bridge_paths, knob.default_for("megatron-core"))
+    # the layer spec the runtime builds: Transformer Engine's, or the local one (a platform without TE)
+    put(("model.transformer_impl",), plan["runtime"]["transformer_impl"])
     for path, value in BRIDGE_FIXED:
         out.setdefault(path, value)
     plus = lambda p: "++" + p if p.startswith("mixed_precision.") else p  # noqa: E731

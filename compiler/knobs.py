@@ -121,7 +121,8 @@ KNOBS: tuple[Knob, ...] = (
     _K("micro_batch_size", "training.micro_batch_size", "int", 1, section="training", bridge="train.micro_batch_size"),
     _K("global_batch_size", "training.global_batch_size", "opt_int", None, section="training",
        bridge="train.global_batch_size"),
-    _K("seq_length", "training.seq_length", "int", 4096, section="training", bridge="model.seq_length"),
+    _K("seq_length", "training.seq_length", "int", 4096, section="training",
+       bridge=("model.seq_length", "dataset.seq_length")),  # Bridge asserts the two agree
     _K("train_iters", "training.train_iters", "int", 10, section="training", bridge="train.train_iters"),
     _K("seed", "training.seed", "int", 1234, section="training", bridge="rng.seed"),
     _K("lr", "training.lr", "float", 1e-4, section="optimizer", bridge="optimizer.lr"),

@@ -142,6 +142,7 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     out.append(("untie_embeddings_and_output_weights", not model.get("share_embeddings_and_output_weights", False)))
     if tc.get("bf16") and not plan["ddp_config"].get("grad_reduce_in_fp32", True):
         out.append(("grad_reduce_in_bf16", True))  # else validate_args reduces BF16 gradients in FP32
+    out.append(("transformer_impl", plan["runtime"]["transformer_impl"]))  # the layer spec the runtime builds
     if plan["training"].get("data", "synthetic") == "synthetic":
         out += [("mock_data", True), ("tokenizer_type", "NullTokenizer")]
     return out

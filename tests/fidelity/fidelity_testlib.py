@@ -40,11 +40,13 @@ def platform_mcore(recipe_id: str) -> str:
     return str(platform.get("software", {}).get("megatron_core", ""))
 
 
-def compile_all(ids: list[str], out: Path) -> dict[str, Path]:
-    """Compile each recipe into out/<id>/ with the compiler's CLI (what users run)."""
+def compile_all(ids: list[str], out: Path, overrides: dict[str, list[str]] | None = None) -> dict[str, Path]:
+    """Compile each recipe into out/<id>/ with the compiler's CLI (what users run), with the given
+    --set overrides per recipe id."""
     dirs = {}
     for rid in ids:
-        subprocess.run([sys.executable, "-m", "compiler", "compile", rid, "--out", str(out)],
+        sets = [a for o in (overrides or {}).get(rid, []) for a in ("--set", o)]
+        subprocess.run([sys.executable, "-m", "compiler", "compile", rid, "--out", str(out), *sets],
                        cwd=ROOT, check=True, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
         dirs[rid] = out / rid
