@@ -151,6 +151,7 @@ def checkout(tmp_path: Path, rendering, context):
     return root, build, paths
 
 
+FAKE_PORT = 31000  # a rendezvous port the scripts hand to recording fakes; nothing ever listens on it
 SCONTROL = 'if [[ $1 == show && $2 == hostnames ]]; then printf "node-a\\nnode-b\\n"; exit 0; fi\nexit 1\n'
 
 
@@ -265,10 +266,11 @@ def test_torchrun_sh_hands_over_argv_verbatim(rendering, context, checkout, shim
 def test_torchrun_sh_master_port_override_and_exit_code(rendering, context, checkout, shims, tmp_path, marker):
     root, build, paths = checkout
     bin_dir, out = shims
-    proc = run_script(paths["torchrun.sh"], bin_dir, tmp_path, {"MASTER_PORT": "31000", "SHIM_RC": "3"})
+    port = str(FAKE_PORT)  # handed to a recording fake: nothing listens on it
+    proc = run_script(paths["torchrun.sh"], bin_dir, tmp_path, {"MASTER_PORT": port, "SHIM_RC": "3"})
     assert proc.returncode == 3
     assert "exited with status 3" in proc.stderr
-    assert rendering.recorded(out, context["python"])["argv"] == rendering.expected_torchrun_argv(context, 31000)
+    assert rendering.recorded(out, context["python"])["argv"] == rendering.expected_torchrun_argv(context, port)
     no_injection(tmp_path, marker)
 
 
@@ -351,7 +353,7 @@ def test_launch_sbatch_port_differs_per_job_unless_pinned(rendering, tmp_path):
     ctx = rendering.benign_context()
     assert port_of(ctx, "101") != port_of(ctx, "102")
     assert port_of(ctx, "101") == str(15000 + 101 % 15000)
-    assert port_of(ctx, "103", {"MASTER_PORT": "31001"}) == "31001"
+    assert port_of(ctx, "103", {"MASTER_PORT": str(FAKE_PORT)}) == str(FAKE_PORT)
     ctx["master_port"] = 29999
     assert port_of(ctx, "101") == port_of(ctx, "102") == "29999"
 
