@@ -56,9 +56,6 @@ def activation_from_name(name: str):
     )
 
 
-_activation = activation_from_name
-
-
 def _is_empty(value) -> bool:
     return value is None or value is False or value == [] or value == {}
 

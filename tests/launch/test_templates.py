@@ -526,12 +526,12 @@ def test_pytorchjob_hostile_strings_stay_values(rendering, pytorchjob_validator,
     pod = doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == ctx["k8s"]["image"]
-    operator_env = {"RANK": "0", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "29517"}
+    operator_env = {"RANK": "0", "MASTER_ADDR": "job-master-0", "MASTER_PORT": str(FAKE_PORT)}
     command = [k8s_expand(a, operator_env) for a in container["command"]]
     plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
     assert command == [
         ctx["python"], "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-        "--node_rank=0", "--master_addr=job-master-0", "--master_port=29517", "--max_restarts=0",
+        "--node_rank=0", "--master_addr=job-master-0", f"--master_port={FAKE_PORT}", "--max_restarts=0",
         "-m", "runtime.train", plan, "--out", ctx["build_dir"],
     ]  # fmt: skip
     assert [(e["name"], k8s_expand(e["value"], operator_env)) for e in container["env"]] == [
