@@ -183,6 +183,12 @@ def _patch_torch_cuda() -> None:
     cuda.current_device = lambda: "cpu"
     cuda.manual_seed = lambda seed: None
     cuda.manual_seed_all = lambda seed: None
+    # There is no CUDA generator: the CPU generator (saved by Megatron-LM as torch_rng_state) and
+    # the CPU RNG tracker below hold every random state, so the CUDA state is empty.
+    cuda.get_rng_state = lambda device="cuda": torch.empty(0, dtype=torch.uint8)
+    cuda.set_rng_state = lambda new_state, device="cuda": None
+    cuda.get_rng_state_all = lambda: []
+    cuda.set_rng_state_all = lambda new_states: None
     nvtx = types.SimpleNamespace(
         range_push=lambda *a, **k: None,
         range_pop=lambda *a, **k: None,
@@ -211,6 +217,67 @@ def _patch_megatron() -> None:
 
     if hasattr(mla, "TELinear") and not isinstance(mla.TELinear, type):
         mla.TELinear = type("_NoTELinear", (), {})
+
+
+def install_megatron_training() -> None:
+    """Stand-ins for Megatron-LM's training package (runtime.megatron), CPU only.
+
+    - pretrain() calls initialize_megatron() without ``allow_no_cuda``, which asserts that CUDA is
+      available; Megatron-LM's own switch for CPU-only processes is that argument, so it is set.
+    - _initialize_distributed() creates the model-parallel groups, and _set_random_seed() seeds the
+      model-parallel RNG tracker, only when ``torch.cuda.device_count() > 0`` (then calling
+      ``torch.cuda.set_device``): while they run the device count is 1 and set_device does
+      nothing, so both happen as on a GPU (the tracker is the CPU one installed above).
+    - Building the data iterators draws a base seed for the DataLoader workers from torch's CPU
+      generator. On a GPU that generator is not the one dropout draws from (the CUDA one is, and
+      checkpoints save both), so data setup does not move the model's random stream; on CPU both
+      are the one CPU generator, and a resumed run (which builds its iterators after restoring
+      the checkpoint's RNG state) would drift from an uninterrupted one. The CPU generator's
+      state is therefore kept unchanged across building the iterators, as it is on a GPU.
+    """
+    if not _INSTALLED:
+        return
+    import functools
+
+    from megatron.training import initialize, training
+
+    training.initialize_megatron = functools.partial(initialize.initialize_megatron,
+                                                     allow_no_cuda=True)
+    for name in ("_initialize_distributed", "_set_random_seed"):
+        setattr(initialize, name, _as_if_one_device(getattr(initialize, name)))
+    training.build_train_valid_test_data_iterators = _keeping_cpu_rng(
+        training.build_train_valid_test_data_iterators)
+
+
+def _keeping_cpu_rng(function):
+    """``function`` run without moving torch's CPU generator."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        state = torch.get_rng_state()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.set_rng_state(state)
+
+    return wrapper
+
+
+def _as_if_one_device(function):
+    """``function`` run with torch.cuda reporting one device that set_device need not select."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        count, set_device = torch.cuda.device_count, torch.cuda.set_device
+        torch.cuda.device_count, torch.cuda.set_device = (lambda: 1), (lambda device: None)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.cuda.device_count, torch.cuda.set_device = count, set_device
+
+    return wrapper
 
 
 def install() -> bool:

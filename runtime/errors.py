@@ -15,6 +15,10 @@ EXIT_CONFIG_REJECTED = 4
 EXIT_REALISED_MISMATCH = 5
 EXIT_SCHEDULE_MISMATCH = 6
 EXIT_INTERNAL = 7
+EXIT_CHECKPOINT_MISMATCH = 8
+# Not a failure: runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
+# and stopped; launch.sbatch requeues the job on this code (75 = EX_TEMPFAIL, "try again").
+EXIT_SAVED_ON_SIGNAL = 75
 
 
 class RuntimeFailure(Exception):
@@ -46,6 +50,11 @@ class ConfigRejected(RuntimeFailure):
 class RealisedMismatch(RuntimeFailure):
     exit_code = EXIT_REALISED_MISMATCH
     kind = "realised configuration differs from the plan"
+
+
+class CheckpointMismatch(RuntimeFailure):
+    exit_code = EXIT_CHECKPOINT_MISMATCH
+    kind = "checkpoint does not fit the plan"
 
 
 class ScheduleMismatch(RuntimeFailure):

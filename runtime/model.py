@@ -276,29 +276,42 @@ def build_model(plan: Plan, cfg, cast_dtype: bool = True, spec_hook=None,
     builds experimental attention variants on the local spec (both dry run only).
     """
     from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
 
     vpp = plan.layout.get("vpp")
-    kwargs = gpt_kwargs(plan)
     chunks = []
     for vp_stage in range(vpp) if vpp else [None]:
         pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
         post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-        block, mtp = layer_specs(cfg, plan, vp_stage, local_backend=local_backend)
-        if spec_hook is not None:
-            block, mtp = spec_hook(block), (spec_hook(mtp) if mtp is not None else None)
-        try:
-            chunk = GPTModel(config=cfg, transformer_layer_spec=block, pre_process=pre,
-                             post_process=post, mtp_block_spec=mtp, vp_stage=vp_stage, **kwargs)
-        except (AssertionError, ValueError, NotImplementedError, ImportError) as exc:
-            raise ConfigRejected(f"GPTModel construction: {type(exc).__name__}: {exc}") from None
-        chunk.model_type = getattr(chunk, "model_type", None)
-        if cast_dtype and cfg.bf16:
-            chunk = chunk.bfloat16()  # the local spec's norms are created in fp32
-        elif cast_dtype and cfg.fp16:
-            chunk = chunk.half()
-        chunks.append(chunk)
+        chunks.append(build_chunk(plan, cfg, pre, post, vp_stage, cast_dtype=cast_dtype,
+                                  spec_hook=spec_hook, local_backend=local_backend))
     return chunks
+
+
+def build_chunk(plan: Plan, cfg, pre_process: bool, post_process: bool, vp_stage: int | None,
+                cast_dtype: bool = True, spec_hook=None, local_backend=None):
+    """One GPTModel chunk: the unit both entry points build (Megatron-LM's get_model calls
+    runtime.megatron's provider once per chunk with pre/post_process and vp_stage).
+
+    ``cast_dtype`` casts to the plan's bf16/fp16 here (runtime.train); under Megatron-LM its
+    Float16Module does that instead.
+    """
+    from megatron.core.models.gpt import GPTModel
+
+    block, mtp = layer_specs(cfg, plan, vp_stage, local_backend=local_backend)
+    if spec_hook is not None:
+        block, mtp = spec_hook(block), (spec_hook(mtp) if mtp is not None else None)
+    try:
+        chunk = GPTModel(config=cfg, transformer_layer_spec=block, pre_process=pre_process,
+                         post_process=post_process, mtp_block_spec=mtp, vp_stage=vp_stage,
+                         **gpt_kwargs(plan))
+    except (AssertionError, ValueError, NotImplementedError, ImportError) as exc:
+        raise ConfigRejected(f"GPTModel construction: {type(exc).__name__}: {exc}") from None
+    chunk.model_type = getattr(chunk, "model_type", None)
+    if cast_dtype and cfg.bf16:
+        chunk = chunk.bfloat16()  # the local spec's norms are created in fp32
+    elif cast_dtype and cfg.fp16:
+        chunk = chunk.half()
+    return chunk
 
 
 def count_parameters(chunks: list) -> dict:

@@ -1,0 +1,105 @@
+"""Checkpoints under Megatron-LM: refuse the wrong model before loading, prune the old ones after.
+
+Why: Megatron-LM compares only num_layers/hidden_size/heads with a bare assert (and with
+dist_checkpointing a differing expert count or FFN width surfaces as a tensor-shape error deep in
+the loader), so a resume is checked here first against the arguments the checkpoint was saved
+with (the common state of torch_dist checkpoints), naming every differing field.  A changed parallel
+layout is what torch_dist checkpoints reshard (dist_checkpointing): it is allowed and reported.
+Megatron-LM has no "keep the last N checkpoints"; ``checkpoint.keep_last`` is done here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .errors import CheckpointMismatch
+
+TRACKER = "latest_checkpointed_iteration.txt"
+# Megatron-LM arguments that fix the shapes of the saved tensors.
+SHAPE_ARGS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+              "group_query_attention", "kv_channels", "num_experts", "moe_ffn_hidden_size",
+              "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+              "padded_vocab_size", "swiglu", "normalization", "position_embedding_type",
+              "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+              "multi_latent_attention", "mtp_num_layers", "max_position_embeddings")
+# Arguments that only change how the tensors are split across ranks.
+LAYOUT_ARGS = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+               "virtual_pipeline_model_parallel_size", "context_parallel_size",
+               "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size",
+               "use_distributed_optimizer")
+
+
+def _value(ns, key: str):
+    """An argument as the model uses it: Megatron-LM sets num_query_groups = num_attention_heads
+    only later (when it first counts FLOPs), so without GQA both sides read the head count."""
+    if key == "num_query_groups" and not getattr(ns, "group_query_attention", False):
+        return getattr(ns, "num_attention_heads", None)
+    return getattr(ns, key)
+
+
+def latest(directory: str | None) -> tuple[int | None, Path | None]:
+    """(iteration, directory) of the newest checkpoint under ``directory`` (Megatron-LM's tracker)."""
+    if not directory:
+        return None, None
+    tracker = Path(directory) / TRACKER
+    if not tracker.is_file():
+        return None, None
+    text = tracker.read_text().strip()
+    if text == "release":
+        return 0, Path(directory) / "release"
+    return int(text), Path(directory) / f"iter_{int(text):07d}"
+
+
+def saved_args(ckpt_dir: Path):
+    """The argparse namespace a torch_dist checkpoint was saved with (None if it has none)."""
+    from megatron.core import dist_checkpointing
+
+    try:
+        state = dist_checkpointing.load_common_state_dict(str(ckpt_dir))
+    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is reported, not raised
+        raise CheckpointMismatch(f"cannot read the checkpoint {ckpt_dir}: {type(exc).__name__}: {exc} "
+                                 f"(set checkpoint.load: none to start from scratch)") from None
+    return state.get("args") if isinstance(state, dict) else None
+
+
+def check_resume(plan, args) -> dict:
+    """What the run resumes from; a checkpoint of another model shape raises CheckpointMismatch."""
+    iteration, ckpt_dir = latest(getattr(args, "load", None))
+    if iteration is None:
+        return {"resumed_from": None}
+    old = saved_args(ckpt_dir)
+    info = {"resumed_from": str(ckpt_dir), "resumed_iteration": iteration}
+    if old is None:
+        return {**info, "verified": False}
+    shape = [f"{k}: checkpoint {_value(old, k)!r}, this run {_value(args, k)!r}"
+             for k in SHAPE_ARGS if hasattr(old, k) and hasattr(args, k)
+             and _value(old, k) != _value(args, k)]
+    if shape:
+        raise CheckpointMismatch(
+            f"the checkpoint {ckpt_dir} was saved by a different model: " + "; ".join(shape)
+            + " (point checkpoint.load at a matching checkpoint, or set checkpoint.load: none to "
+              "start from scratch)")
+    layout = {k: [getattr(old, k), getattr(args, k)] for k in LAYOUT_ARGS
+              if hasattr(old, k) and hasattr(args, k) and getattr(old, k) != getattr(args, k)}
+    if layout and getattr(args, "ckpt_format", "torch_dist") != "torch_dist":
+        field = next(iter(layout))
+        raise CheckpointMismatch(
+            f"the checkpoint {ckpt_dir} was saved with {field} = {layout[field][0]}, this run has "
+            f"{layout[field][1]}; only torch_dist checkpoints reshard (checkpoint.format: torch_dist)")
+    return {**info, "verified": True, "resharded": layout or None}
+
+
+def prune(plan, args) -> list[str]:
+    """Delete all but the newest ``checkpoint.keep_last`` iteration directories (rank 0 only)."""
+    keep = (plan.raw.get("checkpoint") or {}).get("keep_last")
+    save = getattr(args, "save", None)
+    if not keep or not save or int(os.environ.get("RANK", "0")) != 0:
+        return []
+    _, current = latest(save)
+    iters = sorted(p for p in Path(save).glob("iter_*") if p.is_dir())
+    doomed = [p for p in iters[:-keep] if p != current]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return [p.name for p in doomed]
