@@ -1,4 +1,4 @@
-"""`moeforge`: compile, check, explain, rules, lint-config, migrate.
+"""`moeforge`: compile, check, explain, rules, lint-config, migrate, data prepare.
 
 Exit codes: 0 clean, 1 the input has errors (diagnostics printed), 2 usage or internal
 error. No command ever shows a traceback for bad input.
@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     c = sub.add_parser("migrate", help="rewrite documents to the current schema version, comments kept")
     c.add_argument("files", nargs="+")
+    c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
+                       description="Training data tools. They run in the runtime's Python (megatron-core): "
+                                   "`make setup`, then .venv/bin/python -m compiler data ...")
+    data = c.add_subparsers(dest="data_command", required=True, metavar="{prepare}")
+    data.add_parser("prepare", add_help=False,  # main() hands its arguments, --help included, to the runtime
+                    help="tokenize a JSONL corpus into a Megatron indexed dataset PREFIX.bin/.idx/.json "
+                         "(see moeforge data prepare --help)")
     return p
 
 
@@ -62,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
         from .lintconfig import main_lint_config
         return main_lint_config(argv[1:])
+    if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
+        return cmd_data_prepare(argv[2:])
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
@@ -180,6 +189,42 @@ def cmd_matrix(args) -> int:
         from .emit import write_file_atomically
         write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
     return 0
+
+
+def cmd_data_prepare(rest: list[str]) -> int:
+    """Run `python -m runtime.data_prepare REST` in this interpreter, as a subprocess: tokenizing
+    needs megatron-core (and torch), which the compiler never imports. Termination signals are
+    passed on, so the child removes its temporaries; its exit code is returned (128+N when a
+    signal N ended it)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["MOEFORGE_DATA_PREPARE_PROG"] = "moeforge data prepare"
+    cmd = [sys.executable, "-m", "runtime.data_prepare", *rest]
+    child: list[subprocess.Popen] = []
+
+    def forward(signum, frame):
+        if child:
+            child[0].send_signal(signum)
+
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {s: signal.signal(s, forward) for s in handled}
+    try:
+        try:
+            child.append(subprocess.Popen(cmd, env=env))
+        except (OSError, ValueError) as exc:  # ValueError: an argument with a NUL byte
+            print(f"moeforge data prepare: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
+                  file=sys.stderr)
+            return 2
+        rc = child[0].wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
 
 
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
