@@ -103,3 +103,27 @@ def prune(plan, args) -> list[str]:
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return [p.name for p in doomed]
+
+
+def guarded_load(load_checkpoint, resume: dict):
+    """Megatron-LM's load_checkpoint, with a failure to reshard a changed layout named as such."""
+    import functools
+
+    @functools.wraps(load_checkpoint)
+    def load(*args, **kwargs):
+        try:
+            return load_checkpoint(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - becomes one clear message, never a traceback
+            changed = resume.get("resharded") or {}
+            what = "; ".join(f"{k}: checkpoint {old}, this run {new}" for k, (old, new) in changed.items())
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if changed:
+                raise CheckpointMismatch(
+                    f"the checkpoint {resume['resumed_from']} was saved with another parallel layout "
+                    f"({what}) and dist_checkpointing could not reshard it: {first} (resume with the "
+                    f"checkpoint's layout, or start from it with fresh optimizer state by passing "
+                    f"-- --no-load-optim)") from None
+            raise CheckpointMismatch(f"loading {resume['resumed_from']} failed: {type(exc).__name__}: "
+                                     f"{first}") from None
+
+    return load

@@ -27,10 +27,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import checkpoint_guard, cpu_support, gate, launch_env, model, realised, report
+from . import checkpoint_guard, cpu_support, gate, launch_env, megatron_gpt, model, realised, report
 from . import plan as plan_mod
 from .errors import (EXIT_SAVED_ON_SIGNAL, ConfigRejected, PlanError, RealisedMismatch,
-                     RuntimeFailure, report_and_exit)
+                     RuntimeFailure, ScheduleMismatch, report_and_exit)
+from .schedule_probe import ScheduleProbe
 from .train import apply_env, free_port, loss_func
 
 ARGS_FILE = "megatron-lm.args"
@@ -94,7 +95,11 @@ def config_differences(args, plan) -> list[str]:
     """Fields where the TransformerConfig Megatron-LM derives from its arguments differs from the plan."""
     from megatron.training.arguments import core_transformer_config_from_args
 
-    derived = core_transformer_config_from_args(args)
+    try:
+        derived = core_transformer_config_from_args(args)
+    except (AssertionError, ValueError, TypeError, NotImplementedError) as exc:
+        raise ConfigRejected(f"the TransformerConfig Megatron-LM derives from its arguments: "
+                             f"{_where_raised(exc)}") from None
     tc = plan.transformer_config
     fields = [f for f in (*plan.runtime.get("checked_fields", []), *SHAPE_FIELDS) if f in tc]
     diffs = []
@@ -119,6 +124,8 @@ class Run:
         self.realised: dict = {}
         self.chunks: list = []
         self.cfg = None
+        self.probe = ScheduleProbe()
+        self.steps_run = 0
 
     def model_provider(self, pre_process=True, post_process=True, vp_stage=None, config=None,
                        pg_collection=None):
@@ -139,13 +146,24 @@ class Run:
         return chunk
 
     def wrap_train_step(self, training_module):
-        """Record each iteration's loss (Megatron-LM logs it only every --log-interval)."""
+        """Record each iteration's loss (Megatron-LM logs it only every --log-interval), and check
+        after the first step that megatron-core ran the planned schedule (e.g. combined 1F1B)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
         original = training_module.train_step
+        self.probe.install()
 
         def train_step(*args, **kwargs):
             from megatron.training import get_args
 
             result = original(*args, **kwargs)
+            self.steps_run += 1
+            if self.steps_run == 1:
+                self.probe.note_function(get_forward_backward_func())
+                planned = self.plan.runtime["schedule"]
+                if self.probe.schedule_taken() != planned:
+                    raise ScheduleMismatch(f"the plan expects schedule {planned!r} but megatron-core ran "
+                                           f"{self.probe.schedule_taken()!r} ({self.probe.summary()})")
             loss_dict, grad_norm = result[0], result[5]
             iteration = get_args().curr_iteration + 1
             if "lm loss" in loss_dict:
@@ -203,7 +221,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     try:
         mlm_arguments.validate_args(args, {})
     except (AssertionError, ValueError, TypeError) as exc:
-        raise ConfigRejected(f"Megatron-LM's validate_args: {type(exc).__name__}: {exc}") from None
+        raise ConfigRejected(f"Megatron-LM's validate_args: {_where_raised(exc)}") from None
     global_vars.set_global_variables(args)
     changed = rewrites(before, vars(args), plan)
     differs = config_differences(args, plan)
@@ -215,15 +233,18 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
         raise ConfigRejected("--strict: Megatron-LM rewrote planned values at start-up: " + ", ".join(
             f"{c['argument']} {c['plan']!r} -> {c['validated']!r}" for c in disagree))
     resume = checkpoint_guard.check_resume(plan, args)  # before any rank touches the checkpoint
+    megatron_gpt.check_splits(args)
 
     use_prebuilt_dataset_helpers()
+    if resume.get("resumed_from"):
+        training.load_checkpoint = checkpoint_guard.guarded_load(training.load_checkpoint, resume)
     run = Run(plan)
     run.wrap_train_step(training)
     saved_on_signal = False
     with cpu_support.device_scope():
         try:
             training.pretrain(pretrain_cfg_container_from_args(args, None),
-                              _datasets_provider(), ModelType.encoder_or_decoder,
+                              megatron_gpt.datasets_provider, ModelType.encoder_or_decoder,
                               _forward_step, model_provider=run.model_provider)
         except SystemExit as exc:  # Megatron-LM exits this way after a signal or --exit-interval
             if exc.code not in (0, None):
@@ -246,7 +267,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
         "megatron_lm_rewrites": changed,
         "realised": run.realised,
         "checkpoint": {**resume, "save": args.save, "pruned": pruned},
-        "schedule_planned": plan.runtime["schedule"],
+        "schedule_planned": plan.runtime["schedule"], **run.probe.summary(),
         "env": env, "versions": report.versions(),
     }
     if rank == 0:
@@ -270,16 +291,17 @@ def use_prebuilt_dataset_helpers() -> bool:
     return True
 
 
-def _datasets_provider():
-    from .megatron_gpt import datasets_provider
+def _where_raised(exc: BaseException) -> str:
+    """``Type: message`` plus the Megatron source line that raised (a bare assert has no message)."""
+    import traceback
 
-    return datasets_provider
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    where = f"{Path(frame.filename).name}:{frame.lineno}: {frame.line}"
+    return f"{type(exc).__name__}: {exc} ({where})" if str(exc) else f"{type(exc).__name__} at {where}"
 
 
 def _forward_step(data_iterator, model_chunk, return_schedule_plan: bool = False):
-    from .megatron_gpt import forward_step
-
-    return forward_step(data_iterator, model_chunk, return_schedule_plan, loss_func=loss_func)
+    return megatron_gpt.forward_step(data_iterator, model_chunk, return_schedule_plan, loss_func=loss_func)
 
 
 def _signal_received(args) -> bool:

@@ -13,6 +13,8 @@ from functools import partial
 
 import torch
 
+from .errors import PlanError
+
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "attention_mask", "position_ids")
 
 
@@ -45,6 +47,42 @@ def dataset_config(args):
         data_parallel_size=args.data_parallel_size,
         sequence_parallel_size=args.tensor_model_parallel_size * args.sequence_parallel,
     )
+
+
+def check_splits(args) -> None:
+    """Every split with a non-zero weight must get at least one document of every dataset.
+
+    Why: megatron-core builds a split's sample index by adding epochs until it has enough
+    tokens; a split that received no documents (a small corpus with --split 969,30,1) adds zero
+    tokens per epoch and the job hangs there without a message, before step 1.
+    """
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix, parse_and_normalize_split)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    if args.mock_data or not args.data_path or not args.split:
+        return
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
+    prefixes = args.data_path[1::2] if len(args.data_path) > 1 else args.data_path
+    names = ("train", "valid", "test")
+    for prefix in prefixes:
+        documents = IndexedDataset(prefix).document_indices.shape[0] - 1
+        for name, bounds in zip(names, matrix):
+            if bounds is None:
+                continue
+            begin, end = (int(round(b * float(documents))) for b in bounds)
+            if end <= begin:
+                raise PlanError(
+                    f"data.split {args.split!r} gives the {name} split no documents of {prefix} "
+                    f"({documents} documents): megatron-core would loop forever building it. Give "
+                    f"{name} a weight of 0 (e.g. data.split: \"{_zeroed(args.split, name)}\") or use a "
+                    f"larger corpus")
+
+
+def _zeroed(split: str, name: str) -> str:
+    parts = [p.strip() for p in split.split(",")] + ["0"] * 3
+    parts[("train", "valid", "test").index(name)] = "0"
+    return ",".join(parts[:3])
 
 
 def is_dataset_built_on_rank(vp_stage=None) -> bool:
