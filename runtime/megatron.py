@@ -232,8 +232,15 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     if strict and disagree:
         raise ConfigRejected("--strict: Megatron-LM rewrote planned values at start-up: " + ", ".join(
             f"{c['argument']} {c['plan']!r} -> {c['validated']!r}" for c in disagree))
+    if int(os.environ.get("RANK", "0")) == 0:
+        planned = [c for c in changed if "plan" in c]
+        report.echo(f"Megatron-LM's validate_args set {len(changed)} argument(s) ("
+                    f"{len(planned)} the plan states, {len(disagree)} differently; report.json "
+                    f"megatron_lm_rewrites)" + (": " + ", ".join(
+                        f"{c['argument']} {c['plan']!r} -> {c['validated']!r}" for c in disagree)
+                        if disagree else ""))
     resume = checkpoint_guard.check_resume(plan, args)  # before any rank touches the checkpoint
-    megatron_gpt.check_splits(args)
+    megatron_gpt.check_data(args, plan)
 
     use_prebuilt_dataset_helpers()
     if resume.get("resumed_from"):

@@ -49,6 +49,48 @@ def dataset_config(args):
     )
 
 
+def check_data(args, plan) -> None:
+    """Before step 1: the tokenizer fits the model, each dataset was made with the plan's
+    tokenizer (the PREFIX.json `moeforge data prepare` writes), and every split gets documents."""
+    import json
+    from pathlib import Path
+
+    from megatron.training import global_vars
+
+    vocab = plan.model.get("vocab_size")
+    tokenizer = global_vars.get_tokenizer()
+    if vocab is not None and tokenizer is not None and tokenizer.vocab_size > vocab:
+        raise PlanError(f"the tokenizer ({args.tokenizer_type} {args.tokenizer_model or ''}) has "
+                        f"{tokenizer.vocab_size} ids but the model's vocabulary is {vocab}: token ids "
+                        f"would index past the embedding (raise model.architecture.vocab_size)")
+    planned = plan.raw.get("tokenizer") or {}
+    for prefix in _prefixes(args):
+        sidecar = Path(f"{prefix}.json")
+        if not sidecar.is_file() or not planned.get("type"):
+            continue
+        made = json.loads(sidecar.read_text()).get("tokenizer") or {}
+        same = made.get("type") == planned["type"] and (
+            planned.get("eod_id") is None or made.get("eod_id") == planned["eod_id"])
+        if not same:
+            raise PlanError(f"{prefix} was tokenized with the {made.get('type')} tokenizer "
+                            f"(eod {made.get('eod_id')}, {sidecar.name}) but the plan trains with "
+                            f"{planned['type']} (eod {planned.get('eod_id')}): prepare the data again "
+                            f"with the plan's tokenizer, or set tokenizer.type to match")
+    check_splits(args)
+
+
+def _prefixes(args) -> list[str]:
+    """--data-path is either PREFIX... or WEIGHT PREFIX WEIGHT PREFIX..."""
+    paths = list(args.data_path or [])
+    if len(paths) > 1:
+        try:
+            float(paths[0])
+            return paths[1::2]
+        except ValueError:
+            pass
+    return paths
+
+
 def check_splits(args) -> None:
     """Every split with a non-zero weight must get at least one document of every dataset.
 
@@ -63,9 +105,8 @@ def check_splits(args) -> None:
     if args.mock_data or not args.data_path or not args.split:
         return
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
-    prefixes = args.data_path[1::2] if len(args.data_path) > 1 else args.data_path
     names = ("train", "valid", "test")
-    for prefix in prefixes:
+    for prefix in _prefixes(args):
         documents = IndexedDataset(prefix).document_indices.shape[0] - 1
         for name, bounds in zip(names, matrix):
             if bounds is None:

@@ -160,3 +160,21 @@ def test_a_split_that_gets_no_documents_is_an_error_not_a_hang(tmp_path, corpus)
     ranks = mt.run(build)
     assert ranks.returncodes == [2, 2], ranks.output[-4000:]
     assert "gives the test split no documents" in ranks.output and 'data.split: "969,30,0"' in ranks.output
+
+
+def test_a_dataset_made_with_another_tokenizer_is_refused(tmp_path, corpus):
+    """PREFIX.json (written by `moeforge data prepare`) says which tokenizer made the data."""
+    import shutil
+
+    copy = tmp_path / "data" / corpus.name
+    copy.parent.mkdir()
+    for suffix in (".bin", ".idx", ".json"):
+        shutil.copy(f"{corpus}{suffix}", f"{copy}{suffix}")
+    meta = json.loads(copy.with_name(copy.name + ".json").read_text())
+    meta["tokenizer"].update(type="huggingface", eod_id=151643)
+    copy.with_name(copy.name + ".json").write_text(json.dumps(meta))
+    build = mt.compile_tiny(tmp_path / "b", "data.kind=indexed", "tokenizer.type=byte", "data.split=99,1,0",
+                            f"data.paths=[{json.dumps(str(copy))}]")
+    ranks = mt.run(build)
+    assert ranks.returncodes == [2, 2], ranks.output[-4000:]
+    assert "was tokenized with the huggingface tokenizer" in ranks.output
