@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from . import knobs as K
 from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
 from .rules.expr import version_int
 
@@ -39,6 +40,9 @@ BRIDGE_FIXED = (
     ("model.moe_hybridep_num_sms", "null"),
     # GPTModel gets the plan's vocab_size as is (no padding to make_vocab_size_divisible_by x TP)
     ("model.should_pad_vocab", "false"),
+    # GPTDatasetConfig.finalize reads dataset.data_path only when blend is None: a recipe's own blend never
+    # stands in for the plan's data (data.paths / data.blend are written as dataset.data_path)
+    ("dataset.blend", "null"),
 )
 DTYPES = ("float32", "float16", "bfloat16")
 # Fields only an attention variant reads, by the plan field that turns it on: a table knob the plan is silent on
@@ -70,6 +74,46 @@ def _bridge_not_written(plan: dict, name: str, value) -> str | None:
                 f"({plan['training'].get('seq_length')}) as GPTModel's max_sequence_length and has no field "
                 f"for it; {effect}")
     return None
+
+
+def training_io(plan: dict, mcore: int) -> dict:
+    """Bridge path -> value for the training-I/O sections (knobs.IO_SECTIONS) and the distributed backend,
+    from each knob's Bridge path. Every value is stated (null included), so a Bridge recipe's own data,
+    checkpoint, schedule or logging settings never stand in for the plan's. data.paths / blend / split are
+    written for an indexed dataset only (dataset.data_path null otherwise: Bridge's mock data);
+    data.blend is Megatron's --data-path list (W1 P1 W2 P2 ...); checkpoint.load auto is the save
+    directory, none is null; a save directory brings the exit-signal handler on the launchers' signal."""
+    index = knob_index(mcore)
+    out: dict = {}
+    data, ckpt = plan["data"], plan["checkpoint"]
+    for section in K.IO_SECTIONS:
+        for name, value in (plan.get(section) or {}).items():
+            knob = index.get((section, name))
+            if knob is None or not knob.bridge_paths:
+                continue  # plan.runtime's own fields, data.kind and data.env_vars: nothing of Bridge's
+            if section == "data" and name in ("paths", "blend", "split") and data["kind"] != "indexed":
+                continue
+            if (section, name) == ("data", "blend"):
+                if value is None:
+                    continue  # data.paths (or null) is dataset.data_path
+                value = [str(v) for e in value for v in (e["weight"], e["path"])]
+            elif (section, name) == ("data", "paths") and value is None and data["blend"] is not None:
+                continue
+            elif (section, name) == ("checkpoint", "load"):
+                value = ckpt["save"] if value == "auto" else None if value == "none" else value
+            for path in knob.bridge_paths:
+                out[path] = knob.megatron_value(value)
+    if data["kind"] != "indexed":
+        out[index[("data", "paths")].bridge_paths[0]] = None  # Bridge's mock dataset (no blend)
+    if ckpt["async"]:  # Bridge's own default is already true; stated with the async save it serves
+        out.update((path, True) for path in K.knob("use_persistent_ckpt_worker").bridge_paths)
+    saves = ckpt["save"] is not None
+    for field, value in (("exit_signal_handler", saves),
+                         ("exit_signal", K.EXIT_SIGNAL if saves else K.knob("exit_signal").default)):
+        out.update((path, value) for path in K.knob(field).bridge_paths)
+    backend = K.FACT_BY_FIELD["distributed_backend"]
+    out.update((path, plan["platform"].get("distributed_backend") or backend.default) for path in backend.bridge_paths)
+    return out
 
 
 def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
@@ -111,6 +155,8 @@ def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
             put(knob.bridge_paths, knob.default_for("megatron-core"))
     # the layer spec the runtime builds: Transformer Engine's, or the local one (a platform without TE)
     put(("model.transformer_impl",), plan["runtime"]["transformer_impl"])
+    for path, value in training_io(plan, mcore).items():
+        put((path,), value)
     for path, value in BRIDGE_FIXED:
         out.setdefault(path, value)
     plus = lambda p: "++" + p if p.startswith("mixed_precision.") else p  # noqa: E731

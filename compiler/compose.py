@@ -209,6 +209,8 @@ def parse_override(text: str) -> tuple[tuple, Any]:
 
 
 def apply_overrides(data: dict, origins: dict, overrides) -> None:
+    from .migrate import MOVED_KEYS
+
     errors = []
     for text in overrides:
         try:
@@ -216,6 +218,7 @@ def apply_overrides(data: dict, origins: dict, overrides) -> None:
         except CompileError as exc:
             errors.extend(exc.diagnostics)
             continue
+        parts = MOVED_KEYS.get(parts, parts)  # --set training.lr=... (recipe v2) sets schedule.lr (v3)
         node = data
         for part in parts[:-1]:
             if not isinstance(node.get(part), dict):

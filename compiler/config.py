@@ -6,6 +6,9 @@ origin says so, so that explanations can name it).
 """
 from __future__ import annotations
 
+import re
+
+from . import knobs as K
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
 from .rules.expr import version_int
@@ -27,12 +30,16 @@ def lookup(data: dict, dotted: str):
 def pins_and_auto(c: Composed) -> tuple[dict, set]:
     pins: dict[str, Pin] = {}
     auto: set[str] = set()
+    dependent = []
     for k in KNOBS:
         if not k.path:
             continue
         value = lookup(c.data, k.path)
         path = tuple(k.path.split("."))
-        if value is _MISSING or value == AUTO:
+        if value is _MISSING and k.field in K.DEPENDENT_DEFAULTS:
+            dependent.append(k)  # its default depends on other values: below
+            continue
+        if value is _MISSING or (value == AUTO and k.field not in K.OPEN_ENUMS):  # checkpoint.load: auto is a value
             if k.auto:
                 auto.add(k.field)
             else:
@@ -52,13 +59,111 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
     if freq is not _MISSING:  # a per-layer list reads as 1 (all MoE) or 2 (some dense), as lint-config does
         value = (1 if all(freq) else 2) if isinstance(freq, list) else freq
         pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
-    pins.update(facts(c))
+    platform = facts(c)
+    _warmup(pins)
+    values = {**{f: p.value for f, p in platform.items()}, **{f: p.value for f, p in pins.items()}}
+    for k in dependent:
+        pins[k.field] = Pin(K.DEPENDENT_DEFAULTS[k.field](values, recipe_name(c)), c.pos(tuple(k.path.split("."))),
+                            "default")
+    pins.update(derived_pins(pins))
+    pins.update(platform)
+    pins.update(derived_facts(pins))
     return pins, auto
+
+
+def recipe_name(c: Composed) -> str:
+    return c.data.get("name") or c.recipe_id.replace("/", "-")
+
+
+def _warmup(pins: dict) -> None:
+    """schedule.warmup: an integer is iterations (lr_warmup_iters), a number in (0, 1) a fraction of the
+    decay (lr_warmup_fraction; lr_warmup_iters is then None, as Megatron-LM wants only one of them)."""
+    pin = pins.get("lr_warmup_iters")
+    fraction = None
+    if pin is not None and isinstance(pin.value, float):
+        if pin.value.is_integer():
+            pins["lr_warmup_iters"] = Pin(int(pin.value), pin.pos, pin.origin)
+        else:
+            fraction = pin.value
+            pins["lr_warmup_iters"] = Pin(None, pin.pos, pin.origin)
+    origin = pin.origin if pin is not None and fraction is not None else "default"
+    pins["lr_warmup_fraction"] = Pin(fraction, pin.pos if pin is not None else None, origin)
+
+
+def derived_pins(pins: dict) -> dict[str, Pin]:
+    """Knobs the training-I/O values imply (knobs.COMPUTED): the tokenizer's known vocab and end-of-document
+    id, and the Megatron-LM companions of checkpointing (persistent worker for async saves, the exit
+    signal handler when a checkpoint directory is set)."""
+    tok = pins["tokenizer_kind"].value
+    save = pins["save"].value is not None
+    vocab = {None: pins["vocab_size"].value, "byte": K.BYTE_VOCAB}.get(tok)
+    values = {"tokenizer_vocab_size": vocab, "null_tokenizer_eod_id": K.BYTE_EOD if tok == "byte" else None,
+              "use_persistent_ckpt_worker": pins["async_save"].value is True, "exit_signal_handler": save,
+              "exit_signal": K.EXIT_SIGNAL if save else K.BY_FIELD["exit_signal"].default}
+    # "derived" (explained by the knob's doc) where the value is not the knob's own default
+    return {f: Pin(v, None, "default" if v == K.BY_FIELD[f].default else "derived") for f, v in values.items()}
+
+
+ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", re.ASCII)
+
+
+def path_strings(value) -> list[str]:
+    """The paths in a path-valued knob's value (a string, a list of them, or data.blend's entries)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [p for v in value for p in path_strings(v.get("path") if isinstance(v, dict) else v)]
+    return []
+
+
+def env_vars(values) -> list[str]:
+    """The ${VAR} names in these values, in order of first use."""
+    out: list[str] = []
+    for value in values:
+        for path in path_strings(value):
+            out += [m for m in ENV_VAR.findall(path) if m not in out]
+    return out
+
+
+def derived_facts(pins: dict) -> dict[str, Pin]:
+    """Facts of the recipe's own values that rules read (knobs.FACTS without a path)."""
+    used = [(f, env_vars([pins[f].value])) for f in K.PATH_FIELDS if f in pins]
+    names = [n for _, found in used for n in found]
+    first = next((f for f, found in used if found), None)
+    blend = pins["data_blend"].value if "data_blend" in pins else None
+    weights = [e.get("weight") for e in blend if isinstance(e, dict)] if isinstance(blend, list) else []
+    lr, min_lr = pins["lr"].value, pins["min_lr"].value
+    return {
+        "path_env_vars": Pin(", ".join(dict.fromkeys(names)) or None, pins[first].pos if first else None, "fact"),
+        "data_blend_weights_positive": Pin(all(isinstance(w, (int, float)) and w > 0 for w in weights),
+                                           pins["data_blend"].pos if "data_blend" in pins else None, "fact"),
+        "min_lr_at_most_lr": Pin(not (isinstance(lr, (int, float)) and isinstance(min_lr, (int, float))
+                                      and min_lr > lr), pins["min_lr"].pos, "fact"),
+    }
+
+
+def launch_settings(data: dict, name: str) -> dict:
+    """launch.logs_dir / signal_margin_s / exclusive as the composed recipe gives them, else their defaults
+    (the knob table: logs/<recipe name>, 120 s, whole nodes on a GPU platform). For the launch templates."""
+    platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
+    values = {"device": platform.get("device", K.FACT_BY_FIELD["device"].default)}
+    out = {}
+    for field in ("logs_dir", "signal_margin_s", "exclusive"):
+        k = K.BY_FIELD[field]
+        value = lookup(data, k.path)
+        if value is _MISSING:
+            value = K.DEPENDENT_DEFAULTS[field](values, name) if field in K.DEPENDENT_DEFAULTS else k.default
+        out[field] = value
+    if out["logs_dir"] is None:
+        out["logs_dir"] = K.LOGS_DIR_DEFAULT.replace("<recipe name>", name)
+    return out
 
 
 def facts(c: Composed) -> dict[str, Pin]:
     out = {}
     for k in FACTS:
+        if k.path is None:
+            continue  # facts of the recipe's own values: derived_facts
         raw = lookup(c.data, k.path)
         pos = c.pos(tuple(k.path.split(".")))
         if raw is _MISSING:

@@ -72,6 +72,13 @@ LM_ALIASES = {"num_experts": "num_moe_experts", "te_rng_tracker": "use_te_rng_tr
               "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
               "fp8_param_gather": "fp8_param", "fp4_param_gather": "fp4_param"}
 
+# Knob fields that are Megatron-LM training arguments (data, tokenizer, checkpoints, LR schedule, logging,
+# evaluation, the optimizer's numbers, the distributed backend): the table has rows for them, yet they stay
+# Megatron-LM names when lint-config infers the front-end from the names a configuration uses.
+LM_ARGUMENT_KNOBS = frozenset({k.field for k in K.KNOBS if k.section in K.IO_SECTIONS}
+                              | {"min_lr", "adam_beta1", "adam_beta2", "adam_eps", "use_persistent_ckpt_worker",
+                                 "exit_signal_handler", "exit_signal", "distributed_backend"})
+
 _LM_NAMES: frozenset | None = None
 
 
@@ -82,6 +89,7 @@ def lm_names() -> frozenset:
         raw = json.loads(LM_FLAGS.read_text())
         names = {f[2:].replace("-", "_") for v, flags in raw.items() if not v.startswith("_") for f in flags}
         names |= set(LM_ALIASES) | {"num_layers_per_virtual_pipeline_stage", "recompute_activations"}
-        _LM_NAMES = frozenset(names - set(megatron_fields()["all"]) - set(K.BY_FIELD) - set(K.FACT_BY_FIELD)
+        knobs = (set(K.BY_FIELD) | set(K.FACT_BY_FIELD)) - LM_ARGUMENT_KNOBS
+        _LM_NAMES = frozenset(names - set(megatron_fields()["all"]) - knobs
                               - BRIDGE_PROVIDER_FIELDS - NEUTRAL_NAMES - set(OWN_KEYS))
     return _LM_NAMES

@@ -46,6 +46,9 @@ def _coerce(k: K.Knob, value):
             raise _bad(name, "a number or null", value)
         return value
     if k.kind == "enum":
+        value = k.plan_value(value)  # Megatron's spelling of a value (lr_decay_style WSD) read as the plan's
+        if k.field in K.OPEN_ENUMS and isinstance(value, str):
+            return value  # a keyword of the domain, or a path (checkpoint.load)
         if value not in k.domain:
             shown = ", ".join("null" if d is None else str(d) for d in k.domain)
             raise _bad(name, f"one of {shown}", value)

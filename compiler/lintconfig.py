@@ -120,7 +120,7 @@ def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False
         trigger = [cfg.lines[f] for f in r.when.fields() if f in cfg.lines]
         line = min(trigger or [cfg.lines[f] for f in fields if f in cfg.lines] or [0])
         severity = "error" if (strict and r.silent) else r.severity
-        message = r.message
+        message = render_megatron(r.message, cfg.display)  # {field} placeholders (e.g. the ${VAR} names)
         if r.silent:
             who = {"megatron-lm": "Megatron-LM", "bridge": "Megatron-Bridge"}.get(cfg.frontend, "Megatron")
             changes = ", ".join(f"{f} = {_show(v)}" for f, v in r.silent.items())

@@ -28,9 +28,15 @@ DERIVED = {"params_dtype": "from --bf16/--fp16", "pipeline_dtype": "from --bf16/
            "bias_activation_fusion": "--no-bias-swiglu-fusion / --no-bias-gelu-fusion",
            "persist_layer_norm": "--no-persist-layer-norm"}
 RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes and the data-parallel size",
-                "report_window": "steps moeforge's runtime reports on", "data": "--mock-data (synthetic tokens)",
+                "report_window": "steps moeforge's runtime reports on",
                 "bucket_size": "megatron-core's default bucketing",
                 "optimizer": "Megatron-LM's default --optimizer adam"}
+# Training-I/O plan values that are not Megatron-LM arguments of their own and need no note: the tokenizer's
+# known vocab (Megatron-LM takes the model's, --vocab-size / --padded-vocab-size), the ${VAR} names, and
+# which runtime runs the plan.
+IO_QUIET = {("tokenizer", "vocab_size"), ("data", "env_vars"), ("runtime", "entrypoint")}
+# data.* read only for an indexed dataset
+INDEXED_ONLY = {"paths", "blend", "split"}
 
 
 @lru_cache(maxsize=1)
@@ -88,7 +94,8 @@ def _set(by_dest: dict, dest: str, value) -> tuple[str, list[str]] | str | None:
     if value == default or (value in ([], None) and default in ([], None)) or \
             (options[0][1]["kind"] == "list" and as_list == default):
         return None
-    for flag, entry in options:
+    canonical = "--" + dest.replace("_", "-")  # among a value's aliases (--persistent-save-interval), its own name
+    for flag, entry in sorted(options, key=lambda o: not isinstance(value, bool) and o[0] != canonical):
         kind = entry["kind"]
         if isinstance(value, bool):
             if (kind, value) in (("store_true", True), ("store_false", False)):
@@ -143,9 +150,58 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     if tc.get("bf16") and not plan["ddp_config"].get("grad_reduce_in_fp32", True):
         out.append(("grad_reduce_in_bf16", True))  # else validate_args reduces BF16 gradients in FP32
     out.append(("transformer_impl", plan["runtime"]["transformer_impl"]))  # the layer spec the runtime builds
-    if plan["training"].get("data", "synthetic") == "synthetic":
-        out += [("mock_data", True), ("tokenizer_type", "NullTokenizer")]
     return out
+
+
+def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
+    """dest -> (plan name, value) for the training-I/O sections (knobs.IO_SECTIONS) and the platform's
+    distributed backend, each dest from its knob row; and a note for each value Megatron-LM has no flag for.
+
+    What is not one value to one flag: data.blend is --data-path W1 P1 W2 P2 ...; data.paths / blend / split
+    are read for an indexed dataset only; checkpoint.load auto is the save directory (none: no --load);
+    checkpoint.async also needs --use-persistent-ckpt-worker (else validate_args turns it off); a save
+    directory brings the exit-signal handler (the launchers forward SIGUSR1); eval.interval null is
+    train_iters with --eval-iters 0 (Megatron-LM 0.19 divides by --eval-interval even without evaluation).
+    """
+    index = knob_index(mcore)
+    wanted: dict = {}
+    notes: list[str] = []
+
+    def put(knob: K.Knob, name: str, value) -> None:
+        for dest in knob.lm_dests(mcore):
+            wanted[dest] = (name, value)
+
+    data, ckpt = plan["data"], plan["checkpoint"]
+    for section in K.IO_SECTIONS:
+        for name, value in (plan.get(section) or {}).items():
+            knob = index.get((section, name))
+            if knob is None or (section, name) in IO_QUIET:
+                continue  # plan.runtime's own fields (transformer_impl, schedule, ...)
+            if section == "data" and name in INDEXED_ONLY and data["kind"] != "indexed":
+                continue
+            if not knob.lm_dests(mcore):
+                if value is not None and value != knob.default:
+                    notes.append(f"{name}={json.dumps(value)}: {knob.doc or 'Megatron-LM has no argument for it'}")
+                continue
+            if (section, name) == ("data", "blend") and value is not None:
+                value = [str(v) for e in value for v in (e["weight"], e["path"])]
+            elif (section, name) == ("checkpoint", "load"):
+                value = ckpt["save"] if value == "auto" else None if value == "none" else value
+            elif (section, name) == ("eval", "interval") and value is None:
+                value = plan["training"]["train_iters"]  # no evaluation: --eval-iters 0 (eval.iters)
+            value = knob.megatron_value(value)  # e.g. tokenizer type null -> NullTokenizer
+            if value is not None:
+                put(knob, name, value)
+    if data["kind"] in ("synthetic", "learnable"):
+        notes.append(f"kind={json.dumps(data['kind'])}: runtime.train's generator; Megatron-LM reads --mock-data")
+    if ckpt["async"]:
+        put(K.knob("use_persistent_ckpt_worker"), "async", True)
+    if ckpt["save"] is not None:
+        put(K.knob("exit_signal_handler"), "save", True)
+        put(K.knob("exit_signal"), "save", K.EXIT_SIGNAL)
+    backend = K.FACT_BY_FIELD["distributed_backend"]
+    put(backend, "distributed_backend", plan["platform"].get("distributed_backend") or backend.default)
+    return wanted, notes
 
 
 def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
@@ -163,17 +219,20 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
                 why = RUNTIME_ONLY.get(name, "not in moeforge's knob table")
                 notes.append(f"{name}={json.dumps(value)}: {why}")
                 continue
-            dest = knob.lm_dest(mcore)
-            if dest is None:
+            dests = knob.lm_dests(mcore)
+            if not dests:
                 if value is not None and value != knob.default:
                     notes.append(f"{name}={json.dumps(value)}: {knob.doc or 'Megatron-LM has no argument for it'}")
                 continue
-            if dest == "num_virtual_stages_per_pipeline_rank" and tc_has_layout(plan):
+            if dests == ("num_virtual_stages_per_pipeline_rank",) and tc_has_layout(plan):
                 continue  # the layout string implies the virtual stages; Megatron-LM refuses both
             if value is not None:
-                wanted[dest] = (name, value)
+                wanted.update((dest, (name, value)) for dest in dests)
     for dest, value in _composite(plan, by_dest):
         wanted[dest] = (dest, value)
+    io, io_notes = training_io(plan, mcore)
+    wanted.update(io)
+    notes += io_notes
     out = []
     for dest, (name, value) in wanted.items():
         result = _set(by_dest, dest, value)

@@ -2,19 +2,27 @@
 
 v1 -> v2 follows megatron-core's own renames: moe_enable_deepep became flex + backend,
 moe_deepep_num_sms / moe_hybridep_num_sms were folded into moe_flex_dispatcher_num_sms,
-and cuda_graph_scope became cuda_graph_modules. The same function rewrites a plain dict
-(for compiling) and a ruamel round-trip map (for `moeforge migrate`, comments kept).
+and cuda_graph_scope became cuda_graph_modules.
+
+v2 -> v3 is the recipe language for real training: new sections runtime, data, tokenizer,
+checkpoint, schedule, logging and eval. What v2 already said moves there: training.data ->
+data.kind, training.lr -> schedule.lr, optimizer.weight_decay / optimizer.clip_grad ->
+schedule.weight_decay / schedule.clip_grad (a section left empty is removed).
+
+The same function rewrites a plain dict (for compiling) and a ruamel round-trip map (for
+`moeforge migrate`, comments kept, the `# yaml-language-server: $schema=` line updated).
 """
 from __future__ import annotations
 
 import copy
+import io
 import re
 from pathlib import Path
 
 from .diagnostics import CompileError, Position, error
 from .load import Document
 
-CURRENT = {"recipe": 2, "platform": 1, "model": 1}
+CURRENT = {"recipe": 3, "platform": 1, "model": 1}
 
 
 class MigrationError(ValueError):
@@ -93,13 +101,79 @@ def _insert_after(mapping, after: str, key: str, value) -> None:
         mapping.update(items)
 
 
-MIGRATIONS = {("recipe", 1): recipe_v1_to_v2}
+# v2 -> v3: (old section, old key) -> (new section, new key), in the order the new sections appear
+V3_MOVES = ((("training", "data"), ("data", "kind")),
+            (("training", "lr"), ("schedule", "lr")),
+            (("optimizer", "weight_decay"), ("schedule", "weight_decay")),
+            (("optimizer", "clip_grad"), ("schedule", "clip_grad")))
 
-# where a v1 key's source position is found after migration (for diagnostics)
+
+def recipe_v2_to_v3(data):
+    """Pure: returns a migrated copy; the input is left untouched."""
+    out = copy.deepcopy(data)
+    out["schema"] = "moeforge/recipe/v3"
+    created: list[str] = []
+    for (section, key), (new_section, new_key) in V3_MOVES:
+        source = out.get(section)
+        if not isinstance(source, dict) or key not in source:
+            continue
+        target = out.get(new_section)
+        if target is None:
+            target = type(out)()  # a ruamel map stays a ruamel map (comments, order)
+            after = created[-1] if created else (section if section in out else None)
+            if after:
+                _insert_after(out, after, new_section, target)
+            else:
+                out[new_section] = target
+            created.append(new_section)
+        elif not isinstance(target, dict):
+            raise MigrationError(f"'{new_section}' must be a mapping to receive {section}.{key}")
+        if new_key in target:
+            raise MigrationError(f"both '{section}.{key}' and its new place '{new_section}.{new_key}' are set")
+        value, comment = _take(source, key)
+        target[new_key] = value
+        if comment and hasattr(target, "yaml_add_eol_comment"):
+            target.yaml_add_eol_comment(comment[1], new_key, column=comment[0])
+        if not source:
+            _take(out, section)
+    return out
+
+
+def _take(mapping, key):
+    """Remove `key`; (value, (column, end-of-line comment) or None). Comment lines that followed the key
+    (they belong to what comes next) stay, attached to the key before it."""
+    keys = list(mapping.keys())
+    value = mapping[key]
+    ca = getattr(mapping, "ca", None)
+    entry = ca.items.pop(key, None) if ca is not None else None
+    del mapping[key]
+    token = entry[2] if entry and len(entry) > 2 else None
+    if token is None:
+        return value, None
+    first, _, rest = token.value.partition("\n")
+    previous = keys[keys.index(key) - 1] if keys.index(key) > 0 else None
+    if rest.strip() and previous is not None:
+        before = ca.items.setdefault(previous, [None, None, None, None])
+        if before[2] is None:
+            token.value = "\n" + rest
+            before[2] = token
+        else:
+            before[2].value += rest
+    comment = first.strip()
+    return value, ((token.start_mark.column if token.start_mark else 0), comment) if comment else None
+
+
+MIGRATIONS = {("recipe", 1): recipe_v1_to_v2, ("recipe", 2): recipe_v2_to_v3}
+# A key that only moved (same value, new place), old path -> current path: what --set overrides written for an
+# older recipe version still mean.
+MOVED_KEYS = {old: new for old, new in V3_MOVES}
+
+# where a key's source position is found after each migration (for diagnostics)
 MOVED = {("recipe", 1): {("moe", "dispatcher"): ("moe", "enable_deepep"),
                          ("moe", "flex_backend"): ("moe", "enable_deepep"),
                          ("moe", "flex_num_sms"): ("moe", "deepep_num_sms"),
-                         ("cuda_graph", "modules"): ("cuda_graph", "scope")}}
+                         ("cuda_graph", "modules"): ("cuda_graph", "scope")},
+         ("recipe", 2): {new: old for old, new in V3_MOVES}}
 
 
 def declared_version(data) -> tuple[str, int] | None:
@@ -130,10 +204,13 @@ def upgrade_document(doc: Document) -> Document:
         return doc
     data = upgrade(doc.data, doc.file)
     positions = dict(doc.positions)
-    for new, old in MOVED.get(version, {}).items():
-        for path, pos in doc.positions.items():
-            if path[: len(old)] == old:
-                positions.setdefault(new + path[len(old):], pos)
+    kind, n = version
+    while (kind, n) in MIGRATIONS:  # each step's moves, in order (a v1 key may move twice)
+        for new, old in MOVED.get((kind, n), {}).items():
+            for path, pos in list(positions.items()):
+                if path[: len(old)] == old:
+                    positions.setdefault(new + path[len(old):], pos)
+        n += 1
     return Document(doc.file, data, positions)
 
 
@@ -143,14 +220,29 @@ def migrate_file(path: Path) -> bool:
 
     yaml = YAML()
     yaml.preserve_quotes = True
+    yaml.width = 4096  # never re-wrap a folded description
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
     text = path.read_text(encoding="utf-8")
     data = yaml.load(text)
     version = declared_version(data)
     if version is None or version[1] >= CURRENT.get(version[0], version[1]):
         return False
     new = upgrade(data, str(path))
+    out = io.StringIO()
+    yaml.dump(new, out)
+    text = _schema_comment(out.getvalue(), version[0])
     tmp = path.with_name(f".{path.name}.migrate.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        yaml.dump(new, fh)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return True
+
+
+_SCHEMA_COMMENT = re.compile(r"^(# yaml-language-server: \$schema=\S*?)(recipe|platform|model)\.v[0-9]+\.json",
+                             re.MULTILINE | re.ASCII)
+
+
+def _schema_comment(text: str, kind: str) -> str:
+    """The editor's `# yaml-language-server: $schema=...<kind>.vN.json` line names the current schema."""
+    return _SCHEMA_COMMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}.v{CURRENT[m.group(2)]}.json"
+                               if m.group(2) == kind else m.group(0), text, count=1)

@@ -6,6 +6,7 @@ errors stops the pipeline with a CompileError carrying every one of them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def resolve(c: Composed, strict: bool = False) -> Resolved:
         raise CompileError(solution.diagnostics)
     env = concrete(pins, solution.values)
     decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
-                             str(p.pos) if p.pos and p.origin != "default" else None) for f, p in pins.items()}
+                             str(p.pos) if p.pos and p.origin != "default" else None,
+                             K.BY_FIELD[f].doc if p.origin == "derived" and f in K.BY_FIELD else None)
+                 for f, p in pins.items()}
     decisions.update(solution.decisions)
     diags = _silent(silent, pins, auto, env, decisions, strict)
     diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)
@@ -106,8 +109,16 @@ def _advice(rules, env, pins) -> list[Diagnostic]:
     for r in rules:
         when = evaluate(r.when, env)
         if when is True and evaluate(r.require, env) is False:
-            out.append(_diag(r, pins, r.message))
+            out.append(_diag(r, pins, render_message(r.message, env)))
     return out
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def render_message(text: str, env: dict) -> str:
+    """A rule's message with {field} placeholders filled from the values (e.g. the ${VAR} names)."""
+    return _PLACEHOLDER.sub(lambda m: str(env[m.group(1)]) if env.get(m.group(1)) is not None else m.group(0), text)
 
 
 def _diag(r: Rule, pins, message: str) -> Diagnostic:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from . import __version__
 from . import knobs as K
-from .config import lookup, _MISSING
+from .config import env_vars
 from .diagnostics import CompileError, error
 from .rules.expr import version_int
 from .pipeline import Resolved
@@ -42,6 +42,7 @@ def _build(r: Resolved) -> dict:
     platform, model = data["platform"], data["model"]
     mcore = env["megatron_core"]
     sections = megatron_view(env, model, mcore)
+    io = io_sections(env)
     tc = _existing(sections["tc"], mcore)
     layout = _layout(env)
     mbs, gbs = env["micro_batch_size"], env["global_batch_size"] or env["micro_batch_size"] * layout["dp"]
@@ -61,12 +62,11 @@ def _build(r: Resolved) -> dict:
                       "use_distributed_optimizer": env["use_distributed_optimizer"]},
         "training": {**sections["training"], "global_batch_size": gbs,
                      "num_microbatches": gbs // (mbs * layout["dp"]),
-                     "data": lookup(data, "training.data") if lookup(data, "training.data") is not _MISSING
-                     else "synthetic",
                      "report_window": [min(2, env["train_iters"]), env["train_iters"]]},
         "runtime": {"transformer_impl": "transformer_engine" if env["transformer_engine"] else "local",
                     "schedule": _schedule(env), "requires": _requires(env),
-                    "checked_fields": [f for f in CHECKED if f in tc]},
+                    "checked_fields": [f for f in CHECKED if f in tc], **io["runtime"]},
+        **{section: io[section] for section in K.IO_SECTIONS if section != "runtime"},
         "env": environment(env),
         "decisions": [_decision(d) for _, d in sorted(r.decisions.items()) if d.field in K.BY_FIELD],
         "warnings": [d.to_json() for d in r.diagnostics],
@@ -85,7 +85,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     backend = env["moe_flex_dispatcher_backend"] if flex else None
     for k in K.KNOBS:
         name, value = k.name_for(mcore), env.get(k.field)
-        if k.section is None or name is None:
+        if k.section is None or name is None or k.section in K.IO_SECTIONS:
             continue
         if "{backend}" in name:
             name = name.format(backend=backend) if backend in ("deepep", "hybridep") else None
@@ -117,6 +117,26 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     out["model"]["share_embeddings_and_output_weights"] = not arch.get("untie_embeddings_and_output_weights", True)
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
+    return out
+
+
+def io_sections(env: dict) -> dict[str, dict]:
+    """The training-I/O sections (knobs.IO_SECTIONS): every key stated, null included, under the plan's names.
+
+    runtime: {entrypoint}; data: {kind, paths, blend, split, cache_dir, env_vars}; tokenizer: {type, path,
+    vocab_size, eod_id}; checkpoint: {save, interval, load, keep_last, async, format}; schedule: {decay,
+    warmup_iters, warmup_fraction, decay_iters, wsd_decay_iters}; logging: {interval, tensorboard,
+    wandb_project}; eval: {interval, iters}. Paths keep ${VAR} literally (the runtime resolves them at
+    launch); data.env_vars names the variables the data paths use.
+    """
+    out: dict[str, dict] = {s: {} for s in K.IO_SECTIONS}
+    for k in K.KNOBS:
+        if k.section in K.IO_SECTIONS:
+            out[k.section][k.name_for(0)] = env.get(k.field)
+    data = out["data"]
+    if data["blend"] is not None:
+        data["blend"] = [{"weight": e["weight"], "path": e["path"]} for e in data["blend"]]
+    data["env_vars"] = env_vars([env.get(f) for f in ("data_paths", "data_blend", "data_cache_path")])
     return out
 
 

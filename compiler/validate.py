@@ -15,7 +15,7 @@ from .diagnostics import Diagnostic, Position, error
 from .load import KEY
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-KINDS = {"recipe": 2, "platform": 1, "model": 1}
+KINDS = {"recipe": 3, "platform": 1, "model": 1}
 
 
 @lru_cache(maxsize=None)
@@ -121,5 +121,5 @@ def document_schema(data, default_kind: str) -> str:
 def missing_schema(data, file: str) -> list[Diagnostic]:
     if not isinstance(data, dict) or "schema" not in data:
         return [error("E_MISSING_SCHEMA", "the document does not declare its schema", Position(file, 1, 1),
-                      help="add `schema: moeforge/recipe/v2` (or platform/v1, model/v1) at the top")]
+                      help="add `schema: moeforge/recipe/v3` (or platform/v1, model/v1) at the top")]
     return []

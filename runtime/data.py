@@ -6,14 +6,20 @@ pure function of (seed, step, micro-batch index, data-parallel rank).  Ranks tha
 data-parallel rank (TP, PP stages, the CP group before slicing) get identical tokens; EP ranks
 are data-parallel for the dense part and get different tokens, as in real training.
 
+The kind is the plan's ``data.kind`` (plan.v1.json):
 "synthetic": uniform random tokens, next-token labels (loss stays near log(vocab)).
 "learnable": random inputs with label = (token + 1) mod vocab, a task a tiny model learns in a
 few steps, so a falling loss shows that gradients, optimizer and schedule are wired correctly.
+"mock" and "indexed" are Megatron-LM's data (``python -m runtime.megatron``), never generated here.
 """
 
 from __future__ import annotations
 
 import torch
+
+from .errors import PlanError
+
+KINDS = ("synthetic", "learnable")
 
 
 def micro_batch(kind: str, seed: int, step: int, index: int, dp_rank: int,
@@ -37,11 +43,15 @@ def micro_batch(kind: str, seed: int, step: int, index: int, dp_rank: int,
 
 
 def step_batches(plan_training: dict, vocab_size: int, step: int, dp_rank: int,
-                 device, cp_slice=None) -> list[dict]:
-    """All micro-batches of one step for this rank, moved to ``device`` (and CP-sliced)."""
+                 device, cp_slice=None, kind: str = "synthetic") -> list[dict]:
+    """All micro-batches of one step for this rank, moved to ``device`` (and CP-sliced); ``kind`` is the
+    plan's data.kind."""
+    if kind not in KINDS:
+        raise PlanError(f"data.kind {kind!r} is read by Megatron-LM: run the plan with python -m runtime.megatron "
+                        f"(runtime.entrypoint: megatron-lm); runtime.train generates {' or '.join(KINDS)} tokens")
     out = []
     for i in range(plan_training["num_microbatches"]):
-        mb = micro_batch(plan_training.get("data", "synthetic"), plan_training["seed"], step, i,
+        mb = micro_batch(kind, plan_training["seed"], step, i,
                          dp_rank, plan_training["micro_batch_size"],
                          plan_training["seq_length"], vocab_size)
         mb = {k: v.to(device) for k, v in mb.items()}

@@ -38,6 +38,8 @@ class Plan:
     path: Path
 
     def section(self, name: str) -> dict:
+        """A plan section by name: transformer_config, model, ddp_config, optimizer, training, runtime, and
+        the training-I/O sections data, tokenizer, checkpoint, schedule, logging, eval."""
         return self.raw.get(name) or {}
 
     @property
@@ -114,6 +116,21 @@ def _check_layout(raw: dict) -> None:
                         f"train_iters ({train['train_iters']}), got {train['report_window']!r}")
 
 
+def _check_training_io(raw: dict) -> None:
+    """What the schema cannot say about data / checkpoint / schedule (the compiler's rules in
+    compiler/rules/training_io.py refuse such recipes; a hand-edited plan is refused here)."""
+    data, ckpt, sched = raw["data"], raw["checkpoint"], raw["schedule"]
+    if data["kind"] == "indexed" and (data["paths"] is None) == (data["blend"] is None):
+        raise PlanError("data.kind is 'indexed': give exactly one of data.paths and data.blend")
+    if (ckpt["save"] is None) != (ckpt["interval"] is None):
+        raise PlanError("checkpoint.save and checkpoint.interval go together "
+                        f"(save = {ckpt['save']!r}, interval = {ckpt['interval']!r})")
+    if ckpt["load"] == "auto" and ckpt["save"] is None:
+        raise PlanError("checkpoint.load is 'auto' (the latest under checkpoint.save) but checkpoint.save is null")
+    if sched["warmup_iters"] is not None and sched["warmup_fraction"] is not None:
+        raise PlanError("schedule: give warmup_iters or warmup_fraction, not both")
+
+
 def check(raw, path: Path | str = "<plan>") -> Plan:
     """Check an already-parsed plan; raise PlanError naming the first bad field."""
     if not isinstance(raw, dict):
@@ -124,6 +141,7 @@ def check(raw, path: Path | str = "<plan>") -> Plan:
                         "moeforge)")
     _check_schema(raw)
     _check_layout(raw)
+    _check_training_io(raw)
     return Plan(raw=raw, path=Path(path))
 
 

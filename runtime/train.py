@@ -24,6 +24,7 @@ import torch
 from . import cpu_support, data, gate, model, realised, report
 from . import plan as plan_mod
 from .errors import PlanError, RuntimeFailure, ScheduleMismatch, report_and_exit
+from .launch_env import rank_environment
 from .schedule_probe import ScheduleProbe
 
 
@@ -191,7 +192,8 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
     tokens_per_step = tr["global_batch_size"] * tr["seq_length"]
     steps, step_times = [], []
     for step in range(1, tr["train_iters"] + 1):
-        batches = data.step_batches(tr, plan.model["vocab_size"], step, dp_rank, device, cp_slice)
+        batches = data.step_batches(tr, plan.model["vocab_size"], step, dp_rank, device, cp_slice,
+                                    plan.section("data")["kind"])
         iters = [iter(batches) for _ in wrapped] if len(wrapped) > 1 else iter(batches)
         for m in wrapped:
             m.zero_grad_buffer()
@@ -261,6 +263,7 @@ def _float(value):
 
 
 def main(argv=None) -> int:
+    rank_environment()  # srun starts one task per rank: RANK/LOCAL_RANK/WORLD_SIZE from SLURM_* when unset
     parser = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__)
     parser.add_argument("plan", help="build/<recipe>/plan.json")
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")

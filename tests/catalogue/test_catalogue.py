@@ -68,14 +68,14 @@ def test_model_validates(path):
 @pytest.mark.parametrize("path", RECIPE_FILES, ids=_id)
 def test_recipe_document_validates(path):
     name, diags = _schema_diagnostics(path, "recipe")
-    assert name == "recipe.v2.json"
+    assert name == f"recipe.v{validate.KINDS['recipe']}.json"  # the current version (moeforge migrate)
     assert not diags, "\n".join(d.render() for d in diags)
 
 
 @pytest.mark.parametrize("path", PLATFORMS + MODELS + RECIPE_FILES, ids=_id)
 def test_document_names_its_schema_for_the_editor(path):
     first = path.read_text().splitlines()[0]
-    kind = {"platforms": "platform.v1", "models": "model.v1"}.get(path.parent.name, "recipe.v2")
+    kind = {"platforms": "platform.v1", "models": "model.v1"}.get(path.parent.name, f"recipe.v{validate.KINDS['recipe']}")
     assert first == f"# yaml-language-server: $schema=../../schemas/{kind}.json"
 
 

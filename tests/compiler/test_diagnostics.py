@@ -123,7 +123,7 @@ def test_every_shipped_schema_is_a_valid_draft_2020_12_schema():
     from compiler.validate import SCHEMAS
 
     names = sorted(p.name for p in SCHEMAS.glob("*.json"))
-    assert {"recipe.v1.json", "recipe.v2.json", "platform.v1.json", "model.v1.json", "plan.v1.json",
+    assert {"recipe.v1.json", "recipe.v2.json", "recipe.v3.json", "platform.v1.json", "model.v1.json", "plan.v1.json",
             "check-report.v1.json", "pytorchjob.json"} <= set(names)
     for name in names:
         schema = json.loads((SCHEMAS / name).read_text())

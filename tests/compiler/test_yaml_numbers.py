@@ -12,8 +12,8 @@ def test_recipe_values():
 
 
 def test_set_override_compiles():
-    assert parse_override("training.lr=3e-4") == (("training", "lr"), 3e-4)
-    r = resolve(load("tiny-moe/cpu", ["training.lr=3e-4"]))
+    assert parse_override("schedule.lr=3e-4") == (("schedule", "lr"), 3e-4)
+    r = resolve(load("tiny-moe/cpu", ["schedule.lr=3e-4"]))
     assert r.env["lr"] == 3e-4
 
 

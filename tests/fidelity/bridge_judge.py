@@ -186,11 +186,38 @@ def dig(obj, dotted: str):
     return obj
 
 
+def training_io_expected(plan: dict) -> dict:
+    """The plan's training-I/O values where Megatron-Bridge's ConfigContainer holds them (after validate()),
+    from the plan's own meaning: ConfigContainer path -> value."""
+    lm = jl.training_io_expected(plan)
+    data, tok, ckpt = plan["data"], plan["tokenizer"], plan["checkpoint"]
+    out = {"dataset.data_path": lm["data_path"], "dataset.path_to_cache": data["cache_dir"],
+           "tokenizer.tokenizer_type": lm["tokenizer_type"], "tokenizer.tokenizer_model": tok["path"],
+           "tokenizer.vocab_size": tok["vocab_size"], "tokenizer.null_tokenizer_eod_id": tok["eod_id"],
+           "checkpoint.most_recent_k": ckpt["keep_last"] if ckpt["keep_last"] is not None else -1,
+           "validation.eval_interval": plan["eval"]["interval"], "validation.eval_iters": plan["eval"]["iters"],
+           "dist.distributed_backend": lm["distributed_backend"],
+           "train.exit_signal_handler": lm["exit_signal_handler"], "train.exit_signal": lm["exit_signal"]}
+    if data["kind"] == "indexed":
+        out["dataset.split"] = data["split"]
+    for attr in ("save", "save_interval", "load", "async_save", "ckpt_format"):
+        out[f"checkpoint.{attr}"] = lm[attr]
+    for attr in ("lr_decay_style", "lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters", "lr_wsd_decay_iters"):
+        out[f"scheduler.{attr}"] = lm[attr]
+    # decay_iters null means train_iters: Bridge's validate() writes it in (Megatron-LM computes it at run time)
+    out["scheduler.lr_decay_iters"] = lm["lr_decay_iters"] or plan["training"]["train_iters"]
+    for attr in ("min_lr", "adam_beta1", "adam_beta2", "adam_eps"):
+        out[f"optimizer.{attr}"] = lm[attr]
+    for attr in ("log_interval", "tensorboard_dir", "wandb_project"):
+        out[f"logger.{attr}"] = lm[attr]
+    return out
+
+
 def judge_one(build_dir: Path, omegaconf_utils) -> dict:
     plan = jl.load_plan(build_dir)
     model = plan["recipe"]["id"].split("/")[0]
-    verdict = {"recipe": plan["recipe"]["id"], "judge": "megatron-bridge", "accepted": False,
-               "error": None, "diffs": [], "notes": jl.emulate_platform(plan)}
+    verdict = {"recipe": plan["recipe"]["id"], "build_dir": str(build_dir), "judge": "megatron-bridge",
+               "accepted": False, "error": None, "diffs": [], "notes": jl.emulate_platform(plan)}
     module, func = (RECIPES[model][1] if model in RECIPES else FALLBACK_RECIPE).split(":")
     verdict["notes"].append(f"Bridge recipe: {module}.{func}")
     saved_env = dict(os.environ)
@@ -217,6 +244,11 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
 
     verdict["accepted"] = True
     verdict["diffs"] = jl.compare_config(plan, cfg.model, LAUNCH_ONLY_EXCEPTIONS, NOT_COMPARABLE)
+    for path, want in training_io_expected(plan).items():
+        got = dig(cfg, path)
+        if not jl.same(jl.norm(want), jl.norm(got)):
+            verdict["diffs"].append({"field": f"training I/O {path}", "plan": jl.norm(want), "megatron": jl.norm(got),
+                                     "stated_in_plan": True, "exception": None})
     for section, key, path in FIELD_MAP:
         if key not in (plan.get(section) or {}):
             continue

@@ -55,6 +55,12 @@ def compile_all(ids: list[str], out: Path, overrides: dict[str, list[str]] | Non
 
 def run_judge(script: str, dirs: list[Path], timeout: int = 900) -> dict[str, dict]:
     """Run a judge in .venv312 once for all build dirs; {recipe id: verdict}."""
+    return {v["recipe"]: v for v in run_judge_dirs(script, dirs, timeout).values()}
+
+
+def run_judge_dirs(script: str, dirs: list[Path], timeout: int = 900) -> dict[str, dict]:
+    """Run a judge in .venv312 once for all build dirs; {build dir: verdict} (one recipe may be compiled
+    several ways)."""
     proc = subprocess.run([str(PY312), str(HERE / script), "--json", *map(str, dirs)],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"})
@@ -62,7 +68,23 @@ def run_judge(script: str, dirs: list[Path], timeout: int = 900) -> dict[str, di
         verdicts = json.loads(proc.stdout)
     except json.JSONDecodeError:
         pytest.fail(f"{script} produced no verdict (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return {v["recipe"]: v for v in verdicts}
+    return {v["build_dir"]: v for v in verdicts}
+
+
+# Real training, judged by both front-ends: the tiny model on Megatron-LM's loop (megatron-core 0.19.2), an
+# indexed dataset, the byte tokenizer in a 384-row vocab, checkpoints every 6 of 12 iterations (resumed with
+# load: auto, 2 kept), a cosine schedule with warmup, evaluation and per-step logs.
+TRAINING_RECIPE = "tiny-moe/cpu"
+TRAINING_SETS = ["runtime.entrypoint=megatron-lm", "platform.software.megatron_core=0.19.2",
+                 "model.architecture.vocab_size=384", "data.kind=indexed", 'data.paths=["/d/corpus_text_document"]',
+                 "data.split=98,1,1", "tokenizer.type=byte", "checkpoint.save=/ck", "checkpoint.interval=6",
+                 "checkpoint.keep_last=2", "training.train_iters=12", "schedule.decay=cosine", "schedule.warmup=2",
+                 "schedule.min_lr=1e-5", "eval.interval=6", "eval.iters=2", "logging.interval=1"]
+
+
+def training_case(out: Path) -> Path:
+    """Compile TRAINING_RECIPE with TRAINING_SETS into out/<recipe> (the build dir)."""
+    return compile_all([TRAINING_RECIPE], out, {TRAINING_RECIPE: TRAINING_SETS})[TRAINING_RECIPE]
 
 
 def assert_verdict(v: dict) -> None:

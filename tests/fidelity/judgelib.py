@@ -58,6 +58,49 @@ def norm(value):
     return repr(value)
 
 
+MEGATRON_TOKENIZERS = {None: "NullTokenizer", "byte": "NullTokenizer", "huggingface": "HuggingFaceTokenizer",
+                       "sentencepiece": "SentencePieceTokenizer"}
+
+
+def data_path(plan: dict):
+    """Megatron's --data-path list for the plan's data (None: no data path, mock data)."""
+    data = plan["data"]
+    if data["kind"] != "indexed":
+        return None
+    if data["blend"] is not None:
+        return [str(v) for e in data["blend"] for v in (e["weight"], e["path"])]
+    return list(data["paths"])
+
+
+def training_io_expected(plan: dict) -> dict:
+    """The plan's training-I/O values as Megatron-LM's arguments hold them after validate_args, worked out
+    from the plan's own meaning (not from the compiler's emitter): attribute -> value."""
+    data, tok, ckpt, sched = plan["data"], plan["tokenizer"], plan["checkpoint"], plan["schedule"]
+    logging_, evals, opt = plan["logging"], plan["eval"], plan["optimizer"]
+    saves = ckpt["save"] is not None
+    load = {"auto": ckpt["save"], "none": None}.get(ckpt["load"], ckpt["load"])
+    out = {
+        "mock_data": data["kind"] != "indexed", "data_path": data_path(plan),
+        "tokenizer_type": MEGATRON_TOKENIZERS[tok["type"]], "tokenizer_model": tok["path"],
+        "null_tokenizer_eod_id": tok["eod_id"],
+        "save": ckpt["save"], "save_interval": ckpt["interval"], "load": load, "async_save": ckpt["async"],
+        "ckpt_format": ckpt["format"], "exit_signal_handler": saves, "exit_signal": "SIGUSR1" if saves else "SIGTERM",
+        "lr_decay_style": {"wsd": "WSD"}.get(sched["decay"], sched["decay"]),
+        "lr_warmup_iters": sched["warmup_iters"] or 0, "lr_warmup_fraction": sched["warmup_fraction"],
+        "lr_decay_iters": sched["decay_iters"], "lr_wsd_decay_iters": sched["wsd_decay_iters"],
+        "min_lr": opt["min_lr"], "adam_beta1": opt["adam_beta1"], "adam_beta2": opt["adam_beta2"],
+        "adam_eps": opt["adam_eps"],
+        "log_interval": logging_["interval"], "tensorboard_dir": logging_["tensorboard"],
+        "wandb_project": logging_["wandb_project"],
+        # no evaluation: Megatron-LM still divides train_iters by eval_interval; eval_iters 0 evaluates nothing
+        "eval_iters": evals["iters"], "eval_interval": evals["interval"] or plan["training"]["train_iters"],
+        "distributed_backend": plan["platform"]["distributed_backend"],
+    }
+    if data["kind"] == "indexed":
+        out["split"] = data["split"]
+    return out
+
+
 def same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         try:

@@ -7,7 +7,10 @@ For each build dir: parse_args() on the emitted flags (unknown flags refused, as
 would), validate_args() with the plan's world size and environment (env.sh), then
 core_transformer_config_from_args(), and compare every TransformerConfig field with the config
 the plan implies (what runtime/model.py would build), plus the plan's model / training /
-optimizer / DDP / layout values that map to Megatron-LM arguments.
+optimizer / DDP / layout values that map to Megatron-LM arguments, the training-I/O values (data,
+tokenizer, checkpoints, LR schedule, logging, evaluation, distributed backend: judgelib.
+training_io_expected), the model's vocab as gpt_config_from_args builds it (after any padding), and a
+NullTokenizer's end-of-document id as build_tokenizer makes it.
 
 GPU facts: validate_args asks torch.cuda for the compute capability (grouped GEMM check) and
 megatron for the device arch, and megatron-core asks for TE's version and fused kernels; there
@@ -98,8 +101,8 @@ def judge_one(build_dir: Path) -> dict:
     from megatron.training.argument_utils import core_transformer_config_from_args
 
     plan = jl.load_plan(build_dir)
-    verdict = {"recipe": plan["recipe"]["id"], "judge": "megatron-lm", "accepted": False,
-               "error": None, "diffs": [], "notes": gpu_facts(plan)}
+    verdict = {"recipe": plan["recipe"]["id"], "build_dir": str(build_dir), "judge": "megatron-lm",
+               "accepted": False, "error": None, "diffs": [], "notes": gpu_facts(plan)}
     expected, unknown, err = jl.plan_expected(plan)
     if unknown:
         verdict["notes"].append(f"plan fields unknown to megatron-core 0.19.2: {unknown}")
@@ -145,10 +148,44 @@ def judge_one(build_dir: Path) -> dict:
             verdict["diffs"].append({"field": f"{section}.{key} (--{attr.replace('_', '-')})",
                                      "plan": jl.norm(want), "megatron": jl.norm(got),
                                      "stated_in_plan": True, "exception": None})
-    padded = getattr(args, "padded_vocab_size", None)
-    if padded:
-        verdict["notes"].append(f"Megatron-LM pads the vocabulary to {padded}")
+    for attr, want in jl.training_io_expected(plan).items():  # data, tokenizer, checkpoints, schedule, ...
+        got = getattr(args, attr, "<absent>")
+        if not jl.same(jl.norm(want), jl.norm(got)):
+            verdict["diffs"].append({"field": f"training I/O --{attr.replace('_', '-')}", "plan": jl.norm(want),
+                                     "megatron": jl.norm(got), "stated_in_plan": True, "exception": None})
+    verdict["diffs"] += vocab_and_tokenizer(plan, args, cfg, verdict["notes"])
     return verdict
+
+
+def vocab_and_tokenizer(plan: dict, args, cfg, notes: list) -> list[dict]:
+    """The model Megatron-LM builds has exactly the plan's vocab (its GPTModelConfig, padded the way
+    build_tokenizer pads when --padded-vocab-size is absent), and a NullTokenizer (null / byte) has the plan's
+    end-of-document id. A tokenizer with files (huggingface, sentencepiece) is not built here."""
+    from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer, vocab_size_with_padding
+    from megatron.training.argument_utils import gpt_config_from_args
+
+    out = []
+    with jl.quiet():
+        model_cfg = gpt_config_from_args(args, cfg)
+        built = model_cfg.vocab_size
+        if model_cfg.should_pad_vocab:
+            built = vocab_size_with_padding(built, args, logging_enabled=False)
+            notes.append(f"Megatron-LM pads the vocabulary to {built}")
+    if built != plan["model"]["vocab_size"]:
+        out.append({"field": "model vocab (GPTModelConfig.vocab_size after padding)", "plan": plan["model"]["vocab_size"],
+                    "megatron": built, "stated_in_plan": True, "exception": None})
+    tok = plan["tokenizer"]
+    if tok["type"] in (None, "byte"):
+        with jl.quiet():
+            eod = build_tokenizer(args).eod
+        want = tok["eod_id"] if tok["eod_id"] is not None else args.vocab_size - 1  # NullTokenizer's own default
+        if eod != want:
+            out.append({"field": "tokenizer eod id (NullTokenizer)", "plan": want, "megatron": eod,
+                        "stated_in_plan": True, "exception": None})
+        if tok["type"] == "byte" and not 255 + 2 <= built:
+            out.append({"field": "byte ids fit the embedding", "plan": 257, "megatron": built,
+                        "stated_in_plan": True, "exception": None})
+    return out
 
 
 def judge(build_dirs: list[Path]) -> list[dict]:

@@ -2,13 +2,16 @@
 override applier and ConfigContainer.validate(), accepts every catalogue recipe and realises the
 plan's TransformerConfig. tiny-moe has no Bridge recipe: the judge starts from Bridge's plain GPT
 recipe. Megatron-Bridge 0.6.2 runs on megatron-core 0.19 only, so a recipe on an older platform
-(tiny-moe/cpu, 0.16.1) is judged as compiled for 0.19.2 (field names of that release)."""
+(tiny-moe/cpu, 0.16.1) is judged as compiled for 0.19.2 (field names of that release). The training-I/O values
+(dataset, tokenizer, checkpoint, scheduler, logger, validation) are compared too, and a real-training case
+(fidelity_testlib.TRAINING_SETS) is judged as well."""
 
 from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore, run_judge
+from fidelity_testlib import (READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore,
+                              run_judge_dirs, training_case)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -16,15 +19,23 @@ RECIPES = catalogue()
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
+def judged(tmp_path_factory):
     older = {r: ["platform.software.megatron_core=0.19.2"] for r in RECIPES if not platform_mcore(r).startswith("0.19.")}
     dirs = compile_all(RECIPES, tmp_path_factory.mktemp("fidelity-bridge"), older)
-    return run_judge("bridge_judge.py", list(dirs.values()))
+    case = training_case(tmp_path_factory.mktemp("fidelity-bridge-training"))
+    by_dir = run_judge_dirs("bridge_judge.py", [*dirs.values(), case])
+    return {rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_bridge_accepts(recipe, verdicts):
-    verdict = verdicts[recipe]
+def test_bridge_accepts(recipe, judged):
+    verdict = judged[0][recipe]
     if verdict.get("skip"):
         pytest.skip(verdict["error"])
     assert_verdict(verdict)
+
+
+def test_bridge_accepts_real_training(judged):
+    """Indexed data, the byte tokenizer, checkpoints, a cosine schedule: Bridge's ConfigContainer holds the
+    plan's values after validate() (dataset, tokenizer, checkpoint, scheduler, logger, validation, dist)."""
+    assert_verdict(judged[1])

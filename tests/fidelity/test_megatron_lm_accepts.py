@@ -1,11 +1,14 @@
 """Megatron-LM's parse_args + validate_args + core_transformer_config_from_args accept every
-megatron-lm.args of a megatron-core 0.19 recipe, and build the plan's TransformerConfig."""
+megatron-lm.args of a megatron-core 0.19 recipe, and build the plan's TransformerConfig, vocab and training I/O
+(data, tokenizer, checkpoints, schedule, logging, evaluation); so does a real-training case (indexed data,
+byte tokenizer, checkpointing, cosine schedule: fidelity_testlib.TRAINING_SETS)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore, run_judge
+from fidelity_testlib import (READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore,
+                              run_judge_dirs, training_case)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -13,11 +16,19 @@ RECIPES = [r for r in catalogue() if platform_mcore(r).startswith("0.19.")]
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
+def judged(tmp_path_factory):
     dirs = compile_all(RECIPES, tmp_path_factory.mktemp("fidelity-mlm"))
-    return run_judge("megatron_lm_judge.py", list(dirs.values()))
+    case = training_case(tmp_path_factory.mktemp("fidelity-mlm-training"))
+    by_dir = run_judge_dirs("megatron_lm_judge.py", [*dirs.values(), case])
+    return {rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_megatron_lm_accepts(recipe, verdicts):
-    assert_verdict(verdicts[recipe])
+def test_megatron_lm_accepts(recipe, judged):
+    assert_verdict(judged[0][recipe])
+
+
+def test_megatron_lm_accepts_real_training_and_builds_the_plans_vocab(judged):
+    verdict = judged[1]
+    assert_verdict(verdict)  # training-I/O values, the 384-row vocab and the byte tokenizer's eod id included
+    assert not [n for n in verdict["notes"] if "pads the vocabulary" in n]

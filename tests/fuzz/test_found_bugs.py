@@ -63,7 +63,7 @@ def test_bug1_unicode_digit_in_platform_version(root, tmp_path):
 def test_bug1_unicode_digit_in_schema_version(root, tmp_path):
     """schema: moeforge/recipe/v² -> ValueError in compiler/migrate.py declared_version (internal
     error). Expected: E_SCHEMA_VERSION at line 1."""
-    (root / "tiny-moe" / "sup.yaml").write_text(TINY.replace("moeforge/recipe/v2", "moeforge/recipe/v²"))
+    (root / "tiny-moe" / "sup.yaml").write_text(TINY.replace("moeforge/recipe/v3", "moeforge/recipe/v²"))
     located_compile_error(compile_outcome(root, "tiny-moe/sup", [], tmp_path / "build"))
 
 

@@ -225,5 +225,5 @@ def test_migrate_random_v1_documents(tmp_path_factory, data, v1):
     rc = check_cli(run_cli(argv), argv)
     if rc == 0:
         after = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert after["schema"] == "moeforge/recipe/v2"
+        assert after["schema"] == "moeforge/recipe/v3"  # migrate brings it to the current version
         assert not list(path.parent.glob(".*.tmp")), "migrate left a temp file behind"

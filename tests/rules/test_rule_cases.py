@@ -49,6 +49,11 @@ DWG = {"delay_wgrad_compute": True}
 TP2 = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
 PP2_VPP = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2, "overlap_p2p_comm": True}
 RANKCAP = {"moe_expert_rank_capacity_factor": 1.5, "use_transformer_engine_op_fuser": True}
+INDEXED = {"entrypoint": "megatron-lm", "data_kind": "indexed", "data_paths": ["/data/corpus_text_document"],
+           "data_blend": None}
+BLEND = [{"weight": 0.7, "path": "/data/a"}, {"weight": 0.3, "path": "/data/b"}]
+SAVES = {"save": "/ckpt", "save_interval": 100}
+ASYNC = {"async_save": True, "ckpt_format": "torch_dist"}
 
 
 def c(*parts, **kw):
@@ -327,6 +332,37 @@ CASES = {
                                        c(use_distributed_optimizer=False, use_megatron_fsdp=True)),
     "DP_PARAM_GATHER_NEEDS_GRAD_REDUCE": (c(overlap_grad_reduce=False), {}),
     "DP_OVERLAP_BRIDGE_NEEDS_DIST_OPT": (c(use_distributed_optimizer=False, overlap_param_gather=False), {}),
+    # --- training I/O (entry point, data, tokenizer, checkpoints, schedule, evaluation)
+    "RUNTIME_MEGATRON_LM_NEEDS_MCORE_0_17": (c(V("0.16.1"), entrypoint="megatron-lm"), c(entrypoint="megatron-lm")),
+    "DATA_KIND_NEEDS_MEGATRON_LM": (c(entrypoint="moeforge", data_kind="mock"),
+                                    c(entrypoint="megatron-lm", data_kind="mock")),
+    "DATA_KIND_NEEDS_MOEFORGE_RUNTIME": (c(entrypoint="megatron-lm", data_kind="learnable"),
+                                         c(entrypoint="moeforge", data_kind="learnable")),
+    "DATA_INDEXED_NEEDS_PATHS": (c(INDEXED, data_paths=None), INDEXED),
+    "DATA_PATHS_OR_BLEND": (c(INDEXED, data_blend=BLEND), c(INDEXED, data_paths=None, data_blend=BLEND)),
+    "DATA_PATHS_NEED_INDEXED": (c(INDEXED, data_kind="mock"), INDEXED),
+    "DATA_BLEND_WEIGHTS_POSITIVE": (c(INDEXED, data_paths=None, data_blend=BLEND, data_blend_weights_positive=False),
+                                    c(INDEXED, data_paths=None, data_blend=BLEND, data_blend_weights_positive=True)),
+    "PATH_ENV_VARS_RESOLVED_AT_LAUNCH": (c(path_env_vars="DATA_ROOT"), c(path_env_vars=None)),
+    "TOKENIZER_NEEDS_PATH": (c(tokenizer_kind="huggingface", tokenizer_path=None),
+                             c(tokenizer_kind="huggingface", tokenizer_path="/models/tok")),
+    "TOKENIZER_VOCAB_FITS_MODEL": (c(tokenizer_kind="byte", vocab_size=256), c(tokenizer_kind="byte", vocab_size=384)),
+    "CHECKPOINT_INTERVAL_NEEDS_SAVE": (c(save=None, save_interval=100), SAVES),
+    "CHECKPOINT_SAVE_NEEDS_INTERVAL": (c(SAVES, save_interval=None), SAVES),
+    "CHECKPOINT_LOAD_AUTO_NEEDS_SAVE": (c(ckpt_load="auto", save=None, save_interval=None), c(SAVES, ckpt_load="auto")),
+    "CHECKPOINT_ASYNC_NEEDS_SAVE": (c(ASYNC, save=None, save_interval=None), c(SAVES, ASYNC)),
+    "CHECKPOINT_ASYNC_NEEDS_GPU": (c(SAVES, ASYNC, gpu=None), c(SAVES, ASYNC)),
+    "CHECKPOINT_ASYNC_NEEDS_TORCH_DIST": (c(SAVES, ASYNC, ckpt_format="torch"), c(SAVES, ASYNC)),
+    "HARNESS_IGNORES_TRAINING_IO": (c(SAVES, entrypoint="moeforge", eval_interval=None, tensorboard_dir=None,
+                                      wandb_project=None),
+                                    c(SAVES, entrypoint="megatron-lm", eval_interval=None, tensorboard_dir=None,
+                                      wandb_project=None)),
+    "SCHEDULE_WARMUP_BEFORE_DECAY_END": (c(lr_warmup_iters=100, lr_decay_iters=None, train_iters=100),
+                                         c(lr_warmup_iters=100, lr_decay_iters=None, train_iters=1000)),
+    "SCHEDULE_WSD_NEEDS_DECAY_ITERS": (c(lr_decay_style="WSD", lr_wsd_decay_iters=None),  # Megatron's spelling
+                                       c(lr_decay_style="wsd", lr_wsd_decay_iters=100)),
+    "SCHEDULE_MIN_LR_AT_MOST_LR": (c(min_lr_at_most_lr=False), c(min_lr_at_most_lr=True)),
+    "EVAL_INTERVAL_NEEDS_ITERS": (c(eval_interval=100, eval_iters=0), c(eval_interval=100, eval_iters=10)),
     # --- advice from the seeds' measurements
     "ADVICE_EP_OVERLAP_SMALL_EP": (c(expert_model_parallel_size=4, num_nodes=2, world_size=16),
                                    c(NO_EPO, expert_model_parallel_size=4, num_nodes=2, world_size=16)),

@@ -74,7 +74,8 @@ def test_pp2_vpp2_ep2_interleaved_combined_schedule(tiny_plan, tmp_path):
 
 def test_learnable_task_loss_decreases_over_20_steps(tiny_plan, tmp_path):
     plan = copy.deepcopy(tiny_plan)
-    plan["training"].update(train_iters=20, data="learnable", report_window=[3, 20])
+    plan["training"].update(train_iters=20, report_window=[3, 20])
+    plan["data"]["kind"] = "learnable"
     plan["optimizer"]["lr"] = 0.01
     plan["transformer_config"]["moe_router_force_load_balancing"] = True
     run = launch(plan, tmp_path)

@@ -9,12 +9,14 @@
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
 # MASTER_PORT    a fixed rendezvous port on 127.0.0.1. Unset (the default): torchrun --standalone binds a
 #                free port itself, so two launches on one machine never collide; rank 0 prints it.
+# Each rank runs `python -m runtime.train`.
 # The exit code is torchrun's: non-zero when any rank failed.
 set -euo pipefail
 
 build_dir=build/qwen3-235b-a22b/b200-bf16
 plan_file=plan.json
 python_bin=python3
+runtime_module=runtime.train
 nproc_per_node=8
 
 # Logical path (no -P): a symlinked build/ must still lead back to the checkout it was called from.
@@ -45,13 +47,31 @@ else
     printf 'torchrun.sh: rendezvous on a free local port chosen at launch (set MASTER_PORT to fix one)\n' >&2
 fi
 
-status=0
+torchrun_pid=
+got_signal=0
+# torchrun in the background and `wait`, so that a trapped signal runs its handler at once; a trapped
+# signal cuts `wait` short (status > 128) while torchrun still runs, so wait again.
 "$python_bin" -m torch.distributed.run \
     --nnodes=1 \
     --nproc_per_node="$nproc_per_node" \
     "${rendezvous[@]}" \
     --max_restarts=0 \
-    -m runtime.train "$build_dir/$plan_file" --out "$build_dir" || status=$?
+    -m "$runtime_module" "$build_dir/$plan_file" --out "$build_dir" &
+torchrun_pid=$!
+cut_short=0
+while :; do
+    got_signal=0
+    status=0
+    wait "$torchrun_pid" || status=$?
+    if ((got_signal && status > 128)); then
+        cut_short=$status
+        continue
+    fi
+    if ((status == 127 && cut_short)); then
+        status=$cut_short # torchrun ended with that status just as the signal came: nothing left to wait for
+    fi
+    break
+done
 if ((status != 0)); then
     printf 'torchrun.sh: torchrun exited with status %s\n' "$status" >&2
 fi

@@ -1,0 +1,192 @@
+"""The recipe language for real training (recipe v3): runtime, data, tokenizer, checkpoint, schedule, logging
+and eval reach plan.json under the plan contract's keys, megatron-lm.args through flags Megatron-LM's parser
+has (compiler/data/megatron_lm_args.json), and bridge.overrides through Megatron-Bridge ConfigContainer paths;
+everything from one knob row each (compiler/knobs.py).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler import knobs as K
+from compiler.bridge_overrides import bridge_overrides
+from compiler.config import launch_settings
+from compiler.megatron_args import arguments, lm_parser
+from compiler.pipeline import load, resolve
+from compiler.plan import build
+
+ROOT = Path(__file__).resolve().parents[2]
+# the issue's case: tiny-moe on Megatron-LM's loop, an indexed dataset, byte tokens, checkpoints
+REAL = ["runtime.entrypoint=megatron-lm", "platform.software.megatron_core=0.19.2",
+        "model.architecture.vocab_size=384", "data.kind=indexed", 'data.paths=["/d/corpus_text_document"]',
+        "tokenizer.type=byte", "checkpoint.save=/ck", "checkpoint.interval=6", "training.train_iters=12"]
+PLAN_KEYS = {
+    "data": ["kind", "paths", "blend", "split", "cache_dir", "env_vars"],
+    "tokenizer": ["type", "path", "vocab_size", "eod_id"],
+    "checkpoint": ["save", "interval", "load", "keep_last", "async", "format"],
+    "schedule": ["decay", "warmup_iters", "warmup_fraction", "decay_iters", "wsd_decay_iters"],
+    "logging": ["interval", "tensorboard", "wandb_project"],
+    "eval": ["interval", "iters"],
+}
+
+
+def compiled(recipe: str, sets=()):
+    plan = build(resolve(load(recipe, list(sets))))
+    args, notes = arguments(plan)
+    return plan, {flag: values for flag, values in args}, notes
+
+
+def test_defaults_keep_the_harness_recipe_as_it_was():
+    plan, args, notes = compiled("tiny-moe/cpu")
+    assert plan["runtime"]["entrypoint"] == "moeforge"
+    assert "data" not in plan["training"]
+    assert {s: list(plan[s]) for s in PLAN_KEYS} == PLAN_KEYS
+    assert plan["data"] == {"kind": "synthetic", "paths": None, "blend": None, "split": "969,30,1",
+                            "cache_dir": None, "env_vars": []}
+    assert plan["tokenizer"] == {"type": None, "path": None, "vocab_size": 128, "eod_id": None}
+    assert plan["checkpoint"] == {"save": None, "interval": None, "load": "none", "keep_last": None, "async": False,
+                                  "format": "torch_dist"}
+    assert plan["schedule"] == {"decay": "constant", "warmup_iters": 0, "warmup_fraction": None, "decay_iters": None,
+                                "wsd_decay_iters": None}
+    assert plan["logging"] == {"interval": 100, "tensorboard": None, "wandb_project": None}
+    assert plan["eval"] == {"interval": None, "iters": 0}
+    assert plan["optimizer"] == {"optimizer": "adam", "lr": 0.001, "min_lr": 0.0, "weight_decay": 0.01,
+                                 "clip_grad": 1.0, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-08,
+                                 "use_distributed_optimizer": False}
+    # Megatron-LM: mock data, the null tokenizer, exactly the plan's vocab, no evaluation, gloo
+    assert args["--mock-data"] == [] and args["--tokenizer-type"] == ["NullTokenizer"]
+    assert args["--vocab-size"] == args["--padded-vocab-size"] == ["128"]
+    assert args["--eval-iters"] == ["0"] and args["--eval-interval"] == ["4"]
+    assert args["--distributed-backend"] == ["gloo"] and args["--lr-decay-style"] == ["constant"]
+    for absent in ("--save", "--load", "--data-path", "--split", "--exit-signal-handler", "--async-save"):
+        assert absent not in args
+
+
+def test_the_real_training_case_reaches_megatron_lm_args():
+    plan, args, notes = compiled("tiny-moe/cpu", REAL)
+    assert plan["runtime"]["entrypoint"] == "megatron-lm"
+    assert plan["data"] == {"kind": "indexed", "paths": ["/d/corpus_text_document"], "blend": None,
+                            "split": "969,30,1", "cache_dir": None, "env_vars": []}
+    assert plan["tokenizer"] == {"type": "byte", "path": None, "vocab_size": 257, "eod_id": 256}
+    assert plan["checkpoint"] == {"save": "/ck", "interval": 6, "load": "auto", "keep_last": None, "async": False,
+                                  "format": "torch_dist"}
+    assert args["--data-path"] == ["/d/corpus_text_document"] and args["--split"] == ["969,30,1"]
+    assert "--mock-data" not in args
+    assert args["--tokenizer-type"] == ["NullTokenizer"] and args["--null-tokenizer-eod-id"] == ["256"]
+    assert args["--vocab-size"] == args["--padded-vocab-size"] == ["384"]
+    assert args["--save"] == ["/ck"] and args["--save-interval"] == ["6"] and args["--load"] == ["/ck"]
+    assert args["--exit-signal-handler"] == [] and args["--exit-signal"] == ["SIGUSR1"]
+    assert args["--train-iters"] == ["12"] and args["--eval-interval"] == ["12"] and args["--eval-iters"] == ["0"]
+    assert not [n for n in notes if n.startswith(("kind=", "entrypoint=", "save", "split"))]
+
+
+def test_the_cli_compiles_it_with_list_overrides(tmp_path):
+    sets = [a for s in REAL for a in ("--set", s)]
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path),
+                           *sets], cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "tiny-moe" / "cpu" / "megatron-lm.args").read_text()
+    argv = [t for line in text.splitlines() if not line.startswith("#") for t in shlex.split(line)]
+    assert argv[argv.index("--data-path") + 1] == "/d/corpus_text_document"
+    plan = json.loads((tmp_path / "tiny-moe" / "cpu" / "plan.json").read_text())
+    assert plan["data"]["kind"] == "indexed" and plan["checkpoint"]["save"] == "/ck"
+
+
+def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
+    sets = REAL[:5] + ["checkpoint.save=${CKPT_ROOT}/run", "checkpoint.interval=6", "checkpoint.keep_last=2",
+                       "data.cache_dir=${SCRATCH}/cache", "schedule.warmup=0.1", "schedule.decay=wsd",
+                       "schedule.wsd_decay_iters=2", "schedule.min_lr=1e-5", "logging.tensorboard=/tb",
+                       "logging.wandb=moe", "logging.interval=1", "eval.interval=5", "eval.iters=2",
+                       "tokenizer.type=huggingface", "tokenizer.path=${HF_HOME}/tok", "checkpoint.load=none"]
+    r = resolve(load("tiny-moe/cpu", sets))
+    [warning] = [d for d in r.diagnostics if d.code == "PATH_ENV_VARS_RESOLVED_AT_LAUNCH"]
+    assert "SCRATCH, HF_HOME, CKPT_ROOT" in warning.message
+    plan = build(r)
+    assert plan["data"]["cache_dir"] == "${SCRATCH}/cache" and plan["data"]["env_vars"] == ["SCRATCH"]
+    assert plan["schedule"] == {"decay": "wsd", "warmup_iters": None, "warmup_fraction": 0.1, "decay_iters": None,
+                                "wsd_decay_iters": 2}
+    assert plan["tokenizer"] == {"type": "huggingface", "path": "${HF_HOME}/tok", "vocab_size": None, "eod_id": None}
+    assert plan["logging"] == {"interval": 1, "tensorboard": "/tb", "wandb_project": "moe"}
+    args, notes = arguments(plan)
+    args = dict(args)
+    assert args["--tokenizer-type"] == ["HuggingFaceTokenizer"] and args["--tokenizer-model"] == ["${HF_HOME}/tok"]
+    assert "--null-tokenizer-eod-id" not in args and "--load" not in args
+    assert args["--save"] == ["${CKPT_ROOT}/run"] and args["--data-cache-path"] == ["${SCRATCH}/cache"]
+    assert args["--lr-decay-style"] == ["WSD"] and args["--lr-wsd-decay-iters"] == ["2"]
+    assert args["--lr-warmup-fraction"] == ["0.1"] and "--lr-warmup-iters" not in args
+    assert args["--min-lr"] == ["1e-05"] and args["--log-interval"] == ["1"]
+    assert args["--tensorboard-dir"] == ["/tb"] and args["--wandb-project"] == ["moe"]
+    assert args["--eval-interval"] == ["5"] and args["--eval-iters"] == ["2"]
+    assert any(n.startswith("keep_last=2: Megatron-LM has no flag") and "runtime.megatron prunes" in n for n in notes)
+    overrides = dict(bridge_overrides(plan)[0])
+    assert overrides["checkpoint.most_recent_k"] == "2" and overrides["scheduler.lr_decay_style"] == '"WSD"'
+    assert overrides["scheduler.lr_warmup_fraction"] == "0.1" and overrides["scheduler.lr_warmup_iters"] == "0"
+    assert overrides["tokenizer.tokenizer_model"] == '"${HF_HOME}/tok"'
+
+
+def test_blend_is_megatron_lms_weighted_data_path(tmp_path):
+    import shutil
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root)
+    (root / "tiny-moe" / "blend.yaml").write_text(
+        "schema: moeforge/recipe/v3\nrevision: 1\nextends: cpu.yaml\nname: blend\n"
+        "runtime: {entrypoint: megatron-lm}\n"
+        "data: {kind: indexed, split: '98,1,1', blend: [{weight: 0.7, path: /d/web}, {weight: 0.3, path: /d/code}]}\n")
+    plan = build(resolve(load("tiny-moe/blend", ["platform.software.megatron_core=0.19.2"], root)))
+    assert plan["data"]["blend"] == [{"weight": 0.7, "path": "/d/web"}, {"weight": 0.3, "path": "/d/code"}]
+    args = dict(arguments(plan)[0])
+    assert args["--data-path"] == ["0.7", "/d/web", "0.3", "/d/code"] and args["--split"] == ["98,1,1"]
+    assert dict(bridge_overrides(plan)[0])["dataset.data_path"] == '["0.7", "/d/web", "0.3", "/d/code"]'
+
+
+def test_async_checkpoints_bring_the_persistent_worker():
+    sets = ["runtime.entrypoint=megatron-lm", "data.kind=mock", "checkpoint.save=/ck", "checkpoint.interval=100",
+            "checkpoint.async=true"]
+    plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16", sets)
+    assert args["--async-save"] == [] and args["--use-persistent-ckpt-worker"] == []
+    assert plan["platform"]["distributed_backend"] == "nccl" and "--distributed-backend" not in args  # the default
+
+
+def test_every_training_io_value_is_a_knob_row_with_real_megatron_names():
+    """One row each: the plan's training-I/O keys, their Megatron-LM dests (in Megatron-LM's own parser) and
+    their Megatron-Bridge paths (a ConfigContainer section)."""
+    from compiler.frontends import BRIDGE_SECTIONS
+
+    plan = build(resolve(load("tiny-moe/cpu", REAL)))
+    rows = {(k.section, k.name_for(0)): k for k in K.KNOBS if k.section in K.IO_SECTIONS}
+    for section in K.IO_SECTIONS:
+        keys = ["entrypoint"] if section == "runtime" else [k for k in plan[section] if k != "env_vars"]
+        for key in keys:
+            assert (section, key) in rows, f"plan.{section}.{key} has no knob row"
+    dests = {e["dest"] for e in lm_parser()["options"].values()}
+    for k in list(K.KNOBS) + list(K.FACTS):
+        for dest in k.lm_dests(0) if k.lm is not None else ():
+            if k.section in K.IO_SECTIONS or k.field in ("padded_vocab_size", "vocab_size", "use_persistent_ckpt_worker",
+                                                         "exit_signal_handler", "exit_signal", "distributed_backend",
+                                                         "min_lr", "adam_beta1", "adam_beta2", "adam_eps"):
+                assert dest in dests, f"{k.field}: Megatron-LM has no argument {dest}"
+        for path in k.bridge_paths:
+            assert path.split(".")[0] in BRIDGE_SECTIONS, f"{k.field}: {path}"
+
+
+def test_launch_settings_defaults():
+    tiny = load("tiny-moe/cpu").data
+    assert launch_settings(tiny, "tiny-moe-cpu") == {"logs_dir": "logs/tiny-moe-cpu", "signal_margin_s": 120,
+                                                    "exclusive": False}
+    gpu = load("qwen3-30b-a3b/h100-bf16", ["launch.logs_dir=/scratch/logs", "launch.signal_margin_s=300"]).data
+    assert launch_settings(gpu, "q") == {"logs_dir": "/scratch/logs", "signal_margin_s": 300, "exclusive": True}
+
+
+@pytest.mark.parametrize("recipe", ["tiny-moe/cpu", "qwen3-30b-a3b/h100-bf16"])
+def test_megatron_lm_args_only_use_flags_of_the_platforms_release(recipe):
+    from compiler.megatron_args import flag_tables, release_for
+
+    plan, args, _ = compiled(recipe)
+    known = flag_tables()[release_for(plan["platform"]["software"]["megatron_core"])]
+    assert set(args) <= set(known)
