@@ -100,7 +100,13 @@ compile-all: $(addprefix compile-one/,$(CATALOGUE)) ## compile every recipe in t
 compile-one/%: $(STAMP)
 	@$(MOEFORGE) compile $*
 
+# A plan for megatron-core >= 0.17 runs with .venv312's python (megatron/training for runtime.megatron):
+# launch builds .venv312 first when the compiled plan needs it (never for TARGET=print, which only
+# prints the exact commands).
 launch: compile ## launch RECIPE with TARGET=local|slurm|print
+	@if [[ "$(TARGET)" != print && "$$(PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --needs-venv312 build/$(RECIPE))" == yes ]]; then \
+		$(MAKE) --no-print-directory setup312; \
+	fi
 	PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --target $(TARGET) build/$(RECIPE)
 
 matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)

@@ -1,8 +1,13 @@
 """`make launch`: run a compiled build locally, on Slurm, or just show what would run.
 
-local runs build/<recipe>/torchrun.sh; slurm submits launch.sbatch with `sbatch --wait`
-(under a timeout, since a job that can never start would wait forever) and reports the
-job's exit code; both finish by summarising report.json.
+local runs build/<recipe>/torchrun.sh; slurm creates the job's logs directory (sbatch opens the
+#SBATCH --output/--error files before the script runs, so the script cannot) and submits
+launch.sbatch with `sbatch --wait` (under a timeout, since a job that can never start would wait
+forever) and reports the job's exit code; both finish by summarising report.json.
+
+The job's python: plans for megatron-core >= 0.17 (the wheels that ship megatron/training, which
+runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter
+running this module (.venv). Its directory goes first on PATH, where the scripts find `python3`.
 """
 from __future__ import annotations
 
@@ -15,6 +20,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV312 = ROOT / ".venv312"
+MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
+
+
+class LaunchError(Exception):
+    """A launch that cannot start, with the message to print."""
 
 
 def _realised(report: dict, field: str):
@@ -51,18 +62,73 @@ def _print_report(build: Path) -> int:
     return 0
 
 
-def _job_env() -> dict:
-    """This interpreter's environment first on PATH, so the job's python3 has torch and megatron."""
+def _mcore(plan: dict) -> str | None:
+    return ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
+
+
+def needs_venv312(plan: dict) -> bool:
+    from .rules.expr import version_int
+
+    mcore = _mcore(plan)
+    return mcore is not None and version_int(mcore) >= version_int(MCORE_WITH_TRAINING)
+
+
+def job_python(plan: dict) -> Path:
+    """The interpreter the job runs with, by the plan's megatron-core version (see the module doc)."""
+    if not needs_venv312(plan):
+        return Path(sys.executable)
+    python = VENV312 / "bin" / "python"
+    if not python.exists():
+        raise LaunchError(f"this plan is for megatron-core {_mcore(plan)}: it runs with {python} (Python 3.12, "
+                          "megatron-core with megatron/training), which does not exist: run `make setup312`")
+    return python
+
+
+def logs_dir(build: Path) -> Path | None:
+    """The directory of launch.sbatch's `#SBATCH --output=` file, as sbatch reads that line (a quoted
+    value, each backslash escaping the next character), '%%' read as '%'; relative to the job's
+    working directory (ROOT). None when the script names no directory."""
+    for line in (build / "launch.sbatch").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#SBATCH --output="):
+            text = line.split("=", 1)[1]
+            if text[:1] == '"' and text[-1:] == '"':
+                text = text[1:-1]
+            chars, value = iter(text), []
+            for c in chars:
+                value.append(next(chars, "") if c == "\\" else c)
+            value = "".join(value)
+            return Path(value.rsplit("/", 1)[0].replace("%%", "%")) if "/" in value else None
+        if line.strip() and not line.startswith("#"):
+            break
+    return None
+
+
+def _job_env(python: Path) -> dict:
+    """The job's interpreter first on PATH, so the scripts' python3 has torch and megatron."""
     env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("MOEFORGE_ROOT", str(ROOT))
     # megatron-core's import-time notices (no Apex, deprecations) drown the summary
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
     return env
 
 
+def _plan(build: Path) -> dict:
+    return json.loads((build / "plan.json").read_text(encoding="utf-8"))
+
+
+def local_command(build: Path) -> list[str]:
+    return ["bash", str(build / "torchrun.sh")]
+
+
+def slurm_command(build: Path, timeout: int) -> list[str]:
+    # no --output here: launch.sbatch's #SBATCH --output/--error put the logs in its logs directory
+    return ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={ROOT}", str(build / "launch.sbatch")]
+
+
 def run_local(build: Path) -> int:
-    rc = subprocess.call(["bash", str(build / "torchrun.sh")], cwd=ROOT, env=_job_env())
+    python = job_python(_plan(build))
+    rc = subprocess.call(local_command(build), cwd=ROOT, env=_job_env(python))
     if rc != 0:
         print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
         return rc
@@ -70,9 +136,13 @@ def run_local(build: Path) -> int:
 
 
 def run_slurm(build: Path, timeout: int) -> int:
-    cmd = ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={ROOT}",
-           f"--output={build}/slurm-%j.out", str(build / "launch.sbatch")]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_job_env())
+    python = job_python(_plan(build))
+    logs = logs_dir(build)
+    if logs is not None:
+        (ROOT / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
+        print(f"slurm logs: {ROOT / logs}/")
+    proc = subprocess.run(slurm_command(build, timeout), cwd=ROOT, capture_output=True, text=True,
+                          env=_job_env(python))
     job = proc.stdout.strip().split(";")[0] or "?"
     print(f"slurm job {job} exited with {proc.returncode}")
     if proc.returncode != 0:
@@ -81,22 +151,46 @@ def run_slurm(build: Path, timeout: int) -> int:
     return _print_report(build)
 
 
+def print_commands(build: Path, timeout: int) -> int:
+    """What `local` and `slurm` would run, exactly (and the Kubernetes equivalent)."""
+    try:
+        python = job_python(_plan(build))
+        path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
+    except LaunchError as exc:
+        path = f"# {exc}\n       "
+    if "MOEFORGE_ROOT" not in os.environ:
+        path = f"MOEFORGE_ROOT={shlex.quote(str(ROOT))} {path}"
+    root = shlex.quote(str(ROOT))
+    logs = logs_dir(build)
+    print(f"local: cd {root} && {path}{shlex.join(local_command(build))}")
+    mkdir = f"mkdir -p {shlex.quote(str(ROOT / logs))} && " if logs is not None else ""
+    print(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}")
+    print(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="moeforge launch")
     p.add_argument("build", help="build/<recipe> directory made by `moeforge compile`")
     p.add_argument("--target", choices=("local", "slurm", "print"), default="local")
     p.add_argument("--timeout", type=int, default=1800, help="slurm: seconds to wait for the job")
+    p.add_argument("--needs-venv312", action="store_true",
+                   help="print yes when the plan runs with .venv312 (make launch builds it first), else no")
     args = p.parse_args(argv)
     build = Path(args.build)
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)
         return 2
-    if args.target == "print":
-        print(f"local: bash {shlex.quote(str(build / 'torchrun.sh'))}")
-        print(f"slurm: sbatch --wait {shlex.quote(str(build / 'launch.sbatch'))}")
-        print(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}")
+    if args.needs_venv312:
+        print("yes" if needs_venv312(_plan(build)) else "no")
         return 0
-    return run_local(build) if args.target == "local" else run_slurm(build, args.timeout)
+    if args.target == "print":
+        return print_commands(build, args.timeout)
+    try:
+        return run_local(build) if args.target == "local" else run_slurm(build, args.timeout)
+    except LaunchError as exc:
+        print(f"moeforge: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,20 +63,29 @@ def pytorchjob_images(files: dict) -> list[str]:
             for c in spec["template"]["spec"]["containers"]]
 
 
-def run_both(root: Path, build: Path, tmp: Path, marker_dir: Path) -> tuple[dict, dict]:
+def run_both(root: Path, build: Path, tmp: Path, marker_dir: Path, env: dict | None = None) -> tuple[dict, dict]:
     """Run torchrun.sh (from elsewhere) and launch.sbatch (in the root, as a Slurm job would)."""
     bin_dir, out = H.shims(tmp)
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
-    proc = H.run_script(build / "torchrun.sh", bin_dir, elsewhere)
+    proc = H.run_script(build / "torchrun.sh", bin_dir, elsewhere, env)
     assert proc.returncode == 0, proc.stderr
     torchrun = H.recorded(out, "python3")
     proc = H.run_script(build / "launch.sbatch", bin_dir, root,
-                        {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_SUBMIT_DIR": str(root)})
+                        {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_SUBMIT_DIR": str(root),
+                         **(env or {})})
     assert proc.returncode == 0, proc.stderr
     srun = H.recorded(out, "srun")
     assert not H.pwned(marker_dir, root, elsewhere), "a recipe string was executed"
     return torchrun, srun
+
+
+def launched(text: str, root: Path, bin_dir_parent: Path, extra: dict | None = None) -> str:
+    """What launch.sbatch makes of a mount: each ${NAME} expanded in the job's environment (H.run_script's,
+    bash's own IFS), everything else as written."""
+    env = {"PATH": f"{bin_dir_parent / 'shim-bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(root),
+           "IFS": " \t\n", **(extra or {})}
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env[m.group(1)], text)
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +121,15 @@ def test_launch_strings_are_inert(sandbox, marker_dir, tmp_path, case):
     expected += [f"#SBATCH {json.dumps(a)}" for a in launch["extra_sbatch_args"]]
     for line in expected:
         assert line in lines, f"missing or altered directive {line!r}"
-    assert len(lines) == 4 + len(expected), f"an injected #SBATCH line: {lines}"  # job-name nodes ntasks time
+    # job-name nodes ntasks-per-node time output error open-mode
+    assert len(lines) == 7 + len(expected), f"an injected #SBATCH line: {lines}"
 
     torchrun, srun = run_both(sandbox, build, tmp_path, marker_dir)
     assert torchrun["argv"][:2] == ["-m", "torch.distributed.run"]
     assert torchrun["argv"][-3:] == [f"build/{rid}/plan.json", "--out", f"build/{rid}"]
     assert f"--container-image={launch['container_image']}" in srun["argv"]
-    assert f"--container-mounts={','.join(launch['container_mounts'])}" in srun["argv"]
+    mounts = [f"{sandbox}:{sandbox}"] + [launched(m, sandbox, tmp_path) for m in launch["container_mounts"]]
+    assert f"--container-mounts={','.join(mounts)}" in srun["argv"]
 
     images = pytorchjob_images(files)
     assert images and all(i == launch["container_image"] for i in images)
@@ -204,3 +216,73 @@ def test_recipe_file_name_not_utf8(fresh_sandbox, moeforge_cli):
     (fresh_sandbox / "recipes" / f"{rid}.yaml").write_text(H.TINY, encoding="utf-8")
     proc = moeforge_cli(fresh_sandbox, "compile", rid)
     assert proc.returncode in (0, 1)
+
+
+# --- paths in the plan: checkpoint.save, data.paths, logging.tensorboard, launch.logs_dir -------------
+
+MEGATRON_LM = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm"]
+
+
+def sbatch_reads(value: str) -> str:
+    """What sbatch makes of `"<json of value>"` on an #SBATCH line: each backslash escapes the next character
+    (so a JSON \\n becomes n: altered, never a second line)."""
+    chars, out = iter(json.dumps(value)[1:-1]), []
+    for c in chars:
+        out.append(next(chars) if c == "\\" else c)
+    return "".join(out)
+
+
+def _path_cases(marker_dir: Path) -> list[dict]:
+    p = H.payloads(marker_dir)
+    one_line = [s for s in p if not set(s) & {"\n", "\r"}]  # the schema refuses line breaks in paths
+    n = len(one_line)
+    return [{"save": f"/ck pt/{one_line[i]}", "data": [f"${{DATA_ROOT}}/{one_line[(i + 1) % n]}/prefix",
+                                                      f"/abs/{one_line[(i + 2) % n]}/prefix"],
+             "tensorboard": f"/tb/{one_line[(i + 3) % n]}", "logs_dir": f"logs/{p[i % len(p)]}"}
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("case", range(len(_path_cases(Path("/m")))))
+def test_plan_paths_are_inert(sandbox, marker_dir, tmp_path, case):
+    """Shell characters in the plan's paths and the logs directory: the scripts pass bash -n and
+    shellcheck, hand every path over verbatim (mounts: only ${NAME} is expanded), and run nothing."""
+    from compiler import launch as L
+
+    c = _path_cases(marker_dir)[case]
+    rid = f"hostile/paths-{case}"
+    recipe = H.recipe_with({"schema": "moeforge/recipe/v3",
+                            "checkpoint": {"save": c["save"], "interval": 10},
+                            "data": {"kind": "indexed", "paths": c["data"]},
+                            "logging": {"tensorboard": c["tensorboard"]},
+                            "launch": {"logs_dir": c["logs_dir"], "container_image": "img:1"}})
+    (sandbox / "recipes" / f"{rid}.yaml").write_text(recipe, encoding="utf-8")
+    files = H.compile_here(sandbox, rid, MEGATRON_LM)
+    build = sandbox / "build" / rid
+    check_static(build)
+
+    lines = H.sbatch_lines(files["launch.sbatch"])
+    pattern = c["logs_dir"].rstrip("/").replace("%", "%%")
+    for line in (f"#SBATCH --output={json.dumps(pattern + '/%x-%j.out')}",
+                 f"#SBATCH --error={json.dumps(pattern + '/%x-%j.err')}",
+                 "#SBATCH --requeue", '#SBATCH --signal="B:USR1@120"'):
+        assert line in lines, f"missing or altered directive {line!r}: {lines}"
+    assert len(lines) == 9, f"an injected #SBATCH line: {lines}"  # 7 + requeue + signal (CPU: no exclusive)
+    assert L.logs_dir(build) == Path(sbatch_reads(pattern).replace("%%", "%"))  # where make launch creates it
+
+    data_root = "/data root/$(touch pwned-dr)"
+    torchrun, srun = run_both(sandbox, build, tmp_path, marker_dir, {"DATA_ROOT": data_root})
+    assert torchrun["argv"][-4:] == ["runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
+    dirs = list(dict.fromkeys([c["data"][0].rsplit("/", 1)[0], c["data"][1].rsplit("/", 1)[0], c["save"].rstrip("/"),
+                               c["tensorboard"].rstrip("/")]))
+    mounts = [f"{sandbox}:{sandbox}"] + [launched(f"{d}:{d}", sandbox, tmp_path, {"DATA_ROOT": data_root})
+                                         for d in dirs]
+    assert srun["argv"][srun["argv"].index("python3"):] == [
+        "python3", "-m", "runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
+    assert f"--container-mounts={','.join(mounts)}" in srun["argv"]
+
+    [job] = [d for d in yaml.safe_load_all(files["pytorchjob.yaml"]) if d]
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == dirs
+    assert pod["containers"][0]["command"][-4:] == ["runtime.megatron", f"build/{rid}/plan.json", "--out",
+                                                    f"build/{rid}"]
+    assert not H.pwned(marker_dir, sandbox, tmp_path), "a path was executed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,28 @@ def quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def quote_keeping_env(value: Any) -> str:
+    """The `qenv` filter: one shell word in which each ${NAME} is expanded at run time and all else
+    is literal (shlex.quote'd pieces around "${NAME}")."""
+    text, out, last = str(value), [], 0
+    for m in ENV_REF.finditer(text):
+        if m.start() > last:
+            out.append(shlex.quote(text[last : m.start()]))
+        out.append(f'"${{{m.group(1)}}}"')
+        last = m.end()
+    if last < len(text) or not out:
+        out.append(shlex.quote(text[last:]))
+    return "".join(out)
+
+
+def expand_env(text: str, env: dict[str, str]) -> str:
+    """What the shell makes of `qenv`'s word: each ${NAME} replaced by env[NAME]."""
+    return ENV_REF.sub(lambda m: env[m.group(1)], text)
+
+
 def environment(*, trim: bool = True) -> jinja2.Environment:
     """The Environment of compiler/emit.py: the brief's settings (StrictUndefined,
     keep_trailing_newline, no autoescape) plus trim_blocks/lstrip_blocks, `q` and a plain
@@ -48,6 +71,7 @@ def environment(*, trim: bool = True) -> jinja2.Environment:
         lstrip_blocks=trim,
     )
     env.filters["q"] = quote
+    env.filters["qenv"] = quote_keeping_env
     env.filters["tojson"] = json.dumps
     return env
 
@@ -86,6 +110,13 @@ BENIGN_CONTEXT: dict[str, Any] = {
     "device": "cpu",
     "master_port": None,  # the default: torchrun picks a free port, launch.sbatch derives one from the job id
     "python": "python3",
+    "runtime_module": "runtime.train",
+    "checkpointing": False,
+    "exit_saved_on_signal": 75,
+    "signal_margin_s": 120,
+    "rank_exit_grace_s": 60,
+    "required_env": [],
+    "logs_dir": "logs/tiny-moe-cpu",
     "slurm": {
         "partition": None,
         "account": None,
@@ -93,9 +124,16 @@ BENIGN_CONTEXT: dict[str, Any] = {
         "container_image": None,
         "container_mounts": [],
         "extra_args": [],
+        "output": "logs/tiny-moe-cpu/%x-%j.out",
+        "error": "logs/tiny-moe-cpu/%x-%j.err",
+        "exclusive": False,
+        "segment": None,
+        "signal": None,
     },
     "k8s": {"name": "tiny-moe-cpu", "namespace": "default", "image": "ghcr.io/example/moeforge:0.1.0",
-            "service_account": None, "port": 29517},
+            "service_account": None, "port": 29517, "restart_policy": "Never", "backoff_limit": 0,
+            "volumes": [{"name": "dshm", "host_path": None, "host_path_type": None, "mount_path": "/dev/shm",
+                         "read_only": False}]},
     "env": [
         {
             "name": "CUDA_DEVICE_MAX_CONNECTIONS",
@@ -112,18 +150,39 @@ def benign_context() -> dict[str, Any]:
     return copy.deepcopy(BENIGN_CONTEXT)
 
 
+def with_checkpointing(ctx: dict[str, Any], margin: int = 120) -> dict[str, Any]:
+    """ctx with checkpointing on, as compiler/emit.py sets it: Megatron-LM's loop, requeue on signal."""
+    ctx.update(checkpointing=True, runtime_module="runtime.megatron", signal_margin_s=margin)
+    ctx["slurm"]["signal"] = f"B:USR1@{margin}"
+    ctx["k8s"].update(restart_policy="OnFailure", backoff_limit=3)
+    return ctx
+
+
 def full_context() -> dict[str, Any]:
-    """Benign, with every optional part on: two GPU nodes, partition, account, container, mounts."""
-    ctx = benign_context()
-    ctx.update(nnodes=2, nproc_per_node=8, world_size=16, gpus_per_node=8, device="cuda")
+    """Benign, with every optional part on: two GPU nodes of an NVL72 rack, partition, account,
+    container, mounts (one naming ${DATA_ROOT}), checkpointing."""
+    ctx = with_checkpointing(benign_context())
+    ctx.update(nnodes=2, nproc_per_node=8, world_size=16, gpus_per_node=8, device="cuda", required_env=["DATA_ROOT"])
     ctx["slurm"].update(
         partition="batch",
         account="proj-42",
         container_image="nvcr.io/nvidia/pytorch:25.01-py3",
-        container_mounts=["/data:/data", "/scratch:/scratch:ro"],
+        container_mounts=["${DATA_ROOT}/corpus:${DATA_ROOT}/corpus", "/ckpt/run:/ckpt/run", "/data:/data",
+                          "/scratch:/scratch:ro"],
         extra_args=["--exclusive", "--qos=high"],
+        exclusive=True,
+        segment=2,
     )
     ctx["k8s"].update(namespace="training", service_account="trainer")
+    ctx["k8s"]["volumes"] = [
+        {"name": "data-0", "host_path": "${DATA_ROOT}/corpus", "host_path_type": "Directory",
+         "mount_path": "${DATA_ROOT}/corpus", "read_only": False},
+        {"name": "checkpoint-0", "host_path": "/ckpt/run", "host_path_type": "DirectoryOrCreate",
+         "mount_path": "/ckpt/run", "read_only": False},
+        {"name": "mount-0", "host_path": "/scratch", "host_path_type": None, "mount_path": "/scratch",
+         "read_only": True},
+        *ctx["k8s"]["volumes"],
+    ]
     return ctx
 
 
@@ -131,7 +190,7 @@ def hostile_context(marker: str) -> dict[str, Any]:
     """Every user string carries shell metacharacters; running `$(...)`/backticks would touch marker."""
     # $(MASTER_ADDR) and $$ are for Kubernetes, which expands them in command, args and env values.
     evil = f"x'\"$(touch {marker})`touch {marker}`;touch {marker}\n#SBATCH --wrap=touch {marker} $(MASTER_ADDR)$$ \\"
-    ctx = benign_context()
+    ctx = with_checkpointing(benign_context())
     ctx.update(
         recipe_id=f"tiny-moe/cpu{evil}",
         job_name=f"tiny {evil}",
@@ -140,16 +199,26 @@ def hostile_context(marker: str) -> dict[str, Any]:
         report_file="re port`x`.json",
         master_port=29517,
         moeforge_version=f"0.1.0{evil}",
+        logs_dir=f"logs/l o'g 100%{evil}",
+        required_env=["HOME"],
     )
     ctx["slurm"].update(
         partition=f"part{evil}",
         account=f"acct{evil}",
         time=f"00:30:00{evil}",
         container_image=f"nvcr.io/nvidia/pytorch:25.01-py3{evil}",
-        container_mounts=[f"/data:/data{evil}", "/scratch:/scratch"],
+        # ${HOME} is expanded at launch (the point of a ${NAME} in a mount); nothing else is
+        container_mounts=[f"/data:/data{evil}", "/scratch:/scratch", f"${{HOME}}/ck pt{evil}:${{HOME}}/ck pt{evil}"],
         extra_args=[f"--comment={evil}", "--exclusive"],
+        output=f"logs/l o'g 100%%{evil}/%x-%j.out",  # compiler/emit.py doubles a % of the directory
+        error=f"logs/l o'g 100%%{evil}/%x-%j.err",
     )
     ctx["k8s"].update(image=f"img{evil}", service_account=f"sa{evil}")
+    ctx["k8s"]["volumes"] = [
+        {"name": "checkpoint-0", "host_path": f"/ck pt{evil}", "host_path_type": "DirectoryOrCreate",
+         "mount_path": f"/ck pt{evil}", "read_only": False},
+        *ctx["k8s"]["volumes"],
+    ]
     ctx["env"] = [
         {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": f"1{evil}", "reason": f"why{evil}"},
         {"name": "NCCL_DEBUG", "value": "WARN", "reason": "plain"},
@@ -183,7 +252,7 @@ def expected_torchrun_argv(ctx: dict[str, Any], port: int | str | None) -> list[
         f"--nproc_per_node={ctx['nproc_per_node']}",
         *rendezvous,
         "--max_restarts=0",
-        "-m", "runtime.train", plan, "--out", ctx["build_dir"],
+        "-m", ctx["runtime_module"], plan, "--out", ctx["build_dir"],
     ]  # fmt: skip
 
 
@@ -192,25 +261,25 @@ def expected_job_port(ctx: dict[str, Any], job_id: str) -> int:
     return ctx["master_port"] or 15000 + int(job_id) % 15000
 
 
-def expected_srun_argv(ctx: dict[str, Any], root: str, master_addr: str, port: int | str, job_id: str) -> list[str]:
-    """argv after `srun` in launch.sbatch."""
-    argv = [f"--nodes={ctx['nnodes']}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+def expected_srun_argv(ctx: dict[str, Any], root: str, master_addr: str, port: int | str, job_id: str,
+                       env: dict[str, str] | None = None, cpus_on_node: int | None = None) -> list[str]:
+    """argv after `srun` in launch.sbatch: one task per rank, the runtime module directly. `env`: the
+    job's environment, for the ${NAME} in container mounts; cpus_on_node: SLURM_CPUS_ON_NODE."""
+    del master_addr, port, job_id  # one task per rank: the rendezvous is in the environment, not argv
+    per_node = ctx["nproc_per_node"]
+    cpus = max(1, (cpus_on_node if cpus_on_node is not None else per_node) // per_node)
+    argv = [f"--nodes={ctx['nnodes']}", f"--ntasks-per-node={per_node}", f"--cpus-per-task={cpus}"]
+    if ctx["checkpointing"]:
+        argv += ["--kill-on-bad-exit=0", f"--wait={ctx['rank_exit_grace_s']}"]
+    else:
+        argv += ["--kill-on-bad-exit=1"]
     slurm = ctx["slurm"]
     if slurm["container_image"] is not None:
-        argv += [f"--container-image={slurm['container_image']}", f"--container-workdir={root}"]
-        if slurm["container_mounts"]:
-            argv.append("--container-mounts=" + ",".join(slurm["container_mounts"]))
+        mounts = [f"{root}:{root}"] + [expand_env(m, env or {}) for m in slurm["container_mounts"]]
+        argv += [f"--container-image={slurm['container_image']}", f"--container-workdir={root}",
+                 "--container-mounts=" + ",".join(mounts)]
     plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
-    argv += [
-        ctx["python"], "-m", "torch.distributed.run",
-        f"--nnodes={ctx['nnodes']}",
-        f"--nproc_per_node={ctx['nproc_per_node']}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={master_addr}:{port}",
-        f"--rdzv_id={job_id}",
-        "--max_restarts=0",
-        "-m", "runtime.train", plan, "--out", ctx["build_dir"],
-    ]  # fmt: skip
+    argv += [ctx["python"], "-m", ctx["runtime_module"], plan, "--out", ctx["build_dir"]]
     return argv
 
 

@@ -152,7 +152,13 @@ def checkout(tmp_path: Path, rendering, context):
 
 
 FAKE_PORT = 31000  # a rendezvous port the scripts hand to recording fakes; nothing ever listens on it
-SCONTROL = 'if [[ $1 == show && $2 == hostnames ]]; then printf "node-a\\nnode-b\\n"; exit 0; fi\nexit 1\n'
+# A fake scontrol: `show hostnames` gives two nodes; `requeue ID` is recorded in $SHIM_OUT/scontrol-requeue
+# (one line per call) and exits $SCONTROL_RC (default 0).
+SCONTROL = (
+    'if [[ $1 == show && $2 == hostnames ]]; then printf "node-a\\nnode-b\\n"; exit 0; fi\n'
+    'if [[ $1 == requeue ]]; then printf "%s\\n" "$*" >>"$SHIM_OUT/scontrol-requeue"; exit "${SCONTROL_RC:-0}"; fi\n'
+    "exit 1\n"
+)
 
 
 @pytest.fixture
@@ -169,14 +175,20 @@ def shims(tmp_path: Path, rendering, context):
     return bin_dir, out
 
 
+DATA_ROOT = "/data root/x'y"  # what the full context's ${DATA_ROOT} mount expands to at launch
+
+
 def run_script(script: Path, bin_dir: Path, cwd: Path, extra_env: dict[str, str], **kw):
     env = {
         "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(cwd),
+        "DATA_ROOT": DATA_ROOT,
         "SHIM_OUT": str(bin_dir.parent / "shim-out"),
         "LC_ALL": "C.UTF-8",
     }
     env.update(extra_env)
+    for name in kw.pop("unset", ()):
+        env.pop(name, None)
     return subprocess.run(
         ["bash", str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, **kw
     )
@@ -317,19 +329,50 @@ def test_launch_sbatch_hands_over_argv_verbatim(rendering, context, checkout, sh
         "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NODELIST": "node-[a-b]",
         "SLURM_SUBMIT_DIR": str(root),
+        "SLURM_CPUS_ON_NODE": str(4 * context["nproc_per_node"] + 1),
+        "DATA_ROOT": DATA_ROOT,
         "SHIM_RC": str(rc),
     }
     proc = run_script(paths["launch.sbatch"], bin_dir, root, slurm_env)  # sbatch starts jobs in the submit dir
     assert proc.returncode == rc, proc.stderr
     rec = rendering.recorded(out, "srun")
     port = rendering.expected_job_port(context, "4242")
-    assert rec["argv"] == rendering.expected_srun_argv(context, str(root), "node-a", port, "4242")
+    job_env = {"HOME": str(root), "DATA_ROOT": DATA_ROOT}
+    assert rec["argv"] == rendering.expected_srun_argv(context, str(root), "node-a", port, "4242", job_env,
+                                                       cpus_on_node=4 * context["nproc_per_node"] + 1)
+    assert f"--cpus-per-task=4" in rec["argv"]
     assert os.path.realpath(rec["cwd"]) == os.path.realpath(root)
     assert rec["env"]["MASTER_ADDR"] == "node-a"
     assert rec["env"]["MASTER_PORT"] == str(port)
     for var in context["env"]:
         assert rec["env"][var["name"]] == var["value"]
+    assert not (out / "scontrol-requeue").exists(), "requeued a job whose ranks did not save on a signal"
     no_injection(tmp_path, marker)
+
+
+def test_launch_sbatch_one_task_per_rank_no_torchrun(rendering, context):
+    """srun starts the runtime module itself, nproc_per_node tasks per node: no torchrun in between
+    (it would SIGKILL the ranks 30 s after forwarding a signal)."""
+    text = rendering.render("launch.sbatch", context)
+    assert "torch.distributed.run" not in text and "torchrun" not in text.split("set -euo pipefail", 1)[1]
+    assert f"--ntasks-per-node={context['nproc_per_node']}" in sbatch_directives(text)
+
+
+def test_launch_sbatch_stops_when_a_plan_variable_is_unset(rendering, tmp_path):
+    ctx = rendering.full_context()
+    root = tmp_path / "repo"
+    paths = rendering.render_all(ctx, root / ctx["build_dir"])
+    (root / ctx["build_dir"] / ctx["plan_file"]).write_text("{}\n")
+    bin_dir = tmp_path / "shim-bin"
+    bin_dir.mkdir()
+    (tmp_path / "shim-out").mkdir()
+    rendering.write_shim(bin_dir / "srun")
+    rendering.write_shim(bin_dir / "scontrol", SCONTROL)
+    env = {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node-a"}
+    proc = run_script(paths["launch.sbatch"], bin_dir, root, env, unset=["DATA_ROOT"])
+    assert proc.returncode == 2
+    assert "environment variable DATA_ROOT, which is not set" in proc.stderr
+    assert not rendering.recorded(tmp_path / "shim-out", "srun")
 
 
 def test_launch_sbatch_port_differs_per_job_unless_pinned(rendering, tmp_path):
@@ -379,22 +422,36 @@ def test_launch_sbatch_root_is_the_job_directory_or_moeforge_root(rendering, con
     assert os.path.realpath(rendering.recorded(out, "srun")["cwd"]) == os.path.realpath(root)
 
 
-def test_sbatch_header_options(rendering, context):
-    script = rendering.render("launch.sbatch", context)
+def expected_directives(rendering, context) -> list[str]:
     slurm = context["slurm"]
     expected = [
         "--job-name=" + rendering.sbatch_sees(context["job_name"]),
         f"--nodes={context['nnodes']}",
-        "--ntasks-per-node=1",
+        f"--ntasks-per-node={context['nproc_per_node']}",
         "--time=" + rendering.sbatch_sees(slurm["time"]),
+        "--output=" + rendering.sbatch_sees(slurm["output"]),
+        "--error=" + rendering.sbatch_sees(slurm["error"]),
+        "--open-mode=append",
     ]
     if context["gpus_per_node"] > 0:
         expected.append(f"--gpus-per-node={context['gpus_per_node']}")
+    if slurm["exclusive"]:
+        expected.append("--exclusive")
+    if slurm["segment"] is not None:
+        expected.append(f"--segment={slurm['segment']}")
+    if context["checkpointing"]:
+        expected += ["--requeue", "--signal=" + rendering.sbatch_sees(slurm["signal"])]
     if slurm["partition"] is not None:
         expected.append("--partition=" + rendering.sbatch_sees(slurm["partition"]))
     if slurm["account"] is not None:
         expected.append("--account=" + rendering.sbatch_sees(slurm["account"]))
     expected += [rendering.sbatch_sees(arg) for arg in slurm["extra_args"]]
+    return expected
+
+
+def test_sbatch_header_options(rendering, context):
+    script = rendering.render("launch.sbatch", context)
+    expected = expected_directives(rendering, context)
     assert sbatch_directives(script) == expected
     # one directive per #SBATCH line; the only lines sbatch reads are the intended ones
     header = script.split("\nset -euo pipefail\n", 1)[0]
@@ -403,13 +460,16 @@ def test_sbatch_header_options(rendering, context):
 
 def test_sbatch_header_benign_values_are_exact(rendering):
     ctx = rendering.benign_context()
-    ctx.update(gpus_per_node=8, nnodes=4)
+    ctx.update(gpus_per_node=8, nnodes=4, nproc_per_node=8)
     ctx["slurm"].update(partition="batch", account="proj-42", extra_args=["--exclusive", "--qos=high"])
     assert sbatch_directives(rendering.render("launch.sbatch", ctx)) == [
         "--job-name=tiny-moe-cpu",
         "--nodes=4",
-        "--ntasks-per-node=1",
+        "--ntasks-per-node=8",
         "--time=00:30:00",
+        "--output=logs/tiny-moe-cpu/%x-%j.out",
+        "--error=logs/tiny-moe-cpu/%x-%j.err",
+        "--open-mode=append",
         "--gpus-per-node=8",
         "--partition=batch",
         "--account=proj-42",
@@ -418,10 +478,66 @@ def test_sbatch_header_benign_values_are_exact(rendering):
     ]
 
 
+def test_sbatch_full_header_is_exact(rendering):
+    """GPU, NVL72 segment, checkpointing: exclusive, segment, requeue and the USR1 signal."""
+    assert sbatch_directives(rendering.render("launch.sbatch", rendering.full_context())) == [
+        "--job-name=tiny-moe-cpu",
+        "--nodes=2",
+        "--ntasks-per-node=8",
+        "--time=00:30:00",
+        "--output=logs/tiny-moe-cpu/%x-%j.out",
+        "--error=logs/tiny-moe-cpu/%x-%j.err",
+        "--open-mode=append",
+        "--gpus-per-node=8",
+        "--exclusive",
+        "--segment=2",
+        "--requeue",
+        "--signal=B:USR1@120",
+        "--partition=batch",
+        "--account=proj-42",
+        "--exclusive",
+        "--qos=high",
+    ]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_requeue_and_signal_iff_checkpointing(rendering, checkpointing):
+    ctx = rendering.benign_context()
+    if checkpointing:
+        rendering.with_checkpointing(ctx, margin=300)
+    sbatch = rendering.render("launch.sbatch", ctx)
+    directives = sbatch_directives(sbatch)
+    assert ("--requeue" in directives) is checkpointing
+    assert ("--signal=B:USR1@300" in directives) is checkpointing
+    assert any(d.startswith("--signal") for d in directives) is checkpointing
+    assert ("scontrol requeue" in sbatch) is checkpointing
+    assert ("trap forward_usr1 USR1" in sbatch) is checkpointing
+    assert ("--kill-on-bad-exit=1)" in sbatch) is not checkpointing
+    assert ("--kill-on-bad-exit=0 --wait=60)" in sbatch) is checkpointing
+    torchrun = rendering.render("torchrun.sh", ctx)
+    assert ("pkill -USR1 -P" in torchrun) is checkpointing
+    job = yaml.safe_load(rendering.render("pytorchjob.yaml", ctx))
+    assert job["spec"]["runPolicy"]["backoffLimit"] == (3 if checkpointing else 0)
+    policies = {spec["restartPolicy"] for spec in job["spec"]["pytorchReplicaSpecs"].values()}
+    assert policies == {"OnFailure" if checkpointing else "Never"}
+
+
+def test_sbatch_exclusive_and_segment_only_when_the_context_says(rendering):
+    ctx = rendering.benign_context()
+    directives = sbatch_directives(rendering.render("launch.sbatch", ctx))
+    assert "--exclusive" not in directives and not any(d.startswith("--segment") for d in directives)
+    ctx["slurm"].update(exclusive=True, segment=18)
+    directives = sbatch_directives(rendering.render("launch.sbatch", ctx))
+    assert "--exclusive" in directives and "--segment=18" in directives
+
+
 def test_sbatch_full_header_and_container_flags(rendering):
     text = rendering.render("launch.sbatch", rendering.full_context())
     assert "container_image=nvcr.io/nvidia/pytorch:25.01-py3\n" in text
-    assert "container_mounts=/data:/data,/scratch:/scratch:ro\n" in text
+    assert 'container_mounts="$MOEFORGE_ROOT:$MOEFORGE_ROOT"\n' in text
+    # ${DATA_ROOT} stays expandable, the rest of the word is quoted
+    assert 'container_mounts+=,"${DATA_ROOT}"/corpus:"${DATA_ROOT}"/corpus\n' in text
+    assert "container_mounts+=,/scratch:/scratch:ro\n" in text
 
 
 def test_sbatch_no_container_flags_without_image(rendering):
@@ -517,6 +633,31 @@ def test_pytorchjob_multi_node_gpu_is_valid(rendering, pytorchjob_validator):
         assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 29517, "protocol": "TCP"}]
 
 
+def test_pytorchjob_volumes_and_restarts(rendering, pytorchjob_validator):
+    """hostPath volumes named by purpose, each mounted at its path in every replica, /dev/shm as
+    memory; with checkpointing, restartPolicy OnFailure bounded by backoffLimit."""
+    ctx = rendering.full_context()
+    doc = load_single_yaml(rendering.render("pytorchjob.yaml", ctx))
+    assert schema_errors(pytorchjob_validator, doc) == []
+    assert doc["spec"]["runPolicy"]["backoffLimit"] == 3
+    for spec in doc["spec"]["pytorchReplicaSpecs"].values():
+        assert spec["restartPolicy"] == "OnFailure"
+        pod = spec["template"]["spec"]
+        assert pod["volumes"] == [
+            {"name": "data-0", "hostPath": {"path": "${DATA_ROOT}/corpus", "type": "Directory"}},
+            {"name": "checkpoint-0", "hostPath": {"path": "/ckpt/run", "type": "DirectoryOrCreate"}},
+            {"name": "mount-0", "hostPath": {"path": "/scratch"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ]
+        assert pod["containers"][0]["volumeMounts"] == [
+            {"name": "data-0", "mountPath": "${DATA_ROOT}/corpus"},
+            {"name": "checkpoint-0", "mountPath": "/ckpt/run"},
+            {"name": "mount-0", "mountPath": "/scratch", "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ]
+        assert pod["containers"][0]["command"][-4] == "runtime.megatron"
+
+
 def test_pytorchjob_hostile_strings_stay_values(rendering, pytorchjob_validator, marker):
     ctx = rendering.hostile_context(str(marker))
     doc = load_single_yaml(rendering.render("pytorchjob.yaml", ctx))
@@ -532,8 +673,11 @@ def test_pytorchjob_hostile_strings_stay_values(rendering, pytorchjob_validator,
     assert command == [
         ctx["python"], "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
         "--node_rank=0", "--master_addr=job-master-0", f"--master_port={FAKE_PORT}", "--max_restarts=0",
-        "-m", "runtime.train", plan, "--out", ctx["build_dir"],
+        "-m", ctx["runtime_module"], plan, "--out", ctx["build_dir"],
     ]  # fmt: skip
+    assert [(v["name"], v["hostPath"]["path"]) for v in pod["volumes"] if "hostPath" in v] == [
+        (v["name"], v["host_path"]) for v in ctx["k8s"]["volumes"] if v["host_path"] is not None
+    ]
     assert [(e["name"], k8s_expand(e["value"], operator_env)) for e in container["env"]] == [
         (v["name"], v["value"]) for v in ctx["env"]
     ]
@@ -558,6 +702,10 @@ def test_pytorchjob_hostile_strings_stay_values(rendering, pytorchjob_validator,
         (lambda d: d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"].append({"name": "X", "value": 1}), "env"),
         (lambda d: d["spec"].update(replicaSpecs={}), "replicaSpecs"),
         (lambda d: d.update(apiVersion="kubeflow.org/v2"), "apiVersion"),
+        (lambda d: d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0].update(name="Dshm"), "volume name"),
+        (lambda d: d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0].pop("emptyDir"), "volume source"),
+        (lambda d: d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0].update(emptyDir={"medium": "Disk"}), "emptyDir medium"),
+        (lambda d: d["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["volumeMounts"][0].pop("mountPath"), "mountPath"),
     ],
 )  # fmt: skip
 def test_pytorchjob_schema_rejects(rendering, pytorchjob_validator, mutate, where):

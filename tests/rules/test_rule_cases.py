@@ -136,6 +136,9 @@ CASES = {
     # --- dispatcher
     "FLEX_NEEDS_BACKEND": (c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=None), FLEX_DEEPEP),
     "FLEX_NEEDS_TP_X_EP": (c(FLEX_DEEPEP, NO_EPO, expert_model_parallel_size=1), FLEX_DEEPEP),
+    "NVLINK_EP_GROUP_SPANS_DOMAINS": (
+        c(NVL72, world_size=256, num_nodes=64, expert_model_parallel_size=128, num_moe_experts=128),
+        c(NVL72, world_size=256, num_nodes=64, expert_model_parallel_size=64)),
     "DEEPEP_NEEDS_SUPPORTED_GPU": (c(FLEX_DEEPEP, NVL72), c(FLEX_DEEPEP, gpu=B200)),
     "HYBRIDEP_NEEDS_SUPPORTED_GPU": (
         c(FLEX_HYBRIDEP, gpu={"name": "NVIDIA R100", "compute_capability": "11.0"}),

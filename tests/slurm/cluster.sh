@@ -285,7 +285,9 @@ SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
+# cred_expire: step credentials live 30 s (default 120), and a requeued job waits that long before
+# it may start again (launch.sbatch requeues jobs whose ranks saved a checkpoint on USR1).
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=30
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -97,6 +97,7 @@ class SlurmCluster:
         cwd: str | os.PathLike | None = None,
         env: dict[str, str] | None = None,
         wait: str = "poll",
+        script_output: bool = False,
     ) -> tuple[int, str]:
         """Submit the script, wait for the job to end (at most `timeout` s); return (exit code, job id).
 
@@ -108,14 +109,14 @@ class SlurmCluster:
         job, SlurmJobTimeout (after cancelling the job) when it runs past `timeout`. `cwd` is
         where sbatch runs (the job's submit directory; default: the current one); `env` replaces
         self.env (keep SLURM_CONF in it). Output: <cluster dir>/jobs/slurm-<id>.out unless `args`
-        has --output.
+        has --output or script_output is true (then the script's own #SBATCH --output/--error apply).
         """
         if wait not in ("poll", "sbatch"):
             raise ValueError(f"wait must be 'poll' or 'sbatch', not {wait!r}")
         cmd = ["sbatch", "--parsable"]
         if wait == "sbatch":
             cmd = ["timeout", "--kill-after=10", str(int(timeout)), *cmd, "--wait"]
-        if not any(a == "-o" or a.startswith("--output") for a in args):
+        if not script_output and not any(a == "-o" or a.startswith("--output") for a in args):
             cmd.append(f"--output={self.jobs_dir}/slurm-%j.out")
         cmd += [*args, str(script)]
         started = time.monotonic()

@@ -152,7 +152,7 @@ def test_start_is_idempotent_and_stop_ends_what_start_started(slurm_lib, private
     conf = directory / "slurm.conf"
     assert exports == {"SLURM_CONF": str(conf)}
     assert lib.parse_export(lib.cluster_cmd("env", env).stdout) == exports
-    assert f"AuthInfo=socket={directory}/munge/munge.socket\n" in conf.read_text()
+    assert f"AuthInfo=socket={directory}/munge/munge.socket,cred_expire=30\n" in conf.read_text()
     pidfiles = {
         "slurmctld": directory / "run" / "slurmctld.pid",
         "slurmd": directory / "run" / "slurmd.pid",

@@ -18,19 +18,26 @@ def free_master_port(slurm_lib) -> str:
 
 
 def test_tiny_recipe_runs_under_sbatch(slurm_lib, slurm_cluster, submit_and_wait, tmp_path):
+    """One task per rank (srun, no torchrun): runtime.train takes RANK/LOCAL_RANK/WORLD_SIZE from
+    SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS; the logs go where the script's #SBATCH lines say."""
     out = tmp_path / "build"
+    logs = tmp_path / "job logs"
     env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+                           "--set", f"launch.logs_dir={logs}"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     build = out / "tiny-moe" / "cpu"
+    logs.mkdir()
     job_env = dict(slurm_cluster.env)
     job_env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{job_env.get('PATH', '')}",
                    MOEFORGE_ROOT=str(ROOT), PYTHONWARNINGS="ignore", MASTER_PORT=free_master_port(slurm_lib))
-    rc, job = submit_and_wait(build / "launch.sbatch", 600, cwd=ROOT, env=job_env,
-                              args=[f"--output={tmp_path}/slurm-%j.out", "--export=ALL"])
-    log = (tmp_path / f"slurm-{job}.out").read_text() if (tmp_path / f"slurm-{job}.out").exists() else ""
+    rc, job = submit_and_wait(build / "launch.sbatch", 600, cwd=ROOT, env=job_env, args=["--export=ALL"],
+                              script_output=True)
+    log = "".join(p.read_text(errors="replace") for p in sorted(logs.glob(f"*-{job}.*")))
     assert rc == 0, log[-4000:]
+    assert (logs / f"tiny-moe-cpu-{job}.out").exists() and (logs / f"tiny-moe-cpu-{job}.err").exists()
+    assert "one task per rank" in log and "torch.distributed.run" not in log
     report = json.loads((build / "report.json").read_text())
     assert report["world_size"] == 2 and report["ep"] == 2
     assert report["realised"]["expert_model_parallel_size"]["realised"] == 2
@@ -46,13 +53,16 @@ def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_
     env.update(PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                MASTER_PORT=free_master_port(slurm_lib))
     out = tmp_path / "build"
-    subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, capture_output=True)
+    logs = tmp_path / "make launch logs"  # compiler.launch creates it: sbatch opens the files before the job runs
+    subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+                    "--set", f"launch.logs_dir={logs}"], cwd=ROOT, env=env, check=True, capture_output=True)
     build = out / "tiny-moe" / "cpu"
     done = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "slurm", "--timeout", "600",
                            str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "exited with 0" in done.stdout and "schedule taken: combined_1f1b" in done.stdout
+    assert f"slurm logs: {logs}/" in done.stdout
+    assert len(list(logs.glob("tiny-moe-cpu-*.out"))) == 1
     assert json.loads((build / "report.json").read_text())["world_size"] == 2
     # a failing job's exit code comes back: a plan the runtime refuses (world size mismatch)
     plan = json.loads((build / "plan.json").read_text())
@@ -62,3 +72,65 @@ def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_
     done = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "slurm", "--timeout", "600",
                            str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
     assert done.returncode != 0 and "exited with 0" not in done.stdout
+
+
+VENV312 = Path(os.environ.get("MOEFORGE_VENV312", ROOT / ".venv312"))
+
+
+@pytest.mark.skipif(not (VENV312 / ".installed").exists(),
+                    reason=".venv312 is not built (`make setup312`): runtime.megatron needs megatron/training")
+def test_megatron_lm_job_saves_on_usr1_is_requeued_and_resumes(slurm_lib, slurm_cluster, tmp_path):
+    """Megatron-LM's loop under srun, one task per rank (runtime.megatron maps SLURM_PROCID/LOCALID/NTASKS
+    to RANK/LOCAL_RANK/WORLD_SIZE): USR1 to the batch shell (what
+    --signal=B:USR1@<margin> does before the time limit) reaches both ranks through srun, they save and
+    exit 75, the script requeues the job, and the requeued run (same job id) resumes from the checkpoint."""
+    import re
+    import time
+
+    out, logs, ckpt = tmp_path / "build", tmp_path / "logs", tmp_path / "ck pt"
+    sets = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm", f"checkpoint.save={ckpt}",
+            "checkpoint.interval=100000", "training.train_iters=400", f"launch.logs_dir={logs}",
+            "launch.time=00:10:00"]
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+                           *[a for s in sets for a in ("--set", s)]],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    build = out / "tiny-moe" / "cpu"
+    logs.mkdir()
+    env = dict(slurm_cluster.env)
+    env.update(PATH=f"{VENV312 / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", MOEFORGE_ROOT=str(ROOT),
+               PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+               MASTER_PORT=free_master_port(slurm_lib))
+    submitted = subprocess.run(["sbatch", "--parsable", str(build / "launch.sbatch")], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    out_log, err_log = logs / f"tiny-moe-cpu-{job}.out", logs / f"tiny-moe-cpu-{job}.err"
+
+    def text() -> str:
+        return "".join(p.read_text(errors="replace") for p in (out_log, err_log) if p.exists())
+
+    try:
+        deadline = time.monotonic() + 600
+        while not re.search(r"iteration\s+\d+/\s*400", text()):
+            info = slurm_cluster.job_info(job, check=False)
+            assert info.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}, (info, text()[-4000:])
+            assert time.monotonic() < deadline, text()[-4000:]
+            time.sleep(0.5)
+        sent = slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
+        assert sent.returncode == 0, sent.stderr
+        deadline = time.monotonic() + 900
+        while (info := slurm_cluster.job_info(job, check=False)).get("JobState") not in slurm_lib.FINAL_STATES:
+            assert time.monotonic() < deadline, (info, text()[-4000:])
+            time.sleep(1)
+    finally:
+        slurm_cluster.run("scancel", job)
+    log = text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log[-4000:])
+    assert info["Restarts"] == "1", info
+    assert f"requeueing job {job}" in log and log.count("launch.sbatch: job") == 2
+    report = json.loads((build / "report.json").read_text())
+    assert report["status"] == "ok" and report["world_size"] == 2
+    assert report["checkpoint"].get("resumed_from"), report["checkpoint"]
+    steps = [s["step"] for s in report["steps"]]
+    assert steps and min(steps) > 1 and max(steps) == 400, (steps[:3], steps[-3:])  # resumed, then finished
