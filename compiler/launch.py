@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .emit import EXIT_SAVED_ON_SIGNAL
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV312 = ROOT / ".venv312"
 MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
@@ -36,16 +38,25 @@ def _realised(report: dict, field: str):
 def summarize(report: dict) -> str:
     """A short, readable account of a run: steps, losses, what was really built."""
     steps = report.get("steps", [])
-    losses = [s.get("loss") for s in steps if isinstance(s.get("loss"), (int, float))]
+    losses = [(s.get("step"), s["loss"]) for s in steps if isinstance(s.get("loss"), (int, float))]
+    shown = losses if len(losses) <= 10 else [*losses[:5], None, *losses[-5:]]
     on = {True: "on", False: "off"}
-    lines = [f"ran {len(steps)} steps on {report.get('world_size', '?')} ranks, "
+    span = f" (steps {steps[0].get('step')}-{steps[-1].get('step')})" if steps else ""
+    lines = [f"ran {len(steps)} steps{span} on {report.get('world_size', '?')} ranks, "
              f"EP={_realised(report, 'expert_model_parallel_size')}",
-             "losses: " + ", ".join(f"{x:.4f}" for x in losses),
+             "losses: " + ", ".join("..." if x is None else f"{x[1]:.4f}" for x in shown),
              f"dispatcher: {_realised(report, 'moe_token_dispatcher_type')}; "
              f"EP overlap: {on.get(_realised(report, 'overlap_moe_expert_parallel_comm'), '?')}; "
              f"delayed wgrad: {on.get(_realised(report, 'delay_wgrad_compute'), '?')}",
              f"schedule taken: {report.get('schedule_taken', '?')} "
              f"(combined-1F1B overlap schedule ran: {on.get(report.get('overlap_schedule_ran'), '?')})"]
+    checkpoint = report.get("checkpoint") or {}
+    if checkpoint.get("resumed_from"):
+        lines.append(f"resumed from {checkpoint['resumed_from']}"
+                     + (f" (resharded: {checkpoint['resharded']})" if checkpoint.get("resharded") else ""))
+    if report.get("status") == "preempted":
+        lines.append(f"stopped on a signal after saving a checkpoint in {checkpoint.get('save')}: "
+                     f"the same launch resumes from it")
     steady = report.get("steady_state") or {}
     if steady.get("mean_s") is not None:
         lines.append(f"steady-state step time: {steady['mean_s'] * 1e3:.1f} ms (steps {steady.get('window')}), "
@@ -129,6 +140,9 @@ def slurm_command(build: Path, timeout: int) -> list[str]:
 def run_local(build: Path) -> int:
     python = job_python(_plan(build))
     rc = subprocess.call(local_command(build), cwd=ROOT, env=_job_env(python))
+    if rc == EXIT_SAVED_ON_SIGNAL:  # saved on USR1 and stopped: what it did, then the same code
+        _print_report(build)
+        return rc
     if rc != 0:
         print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
         return rc
