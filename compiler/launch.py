@@ -41,10 +41,10 @@ def summarize(report: dict) -> str:
     losses = [(s.get("step"), s["loss"]) for s in steps if isinstance(s.get("loss"), (int, float))]
     shown = losses if len(losses) <= 10 else [*losses[:5], None, *losses[-5:]]
     on = {True: "on", False: "off"}
-    span = f" (steps {steps[0].get('step')}-{steps[-1].get('step')})" if steps else ""
-    lines = [f"ran {len(steps)} steps{span} on {report.get('world_size', '?')} ranks, "
+    span = f" (steps {losses[0][0]}-{losses[-1][0]})" if len(shown) < len(losses) else ""
+    lines = [f"ran {len(steps)} steps on {report.get('world_size', '?')} ranks, "
              f"EP={_realised(report, 'expert_model_parallel_size')}",
-             "losses: " + ", ".join("..." if x is None else f"{x[1]:.4f}" for x in shown),
+             f"losses{span}: " + ", ".join("..." if x is None else f"{x[1]:.4f}" for x in shown),
              f"dispatcher: {_realised(report, 'moe_token_dispatcher_type')}; "
              f"EP overlap: {on.get(_realised(report, 'overlap_moe_expert_parallel_comm'), '?')}; "
              f"delayed wgrad: {on.get(_realised(report, 'delay_wgrad_compute'), '?')}",

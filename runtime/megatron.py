@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import checkpoint_guard, cpu_support, gate, launch_env, megatron_gpt, model, realised, report
 from . import plan as plan_mod
-from .errors import (EXIT_SAVED_ON_SIGNAL, ConfigRejected, PlanError, RealisedMismatch,
+from .errors import (EXIT_SAVED_ON_SIGNAL, BackendMissing, ConfigRejected, PlanError, RealisedMismatch,
                      RuntimeFailure, ScheduleMismatch, report_and_exit)
 from .schedule_probe import ScheduleProbe
 from .train import apply_env, free_port, loss_func
@@ -54,6 +54,24 @@ def megatron_lm_argv(plan, extra: list[str]) -> list[str]:
         if line.strip() and not line.lstrip().startswith("#"):
             argv += shlex.split(line)
     return [expand(token, f"{path.name}") for token in argv] + list(extra)
+
+
+# Logging backends Megatron-LM imports only when asked (neither is a moeforge dependency).
+LOGGERS = {"--tensorboard-dir": ("torch.utils.tensorboard", "tensorboard", "logging.tensorboard"),
+           "--wandb-project": ("wandb", "wandb", "logging.wandb")}
+
+
+def check_loggers(argv: list[str]) -> None:
+    """A logger the plan asks for must import here, before anything is built (not at step 1)."""
+    import importlib
+
+    for flag, (module, package, knob) in LOGGERS.items():
+        if flag in argv:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise BackendMissing(f"{knob} is set but {module} does not import in this environment: "
+                                     f"pip install {package}, or unset {knob}") from None
 
 
 def expand(token: str, where: str) -> str:
@@ -203,6 +221,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     if cpu:
         cpu_support.install_megatron_training()
     argv = megatron_lm_argv(plan, extra)
+    check_loggers(argv)
     if cpu and "--distributed-backend" not in argv:
         argv += ["--distributed-backend", "gloo"]
 

@@ -36,7 +36,7 @@ def trained(tmp_path_factory, corpus):
     """20 steps on the prepared corpus, a checkpoint every 10: (build dir, checkpoint dir, ranks)."""
     root = tmp_path_factory.mktemp("twenty")
     ckpt = root / "ckpt"
-    build = mt.compile_tiny(root / "build", *indexed(corpus, ckpt, 20, 10))
+    build = mt.compile_tiny(root / "build", *indexed(corpus, ckpt, 20, 10), f"logging.tensorboard={root / 'tb'}")
     return build, ckpt, mt.run(build)
 
 
@@ -54,6 +54,7 @@ def test_twenty_steps_on_a_prepared_corpus_the_loss_falls(trained):
     assert realised["overlap_moe_expert_parallel_comm"]["realised"] is True
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "20"
     assert report["checkpoint"]["save"] == str(ckpt)
+    assert list((build.parents[2] / "tb").glob("events.out.tfevents.*")), "no TensorBoard events written"
 
 
 def test_resume_is_exact(tmp_path, corpus):
@@ -178,3 +179,13 @@ def test_a_dataset_made_with_another_tokenizer_is_refused(tmp_path, corpus):
     ranks = mt.run(build)
     assert ranks.returncodes == [2, 2], ranks.output[-4000:]
     assert "was tokenized with the huggingface tokenizer" in ranks.output
+
+
+def test_a_logger_that_does_not_import_stops_the_run_before_anything_is_built(tmp_path):
+    """wandb is never a moeforge dependency: asking for it without it installed is a clear error."""
+    build = mt.compile_tiny(tmp_path / "b", "training.train_iters=3", "logging.wandb=moeforge-test")
+    ranks = mt.run(build)
+    if "wandb does not import" not in ranks.output:
+        pytest.skip("wandb is installed in .venv312")
+    assert ranks.returncodes == [3, 3], ranks.output[-4000:]
+    assert "pip install wandb, or unset logging.wandb" in ranks.output
