@@ -92,17 +92,42 @@ def check_resume(plan, args) -> dict:
 
 
 def prune(plan, args) -> list[str]:
-    """Delete all but the newest ``checkpoint.keep_last`` iteration directories (rank 0 only)."""
+    """Delete all but the newest ``checkpoint.keep_last`` iteration directories (rank 0 only).
+
+    Only directories older than the one Megatron-LM's tracker names go: an asynchronous save
+    still being written is newer than the tracker and never touched."""
     keep = (plan.raw.get("checkpoint") or {}).get("keep_last")
     save = getattr(args, "save", None)
     if not keep or not save or int(os.environ.get("RANK", "0")) != 0:
         return []
-    _, current = latest(save)
-    iters = sorted(p for p in Path(save).glob("iter_*") if p.is_dir())
-    doomed = [p for p in iters[:-keep] if p != current]
+    newest, _ = latest(save)
+    if newest is None:
+        return []
+    done = sorted(p for p in Path(save).glob("iter_*") if p.is_dir() and _iteration(p) <= newest)
+    doomed = done[:-keep]
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return [p.name for p in doomed]
+
+
+def _iteration(path: Path) -> int:
+    try:
+        return int(path.name[len("iter_"):])
+    except ValueError:
+        return -1
+
+
+def pruning_after_each_save(save_checkpoint_and_time, plan, args, pruned: list):
+    """Megatron-LM's save_checkpoint_and_time, followed by keep_last pruning."""
+    import functools
+
+    @functools.wraps(save_checkpoint_and_time)
+    def save(*a, **kw):
+        result = save_checkpoint_and_time(*a, **kw)
+        pruned.extend(prune(plan, args))
+        return result
+
+    return save
 
 
 def guarded_load(load_checkpoint, resume: dict):

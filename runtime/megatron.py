@@ -214,21 +214,11 @@ def gathered_losses(run: Run, device) -> dict[int, float]:
     return {it: buf[it, 0].item() / buf[it, 1].item() for it in range(1, n + 1) if buf[it, 1] > 0}
 
 
-def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dict:
-    import torch
-
-    cpu = cpu_support.install()
-    if cpu:
-        cpu_support.install_megatron_training()
-    argv = megatron_lm_argv(plan, extra)
-    check_loggers(argv)
-    if cpu and "--distributed-backend" not in argv:
-        argv += ["--distributed-backend", "gloo"]
-
-    from megatron.core.enums import ModelType
+def megatron_lm_arguments(plan, argv: list[str], strict: bool):
+    """(args, rewrites): Megatron-LM's parse_args + validate_args on ``argv``, set as its global
+    arguments (tokenizer built), checked against the plan before anything is built."""
     from megatron.training import arguments as mlm_arguments
-    from megatron.training import global_vars, training
-    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+    from megatron.training import global_vars
 
     sys.argv = ["runtime.megatron", *argv]
     try:
@@ -258,12 +248,34 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
                     f"megatron_lm_rewrites)" + (": " + ", ".join(
                         f"{c['argument']} {c['plan']!r} -> {c['validated']!r}" for c in disagree)
                         if disagree else ""))
+    return args, changed
+
+
+def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dict:
+    import torch
+
+    cpu = cpu_support.install()
+    if cpu:
+        cpu_support.install_megatron_training()
+    argv = megatron_lm_argv(plan, extra)
+    check_loggers(argv)
+    if cpu and "--distributed-backend" not in argv:
+        argv += ["--distributed-backend", "gloo"]
+
+    from megatron.core.enums import ModelType
+    from megatron.training import training
+    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+
+    args, changed = megatron_lm_arguments(plan, argv, strict)
     resume = checkpoint_guard.check_resume(plan, args)  # before any rank touches the checkpoint
     megatron_gpt.check_data(args, plan)
 
     use_prebuilt_dataset_helpers()
     if resume.get("resumed_from"):
         training.load_checkpoint = checkpoint_guard.guarded_load(training.load_checkpoint, resume)
+    pruned: list[str] = []
+    training.save_checkpoint_and_time = checkpoint_guard.pruning_after_each_save(
+        training.save_checkpoint_and_time, plan, args, pruned)
     run = Run(plan)
     run.wrap_train_step(training)
     saved_on_signal = False
@@ -279,7 +291,6 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")
     losses = gathered_losses(run, device)
-    pruned = checkpoint_guard.prune(plan, args)
     rank = torch.distributed.get_rank()
     result = {
         "status": "preempted" if saved_on_signal else "ok",

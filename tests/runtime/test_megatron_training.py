@@ -36,7 +36,8 @@ def trained(tmp_path_factory, corpus):
     """20 steps on the prepared corpus, a checkpoint every 10: (build dir, checkpoint dir, ranks)."""
     root = tmp_path_factory.mktemp("twenty")
     ckpt = root / "ckpt"
-    build = mt.compile_tiny(root / "build", *indexed(corpus, ckpt, 20, 10), f"logging.tensorboard={root / 'tb'}")
+    build = mt.compile_tiny(root / "build", *indexed(corpus, ckpt, 20, 10), f"logging.tensorboard={root / 'tb'}",
+                            "checkpoint.keep_last=1")
     return build, ckpt, mt.run(build)
 
 
@@ -54,6 +55,8 @@ def test_twenty_steps_on_a_prepared_corpus_the_loss_falls(trained):
     assert realised["overlap_moe_expert_parallel_comm"]["realised"] is True
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "20"
     assert report["checkpoint"]["save"] == str(ckpt)
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000020"]  # keep_last: 1
+    assert report["checkpoint"]["pruned"] == ["iter_0000010"]
     assert list((build.parents[2] / "tb").glob("events.out.tfevents.*")), "no TensorBoard events written"
 
 
