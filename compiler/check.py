@@ -5,7 +5,8 @@ import json
 import os
 from pathlib import Path
 
-from .compose import RECIPES, display_path
+from . import project
+from .compose import display_path
 from .diagnostics import CompileError, Diagnostic, Position, render_all
 
 NON_RECIPE_DIRS = {"platforms", "models"}
@@ -28,9 +29,28 @@ def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     from .pipeline import load, resolve
 
     try:
+        if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
+            return check_document(path, path.resolve().parent.name[:-1])
         return resolve(load(path), strict).diagnostics
     except CompileError as exc:
         return exc.diagnostics
+
+
+def check_document(path: Path, kind: str) -> list[Diagnostic]:
+    """A platform or model file on its own: its schema (schemas/platform.v1.json, model.v1.json) and,
+    for a platform, a supported megatron-core release."""
+    from . import project, validate
+    from .field_catalogue import megatron_core_diagnostics
+    from .load import load_file
+
+    doc = load_file(path, display_path(path.resolve(), project.recipes()))
+    diags = validate.missing_schema(doc.data, doc.file)
+    if diags or not isinstance(doc.data, dict):
+        return diags or [Diagnostic("error", "E_NOT_A_MAPPING", f"a {kind} must be a mapping", doc.pos(()))]
+    diags = validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
+    if kind == "platform" and not diags:
+        diags += megatron_core_diagnostics(doc.data.get("software"), doc.pos(("software", "megatron_core")))
+    return diags
 
 
 PARALLEL_FROM = 8  # below this many recipes a worker pool costs more than it saves
@@ -58,7 +78,7 @@ def check_paths(paths, strict: bool, fmt: str) -> int:
         results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)))]
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):
-        results[display_path(path.resolve(), RECIPES)] = diags
+        results[display_path(path.resolve(), project.recipes())] = diags
     diags = [d for ds in results.values() for d in ds]
     errors = sum(d.is_error for d in diags)
     if fmt == "json":

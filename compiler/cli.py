@@ -1,4 +1,7 @@
-"""`moeforge`: compile, check, explain, rules, lint-config, migrate, data prepare.
+"""`moeforge`: compile, check, explain, rules, lint-config, migrate, data prepare, init, new.
+
+The project root (recipes/, build/) is found from the current directory upward (a moeforge.toml
+or a recipes/ folder, compiler/project.py); the global option `--root DIR` names it.
 
 Exit codes: 0 clean, 1 the input has errors (diagnostics printed), 2 usage or internal
 error. No command ever shows a traceback for bad input.
@@ -11,21 +14,22 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__
+from . import __version__, project
 from .diagnostics import CompileError, error, render_all
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ROOT / "recipes"
+ROOT = Path(__file__).resolve().parent.parent  # where the compiler and runtime packages are
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moeforge", description="Compile MoE training recipes into Megatron launches.")
     p.add_argument("--version", action="version", version=f"moeforge {__version__}")
+    p.add_argument("--root", metavar="DIR", help="the project root (default: the nearest directory, from here "
+                                                  "upward, with a moeforge.toml or a recipes/ folder)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def recipe_cmd(name, help_):
         c = sub.add_parser(name, help=help_)
-        c.add_argument("recipe", help="recipe id (tiny-moe/cpu) or path under recipes/")
+        c.add_argument("recipe", help="recipe id (tiny-moe/cpu), path under recipes/, or builtin:ID")
         c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a recipe value, e.g. --set parallelism.ep=8 (repeatable)")
         c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
@@ -33,10 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         return c
 
     c = recipe_cmd("compile", "check, solve and emit build/<recipe>/")
-    c.add_argument("--out", default=str(ROOT / "build"), help="build root (default: build/)")
+    c.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
     recipe_cmd("explain", "print every decision and why")
-    c = sub.add_parser("check", help="validate and solve every recipe under PATHS")
-    c.add_argument("paths", nargs="*", default=[str(RECIPES)])
+    c = sub.add_parser("check", help="validate and solve every recipe under PATHS (default: recipes/); "
+                                     "a file in recipes/platforms/ or recipes/models/ is checked against its schema")
+    c.add_argument("paths", nargs="*")
     c.add_argument("--strict", action="store_true")
     c.add_argument("--format", choices=("text", "json", "github"), default="text")
     sub.add_parser("rules", help="print the rule catalogue")
@@ -48,10 +53,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("b")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c = sub.add_parser("matrix", help="recipes x platforms: status, dispatcher, overlap")
-    c.add_argument("paths", nargs="*", default=[str(RECIPES)])
+    c.add_argument("paths", nargs="*")
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     c = sub.add_parser("migrate", help="rewrite documents to the current schema version, comments kept")
     c.add_argument("files", nargs="+")
+    c = sub.add_parser("init", help="make this directory a moeforge project: moeforge.toml, recipes/, "
+                                    "a pre-commit config and a GitHub workflow (never overwrites)")
+    c.add_argument("dir", nargs="?", default=None, help="the directory (default: --root, else the current one)")
+    c = sub.add_parser("new", help="scaffold a document with every key commented, from the schemas")
+    new = c.add_subparsers(dest="what", required=True)
+    n = new.add_parser("platform", help="recipes/platforms/NAME.yaml")
+    n.add_argument("name")
+    n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
+    n.add_argument("model")
+    n.add_argument("platform")
     c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
                        description="Training data tools. They run in the runtime's Python (megatron-core): "
                                    "`make setup`, then .venv/bin/python -m compiler data ...")
@@ -66,6 +81,27 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and hasattr(signal, "SIGPIPE") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a real CLI run: `moeforge rules | head` ends quietly
     argv = list(sys.argv[1:] if argv is None else argv)
+    root = None
+    while argv and (argv[0] == "--root" or argv[0].startswith("--root=")):  # global: before the command
+        if argv[0] == "--root":
+            if len(argv) < 2:
+                print("moeforge: --root needs a directory", file=sys.stderr)
+                return 2
+            root, argv = argv[1], argv[2:]
+        else:
+            root, argv = argv[0].split("=", 1)[1], argv[1:]
+    if root is not None and not Path(root).is_dir():
+        print(f"moeforge: --root {root}: not a directory", file=sys.stderr)
+        return 2
+    previous = project._root
+    project.set_root(root)
+    try:
+        return _main(argv)
+    finally:
+        project._root = previous
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
         from .lintconfig import main_lint_config
         return main_lint_config(argv[1:])
@@ -94,7 +130,7 @@ def cmd_compile(args) -> int:
 
     resolved = resolve(load(args.recipe, args.overrides), args.strict)
     plan = build(resolved)
-    out = Path(args.out) / resolved.composed.recipe_id
+    out = Path(args.out or project.build()) / resolved.composed.recipe_id
     build_dir = _relative(out)
     try:
         emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
@@ -116,7 +152,7 @@ def cmd_compile(args) -> int:
 
 def _relative(path: Path) -> str:
     try:
-        return str(path.resolve().relative_to(ROOT))
+        return str(path.resolve().relative_to(project.root().resolve()))
     except ValueError:
         return str(path.resolve())
 
@@ -132,7 +168,7 @@ def cmd_explain(args) -> int:
 def cmd_check(args) -> int:
     from .check import check_paths
 
-    return check_paths(args.paths, args.strict, args.format)
+    return check_paths(args.paths or [str(project.recipes())], args.strict, args.format)
 
 
 def cmd_rules(args) -> int:
@@ -183,7 +219,7 @@ def cmd_diff(args) -> int:
 def cmd_matrix(args) -> int:
     from . import matrix
 
-    rows, plats, table = matrix.build(args.paths)
+    rows, plats, table = matrix.build(args.paths or None)
     print(matrix.text(rows, plats, table))
     if args.html:
         from .emit import write_file_atomically
@@ -227,8 +263,29 @@ def cmd_data_prepare(rest: list[str]) -> int:
     return 128 - rc if rc < 0 else rc
 
 
+def cmd_init(args) -> int:
+    from .scaffold import init
+
+    root = Path(args.dir).absolute() if args.dir else (project._root if project._root else Path.cwd())
+    for name in init(root):
+        print(f"wrote {name}")
+    print(f"moeforge project at {root}: add platforms with `moeforge new platform NAME`, recipes with "
+          "`moeforge new recipe MODEL PLATFORM` (or `extends: builtin:<id>`), then `moeforge check`")
+    return 0
+
+
+def cmd_new(args) -> int:
+    from .scaffold import new_platform, new_recipe
+
+    root = project.root()
+    names = new_platform(root, args.name) if args.what == "platform" else new_recipe(root, args.model, args.platform)
+    for name in names:
+        print(f"wrote {name}")
+    return 0
+
+
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
-            "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix}
+            "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix, "init": cmd_init, "new": cmd_new}
 
 if __name__ == "__main__":
     sys.exit(main())

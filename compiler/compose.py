@@ -6,9 +6,11 @@ keeps the position of the document (or override) that set it, which `explain` sh
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,10 @@ import yaml
 from .diagnostics import CompileError, Position, error
 from .load import Document, YamlLoader, load_file
 from .migrate import upgrade_document
+from .project import BUILTIN_PREFIX
+from .resources import BUILTIN_RECIPES
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = BUILTIN_RECIPES  # the built-in catalogue; the user's recipes/ is compiler.project.recipes()
 REFERENCE_KEYS = ("platform", "model")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 ID_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
@@ -31,6 +35,7 @@ class Composed:
     data: dict
     origins: dict           # path tuple -> Position of the value that won
     documents: tuple        # every Document read, for migration checks
+    files: dict = field(default_factory=dict)  # "platform"/"model"/"recipe" -> the file that was read
 
     def pos(self, path) -> Position:
         path = tuple(path)
@@ -41,15 +46,43 @@ class Composed:
         return Position(self.file, 1, 1)
 
 
+def _under(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
+
+
 def display_path(path: Path, root: Path) -> str:
+    """A file's path as diagnostics show it: relative to the project (recipes/x/y.yaml), or
+    builtin:recipes/... for a file of the built-in catalogue read from outside it."""
+    if not _under(path, root) and _under(path, BUILTIN_RECIPES):
+        return BUILTIN_PREFIX + str(path.relative_to(BUILTIN_RECIPES.parent))
     try:
         return str(path.relative_to(root.parent))
     except ValueError:
         return str(path)
 
 
-def resolve_recipe(name: str, root: Path = RECIPES) -> Path:
-    """`tiny-moe/cpu`, `recipes/tiny-moe/cpu.yaml` or a path: the file, inside recipes/."""
+def _default_root(root: Path | None) -> Path:
+    from . import project
+
+    return project.recipes() if root is None else root
+
+
+def _base_of(real: Path, root: Path) -> Path:
+    """The catalogue a resolved file belongs to: the project's recipes/, or the built-in one."""
+    top = root.resolve()
+    if not _under(real, top) and _under(real, BUILTIN_RECIPES):
+        return BUILTIN_RECIPES
+    return root
+
+
+def resolve_recipe(name: str, root: Path | None = None) -> Path:
+    """`tiny-moe/cpu`, `recipes/tiny-moe/cpu.yaml`, a path, or `builtin:tiny-moe/cpu` (a recipe of
+    the built-in catalogue): the file, inside recipes/ (or inside the built-in catalogue)."""
+    root = _default_root(root)
+    if name.startswith(BUILTIN_PREFIX):
+        rest = name[len(BUILTIN_PREFIX):]
+        target = BUILTIN_RECIPES / (rest if rest.endswith((".yaml", ".yml")) else f"{rest}.yaml")
+        return _inside(target, BUILTIN_RECIPES, Position(str(name)), "E_RECIPE_NOT_FOUND")
     candidate = Path(name)
     if candidate.suffix not in (".yaml", ".yml"):
         candidate = root / f"{name}.yaml"
@@ -71,9 +104,14 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
     return real
 
 
-def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Composed:
-    recipe = _inside(recipe, root, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
-    rid = str(recipe.relative_to(root.resolve()).with_suffix(""))
+def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -> Composed:
+    root = _default_root(root)
+    try:  # a recipe of the built-in catalogue (resolve_recipe("builtin:...")) is checked against it
+        base = _base_of(recipe.resolve(), root)
+    except (OSError, RuntimeError):
+        base = root
+    recipe = _inside(recipe, base, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
+    rid = str(recipe.relative_to(_base_of(recipe, root).resolve()).with_suffix(""))
     if not all(ID_PART.fullmatch(part) for part in rid.split("/")):
         raise CompileError([error("E_RECIPE_ID", f"recipe id {rid!r} is not a plain path: each part must be "
                                   "letters, digits, '.', '_' or '-'", Position(ascii(rid)),
@@ -83,6 +121,7 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Co
     data: dict = {}
     origins: dict = {}
     refs = _references(chain)
+    files = {"recipe": str(recipe)}
     rest = []
     for text in overrides:  # --set platform=h100 swaps the referenced document itself
         try:
@@ -107,12 +146,14 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Co
                                 f"got {ref!r}", pos, help=f"write e.g. `{key}: {'h100' if key == 'platform' else 'qwen3-30b-a3b'}`"
                                 " (letters, digits, '.', '_' and '-'; no paths)"))
             continue
-        path = root / f"{key}s" / f"{ref}.yaml"
+        path, base = _reference_file(key, ref, root)
         try:
-            doc = load_file(_inside(path, root, pos, "E_UNKNOWN_" + key.upper()), display_path(path, root))
+            real = _inside(path, base, pos, "E_UNKNOWN_" + key.upper())
+            doc = load_file(real, display_path(path, root))
         except CompileError as exc:
-            errors.extend(exc.diagnostics)
+            errors.extend(_unknown_help(exc.diagnostics, key, root))
             continue
+        files[key] = str(real)
         documents.append(doc)
         _merge(data, origins, {key: doc.data}, {(key,) + p: v for p, v in doc.positions.items()})
     if errors:
@@ -123,12 +164,38 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path = RECIPES) -> Co
     for key in REFERENCE_KEYS:  # keep the reference's own position for explain
         origins[(key, "name")] = refs[key][1]
     apply_overrides(data, origins, overrides)
-    return Composed(rid, display_path(recipe, root), data, origins, tuple(documents))
+    return Composed(rid, display_path(recipe, root), data, origins, tuple(documents), files)
+
+
+def _reference_file(key: str, ref: str, root: Path) -> tuple[Path, Path]:
+    """recipes/<key>s/<ref>.yaml of the project when it is there (a link there is followed and
+    checked, never skipped), else the built-in catalogue's: (path, the catalogue it is in)."""
+    path = root / f"{key}s" / f"{ref}.yaml"
+    if os.path.lexists(path) or root.resolve() == BUILTIN_RECIPES:
+        return path, root
+    builtin = BUILTIN_RECIPES / f"{key}s" / f"{ref}.yaml"
+    return (builtin, BUILTIN_RECIPES) if builtin.is_file() else (path, root)
+
+
+def _unknown_help(diags: list, key: str, root: Path) -> list:
+    """'no such file' for a platform/model: say where names are looked up, and which exist."""
+    out = []
+    for d in diags:
+        if d.code == f"E_UNKNOWN_{key.upper()}" and d.help is None:
+            names = sorted({p.stem for d_ in (root / f"{key}s", BUILTIN_RECIPES / f"{key}s") if d_.is_dir()
+                            for p in d_.glob("*.yaml")})
+            d = dataclasses.replace(d, help=f"{key}s are files in recipes/{key}s/ or the built-in catalogue; known: "
+                            + (", ".join(names) or "none"))
+        out.append(d)
+    return out
 
 
 def _extends_chain(recipe: Path, root: Path) -> list[Document]:
+    """The recipe and its ancestors. `extends: builtin:ID` names a recipe of the built-in catalogue;
+    an ancestor there resolves its own extends: inside that catalogue."""
     chain, seen = [], []
     path, pos = recipe, Position(display_path(recipe, root))
+    base = _base_of(recipe, root)
     while path is not None:
         if path in seen:
             cycle = " -> ".join(display_path(p, root) for p in seen + [path])
@@ -146,8 +213,12 @@ def _extends_chain(recipe: Path, root: Path) -> list[Document]:
         pos = doc.pos(("extends",))
         if not isinstance(parent, str) or not parent:
             raise CompileError([error("E_EXTENDS_TYPE", "extends: must be a relative path to a recipe", pos)])
-        target = (path.parent / parent) if parent.endswith((".yaml", ".yml")) else root / f"{parent}.yaml"
-        path = _inside(target, root, pos, "E_EXTENDS_NOT_FOUND")
+        if parent.startswith(BUILTIN_PREFIX):
+            parent, base = parent[len(BUILTIN_PREFIX):], BUILTIN_RECIPES
+            target = BUILTIN_RECIPES / (parent if parent.endswith((".yaml", ".yml")) else f"{parent}.yaml")
+        else:
+            target = (path.parent / parent) if parent.endswith((".yaml", ".yml")) else base / f"{parent}.yaml"
+        path = _inside(target, base, pos, "E_EXTENDS_NOT_FOUND")
     return chain
 
 

@@ -24,8 +24,8 @@ from .explain import ORDER
 from .bridge_overrides import bridge_overrides
 from .diagnostics import CompileError, error
 from .megatron_args import arguments, release_for
+from .resources import TEMPLATES
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
            "bridge.overrides", "EXPLAIN.md")
 EXECUTABLE = {"torchrun.sh", "launch.sbatch"}
@@ -113,7 +113,8 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
         "logs_dir": logs_dir,
         "slurm": {"partition": launch.get("partition"), "account": launch.get("account"),
                   "time": launch.get("time", "00:30:00"), "container_image": image,
-                  # the checkout ($MOEFORGE_ROOT, known at launch) comes first, in the template
+                  # the project root ($MOEFORGE_ROOT, known at launch) comes first, in the template
+                  "container_moeforge": (composed_data.get("platform") or {}).get("container_moeforge", "mounted"),
                   "container_mounts": _dedupe([f"{d}:{d}" for _, d in dirs] + user_mounts),
                   "extra_args": list(launch.get("extra_sbatch_args", [])),
                   "output": sbatch_pattern(logs_dir, "%x-%j.out"), "error": sbatch_pattern(logs_dir, "%x-%j.err"),

@@ -20,11 +20,28 @@ def explain(r: Resolved) -> str:
             why = f"{d.rule}: {d.reason}"
         rows.append((K.display(d.field), _show(d.value), d.source, why))
     width = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{r.composed.recipe_id}  ({r.composed.file})", LEGEND, ""]
+    lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r), LEGEND, ""]
     lines += [f"{a:<{width[0]}}  {b:<{width[1]}}  {c:<{width[2]}}  {d}" for a, b, c, d in rows]
     if r.diagnostics:
         lines += ["", *[d.render() for d in r.diagnostics]]
     return "\n".join(lines)
+
+
+def _files(r: Resolved) -> list[str]:
+    """Which platform and model file won: the project's (recipes/platforms/...) or the built-in one."""
+    from pathlib import Path
+
+    from . import project
+    from .compose import display_path
+
+    out = []
+    for key in ("platform", "model"):
+        path = r.composed.files.get(key)
+        if path:
+            shown = display_path(Path(path), project.recipes())
+            where = f"{shown}: {path}" if shown.startswith(project.BUILTIN_PREFIX) else shown
+            out.append(f"{key} {(r.composed.data.get(key) or {}).get('name', '?')} from {where}")
+    return out
 
 
 def _show(value) -> str:

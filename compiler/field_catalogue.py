@@ -53,6 +53,24 @@ def _fields_for(mcore: int) -> tuple[str, frozenset] | None:
     return None
 
 
+def supported_megatron_core() -> list[str]:
+    """The megatron-core releases moeforge knows (their field lists are catalogued): a platform's
+    megatron_core must be one of them, up to the patch release."""
+    return list(megatron_fields()["versions"])
+
+
+def megatron_core_diagnostics(software, pos) -> list:
+    """An error when a platform's software.megatron_core is not a supported release (pos: its Position)."""
+    from .diagnostics import error
+
+    mcore = software.get("megatron_core") if isinstance(software, dict) else None
+    if not isinstance(mcore, str) or _fields_for(version_int(mcore)) is not None:
+        return []
+    known = ", ".join(".".join(v.split(".")[:2]) + ".x" for v in supported_megatron_core())
+    return [error("E_MEGATRON_CORE_VERSION", f"megatron-core {mcore} is not supported; supported releases: {known}",
+                  pos, help=f"set software.megatron_core to a release of {known}")]
+
+
 # Megatron-Bridge GPTModelProvider / MLA provider fields that are not megatron-core
 # TransformerConfig fields (megatron-bridge 0.6.2 models/gpt_provider.py).
 BRIDGE_PROVIDER_FIELDS = frozenset((

@@ -8,6 +8,12 @@ forever) and reports the job's exit code; both finish by summarising report.json
 The job's python: plans for megatron-core >= 0.17 (the wheels that ship megatron/training, which
 runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter
 running this module (.venv). Its directory goes first on PATH, where the scripts find `python3`.
+An installed moeforge (pip install moeforge) runs every plan with the interpreter running this module.
+
+The job runs in the project root (compiler/project.py: moeforge.toml or recipes/, or --root), where
+build/ is. The runs find moeforge's runtime in the job's Python when moeforge is installed there;
+when this module runs from a checkout that is not the project root, MOEFORGE_HOME names the checkout
+and the scripts put it first on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -19,10 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import project
 from .emit import EXIT_SAVED_ON_SIGNAL
+from .resources import CHECKOUT
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV312 = ROOT / ".venv312"
+VENV312 = (CHECKOUT / ".venv312") if CHECKOUT is not None else None
 MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
 
 
@@ -86,7 +93,7 @@ def needs_venv312(plan: dict) -> bool:
 
 def job_python(plan: dict) -> Path:
     """The interpreter the job runs with, by the plan's megatron-core version (see the module doc)."""
-    if not needs_venv312(plan):
+    if VENV312 is None or not needs_venv312(plan):
         return Path(sys.executable)
     python = VENV312 / "bin" / "python"
     if not python.exists():
@@ -98,7 +105,7 @@ def job_python(plan: dict) -> Path:
 def logs_dir(build: Path) -> Path | None:
     """The directory of launch.sbatch's `#SBATCH --output=` file, as sbatch reads that line (a quoted
     value, each backslash escaping the next character), '%%' read as '%'; relative to the job's
-    working directory (ROOT). None when the script names no directory."""
+    working directory (the project root). None when the script names no directory."""
     for line in (build / "launch.sbatch").read_text(encoding="utf-8").splitlines():
         if line.startswith("#SBATCH --output="):
             text = line.split("=", 1)[1]
@@ -118,7 +125,9 @@ def _job_env(python: Path) -> dict:
     """The job's interpreter first on PATH, so the scripts' python3 has torch and megatron."""
     env = dict(os.environ)
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("MOEFORGE_ROOT", str(ROOT))
+    env.setdefault("MOEFORGE_ROOT", str(project.root()))
+    if CHECKOUT is not None and CHECKOUT != project.root().resolve():
+        env.setdefault("MOEFORGE_HOME", str(CHECKOUT))
     # megatron-core's import-time notices (no Apex, deprecations) drown the summary
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
     return env
@@ -134,12 +143,12 @@ def local_command(build: Path) -> list[str]:
 
 def slurm_command(build: Path, timeout: int) -> list[str]:
     # no --output here: launch.sbatch's #SBATCH --output/--error put the logs in its logs directory
-    return ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={ROOT}", str(build / "launch.sbatch")]
+    return ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={project.root()}", str(build / "launch.sbatch")]
 
 
 def run_local(build: Path) -> int:
     python = job_python(_plan(build))
-    rc = subprocess.call(local_command(build), cwd=ROOT, env=_job_env(python))
+    rc = subprocess.call(local_command(build), cwd=project.root(), env=_job_env(python))
     if rc == EXIT_SAVED_ON_SIGNAL:  # saved on USR1 and stopped: what it did, then the same code
         _print_report(build)
         return rc
@@ -153,9 +162,9 @@ def run_slurm(build: Path, timeout: int) -> int:
     python = job_python(_plan(build))
     logs = logs_dir(build)
     if logs is not None:
-        (ROOT / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
-        print(f"slurm logs: {ROOT / logs}/")
-    proc = subprocess.run(slurm_command(build, timeout), cwd=ROOT, capture_output=True, text=True,
+        (project.root() / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
+        print(f"slurm logs: {project.root() / logs}/")
+    proc = subprocess.run(slurm_command(build, timeout), cwd=project.root(), capture_output=True, text=True,
                           env=_job_env(python))
     job = proc.stdout.strip().split(";")[0] or "?"
     print(f"slurm job {job} exited with {proc.returncode}")
@@ -172,12 +181,14 @@ def print_commands(build: Path, timeout: int) -> int:
         path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
     except LaunchError as exc:
         path = f"# {exc}\n       "
-    if "MOEFORGE_ROOT" not in os.environ:
-        path = f"MOEFORGE_ROOT={shlex.quote(str(ROOT))} {path}"
-    root = shlex.quote(str(ROOT))
+    env = _job_env(Path(sys.executable))
+    for name in ("MOEFORGE_HOME", "MOEFORGE_ROOT"):
+        if name not in os.environ and name in env:
+            path = f"{name}={shlex.quote(env[name])} {path}"
+    root = shlex.quote(str(project.root()))
     logs = logs_dir(build)
     print(f"local: cd {root} && {path}{shlex.join(local_command(build))}")
-    mkdir = f"mkdir -p {shlex.quote(str(ROOT / logs))} && " if logs is not None else ""
+    mkdir = f"mkdir -p {shlex.quote(str(project.root() / logs))} && " if logs is not None else ""
     print(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}")
     print(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}")
     return 0
@@ -190,8 +201,10 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=int, default=1800, help="slurm: seconds to wait for the job")
     p.add_argument("--needs-venv312", action="store_true",
                    help="print yes when the plan runs with .venv312 (make launch builds it first), else no")
+    p.add_argument("--root", help="the project root (default: found from the current directory, as moeforge does)")
     args = p.parse_args(argv)
-    build = Path(args.build)
+    project.set_root(args.root)
+    build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)
         return 2

@@ -9,12 +9,15 @@ import html
 from pathlib import Path
 
 from .check import recipe_files
+from . import project
 from .compose import RECIPES, display_path
 from .diagnostics import CompileError
 
 
-def platforms(root: Path = RECIPES) -> list[str]:
-    return sorted(p.stem for p in (root / "platforms").glob("*.yaml"))
+def platforms(root: Path | None = None) -> list[str]:
+    """The project's platforms and the built-in ones."""
+    dirs = {(root or project.recipes()) / "platforms", RECIPES / "platforms"}
+    return sorted({p.stem for d in dirs for p in d.glob("*.yaml")})
 
 
 def cell(recipe: Path, platform: str) -> dict:
@@ -33,10 +36,10 @@ def cell(recipe: Path, platform: str) -> dict:
             "delay_wgrad": env["delay_wgrad_compute"], "warnings": len(r.diagnostics)}
 
 
-def build(paths=(str(RECIPES),)) -> tuple[list[str], list[str], dict]:
-    files = recipe_files(paths)
+def build(paths=None) -> tuple[list[str], list[str], dict]:
+    files = recipe_files(paths or [str(project.recipes())])
     plats = platforms()
-    rows = [display_path(f.resolve(), RECIPES) for f in files]
+    rows = [display_path(f.resolve(), project.recipes()) for f in files]
     table = {(row, p): cell(f, p) for row, f in zip(rows, files) for p in plats}
     return rows, plats, table
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import knobs as K
 from . import validate
-from .compose import RECIPES, Composed, compose, resolve_recipe
+from .compose import Composed, compose, resolve_recipe
 from .config import concrete, pins_and_auto
 from .diagnostics import CompileError, Diagnostic, Note
 from .rules import PREFERENCES, RULES, Rule
@@ -30,7 +30,8 @@ class Resolved:
     diagnostics: list = field(default_factory=list)   # warnings and advice (errors raise)
 
 
-def load(recipe: str | Path, overrides=(), root: Path = RECIPES) -> Composed:
+def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:
+    """Compose and validate a recipe of `root` (default: the project's recipes/, compiler.project)."""
     path = resolve_recipe(str(recipe), root)
     composed = compose(path, list(overrides), root)
     diags = []
@@ -42,6 +43,11 @@ def load(recipe: str | Path, overrides=(), root: Path = RECIPES) -> Composed:
         part = composed.data.get(kind)
         diags += validate.check(part, validate.document_schema(part, kind),
                                 lambda path, k=kind: composed.pos((k,) + tuple(path)))
+    if not diags:
+        from .field_catalogue import megatron_core_diagnostics
+
+        diags += megatron_core_diagnostics((composed.data.get("platform") or {}).get("software"),
+                                           composed.pos(("platform", "software", "megatron_core")))
     if not diags:  # the merged recipe (extends and overrides applied) must be valid too
         recipe_part = {k: v for k, v in composed.data.items() if k not in ("platform", "model")}
         recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")

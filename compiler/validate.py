@@ -8,13 +8,12 @@ from __future__ import annotations
 import difflib
 import json
 from functools import lru_cache
-from pathlib import Path
 
 from . import valid_cache
 from .diagnostics import Diagnostic, Position, error
 from .load import KEY
+from .resources import SCHEMAS
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 KINDS = {"recipe": 3, "platform": 1, "model": 1}
 
 

@@ -123,6 +123,7 @@ BENIGN_CONTEXT: dict[str, Any] = {
         "time": "00:30:00",
         "container_image": None,
         "container_mounts": [],
+        "container_moeforge": "mounted",
         "extra_args": [],
         "output": "logs/tiny-moe-cpu/%x-%j.out",
         "error": "logs/tiny-moe-cpu/%x-%j.err",

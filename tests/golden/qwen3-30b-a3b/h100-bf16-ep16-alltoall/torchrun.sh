@@ -4,9 +4,13 @@
 #
 # One node, 8 ranks, device "cuda". Usage, from any directory:
 #   bash <repo>/<build_dir>/torchrun.sh
-# MOEFORGE_ROOT  the repository root, where `runtime` is importable and build_dir is relative to.
+# MOEFORGE_ROOT  the project root (where moeforge.toml / recipes/ are), build_dir is relative to it.
 #                Default: this script's directory with build_dir taken off its end, so the script
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
+# MOEFORGE_HOME  a moeforge checkout whose `runtime` package the ranks run (put first on PYTHONPATH;
+#                `python -m compiler.launch` sets it when moeforge runs from a checkout). Unset: the
+#                runtime installed in the job's Python (pip install moeforge), or the root itself
+#                when the root is moeforge's own checkout.
 # MASTER_PORT    a fixed rendezvous port on 127.0.0.1. Unset (the default): torchrun --standalone binds a
 #                free port itself, so two launches on one machine never collide; rank 0 prints it.
 # Each rank runs `python -m runtime.train`.
@@ -34,6 +38,9 @@ if [[ ! -f $build_dir/$plan_file ]]; then
     printf 'torchrun.sh: %s not found under %s; set MOEFORGE_ROOT to the repository root\n' \
         "$build_dir/$plan_file" "$PWD" >&2
     exit 2
+fi
+if [[ -n ${MOEFORGE_HOME:-} ]]; then
+    export PYTHONPATH="$MOEFORGE_HOME${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # shellcheck source=/dev/null
