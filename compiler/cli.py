@@ -52,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     c = sub.add_parser("migrate", help="rewrite documents to the current schema version, comments kept")
     c.add_argument("files", nargs="+")
+    c = sub.add_parser("import", help="a recipe and a model file from a Megatron-LM launch script, command line, "
+                                      "args file, functional-test model_config.yaml or Bridge override list")
+    c.add_argument("source", help="the file to import ('-' reads stdin)")
+    c.add_argument("--platform", help="platform name (default: guessed from the GPU the launch names)")
+    c.add_argument("--name", help="recipe and model name (default: from the source, with -imported)")
+    c.add_argument("--root", help="recipes root to write under: ROOT/imported/NAME.yaml, ROOT/models/NAME.yaml "
+                                  "(default: recipes/)")
+    c.add_argument("--force", action="store_true", help="overwrite existing files")
     c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
                        description="Training data tools. They run in the runtime's Python (megatron-core): "
                                    "`make setup`, then .venv/bin/python -m compiler data ...")
@@ -227,7 +235,13 @@ def cmd_data_prepare(rest: list[str]) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
+def cmd_import(args) -> int:
+    from .importer import main as import_main
+
+    return import_main(args)
+
+
+COMMANDS = {"import": cmd_import, "compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
             "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix}
 
 if __name__ == "__main__":
