@@ -67,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
     n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
     n.add_argument("model")
     n.add_argument("platform")
+    c = sub.add_parser("import", help="a recipe and a model file from a Megatron-LM launch script, command line, "
+                                      "args file, functional-test model_config.yaml or Bridge override list")
+    c.add_argument("source", help="the file to import ('-' reads stdin)")
+    c.add_argument("--platform", help="platform name (default: guessed from the GPU the launch names)")
+    c.add_argument("--name", help="recipe and model name (default: from the source, with -imported)")
+    c.add_argument("--root", help="recipes root to write under: ROOT/imported/NAME.yaml, ROOT/models/NAME.yaml "
+                                  "(default: recipes/)")
+    c.add_argument("--force", action="store_true", help="overwrite existing files")
     c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
                        description="Training data tools. They run in the runtime's Python (megatron-core): "
                                    "`make setup`, then .venv/bin/python -m compiler data ...")
@@ -284,8 +292,15 @@ def cmd_new(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from .importer import main as import_main
+
+    return import_main(args)
+
+
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
-            "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix, "init": cmd_init, "new": cmd_new}
+            "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix, "init": cmd_init, "new": cmd_new,
+            "import": cmd_import}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,8 +41,14 @@ def known_names() -> frozenset:
     if _KNOWN is None:
         f = megatron_fields()
         _KNOWN = frozenset(set(f["all"]) | set(f["megatron_lm_args"]) | set(K.BY_FIELD) | set(K.FACT_BY_FIELD)
-                           | set(OWN_KEYS) | lm_names() | BRIDGE_PROVIDER_FIELDS)
+                           | set(OWN_KEYS) | lm_names() | BRIDGE_PROVIDER_FIELDS | lm_parser_dests())
     return _KNOWN
+
+
+def lm_parser_dests() -> frozenset:
+    """Every argument dest of the stored Megatron-LM parser (compiler/data/megatron_lm_args.json)."""
+    raw = json.loads((Path(__file__).resolve().parent / "data" / "megatron_lm_args.json").read_text())
+    return frozenset(e["dest"] for e in raw["options"].values())
 
 
 def _fields_for(mcore: int) -> tuple[str, frozenset] | None:

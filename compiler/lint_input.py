@@ -70,6 +70,11 @@ class Config:
 def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
     """The mapping and the 1-based line of each top-level key. UnusableInput when it is not one."""
     lines: dict = {}
+    if name == "-" and text.lstrip().startswith("{"):
+        name = "-.json"  # JSON on stdin
+    launch = _launch_mapping(text, name)
+    if launch is not None:
+        return launch
     try:
         if name.endswith(".json"):
             data = json.loads(text)
@@ -103,6 +108,130 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
     return data, lines
 
 
+def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
+    """What `moeforge import` reads, as a flat mapping of Megatron-LM dests: a launch script or command line
+    (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
+    override list; with `gpu` and `versions` from the platform the launch names, when it names one.
+    None: not one of those (an ordinary YAML / JSON mapping)."""
+    from . import importer
+
+    kind = importer.detect(text, name)
+    if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
+        return None
+    try:
+        if kind == "bridge":
+            data, lines = {}, {}
+            for n, line in enumerate(text.splitlines(), 1):
+                s = line.strip()
+                if s and not s.startswith("#"):
+                    key, _, raw = s.lstrip("+").partition("=")
+                    if key in ("mixed_precision", "comm_overlap") or key.endswith("_target_"):
+                        continue
+                    try:
+                        data[key] = yaml.safe_load(raw) if raw else None
+                    except yaml.YAMLError:
+                        data[key] = raw
+                    lines[key] = n
+            return data, lines
+        if kind == "args":
+            words = importer.args_file_words(text)[0]
+        elif kind == "functional-test":
+            words = importer.functional_test_words(text)[0]
+        else:
+            words = importer.launch_words(text)[0]
+        dests, bad = importer.parse_flags(words)
+        platform = importer.guess_platform(text, dests, importer.platform_docs(importer.RECIPES))[0]
+    except importer.ImportError_ as exc:
+        raise UnusableInput(str(exc)) from None
+    flags = dests.pop("__flags__", {})
+    data, lines = {}, {}
+    for dest, value in dests.items():
+        k = _knob_of_dest(dest)
+        if k is not None and not isinstance(value, bool):
+            try:
+                value = importer._convert(k, value)
+            except (ValueError, SyntaxError):
+                pass  # reported as a type problem by read()
+        elif isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        data[dest] = value
+        lines[dest] = _line_of(text, flags.get(dest, dest).split()[0])
+    if data.get("eval_iters") == 0:  # no evaluation: the interval moeforge writes anyway (Megatron-LM 0.19
+        data.pop("eval_interval", None)  # divides by it) is not one
+    for text_, why in bad:  # unknown flags: did-you-mean in read()
+        key = text_.split()[0]
+        if key.startswith("--"):
+            data.setdefault(key, None)
+            lines[key] = _line_of(text, key)
+    if platform is not None:
+        doc = importer.platform_docs(importer.RECIPES)[platform]
+        data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
+        data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
+    return data, lines
+
+
+def _line_of(text: str, word: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if word in line:
+            return n
+    return 0
+
+
+def _knob_of_dest(dest: str):
+    for k in K.KNOBS:
+        if dest in k.lm_dests(V19):
+            return k
+    return K.BY_FIELD.get(dest)
+
+
+V19 = version_int("0.19.2")
+
+
+def _lm_flag_names(data: dict, lines: dict) -> dict:
+    """Megatron-LM argument names as written on a command line (--num-layers, num-layers), and its flags that
+    set another dest (--no-masked-softmax-fusion, --disable-bias-linear, --fp8-format), under the dest and
+    with the value the dest receives; then the dests the knob table names differently, under the field."""
+    from .megatron_args import lm_parser
+
+    options = lm_parser()["options"]
+    out: dict = {}
+
+    def put(key, value, original):
+        if key in out and out[key] != value:
+            raise UnusableInput(f"{original} and {key} are the same setting with different values")
+        out[key] = value
+        if original in lines:
+            lines.setdefault(key, lines[original])
+
+    for key, value in data.items():
+        if key in OWN_KEYS or not isinstance(key, str):
+            out[key] = value
+            continue
+        bare = key.lstrip("-")
+        flag = "--" + bare.replace("_", "-")
+        entry = options.get(flag)
+        name = bare.replace("-", "_")
+        if name in K.BY_FIELD or name in megatron_fields()["all"]:
+            entry = None  # a megatron-core / knob name: read as that field (cuda_graph_scope stays itself)
+        if entry is not None and (entry["dest"] != name or key != name):
+            if entry["kind"] == "store_false" and isinstance(value, bool):
+                value = not value
+            name = entry["dest"]
+        if entry is None and name not in known_names():
+            name = key  # unknown: reported as written (its did-you-mean reads the underscored name)
+        elif name == "no_persist_layer_norm" and isinstance(value, bool):
+            name, value = "persist_layer_norm", not value
+        elif name in ("bias_swiglu_fusion", "bias_gelu_fusion"):
+            name = "bias_activation_fusion"
+        else:
+            k = _knob_of_dest(name)
+            if k is not None and k.field != name and name not in K.BY_FIELD and k.section not in K.IO_SECTIONS \
+                    and not isinstance(k.lm, tuple) and k.field not in ("data_kind",):
+                name = k.field
+        put(name, value, key)
+    return out
+
+
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
@@ -113,7 +242,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
     if _bridge_layout(data):
         data, flat_lines = _flatten_bridge(data, lines)
         lines.update(flat_lines)
-    data = _lm_aliases(data, lines)
+    data = _lm_aliases(_lm_flag_names(data, lines), lines)
     env: dict = {}
     given: dict = {}
     display: dict = {}
@@ -138,6 +267,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
         display["transformer_engine"] = "0.0.0"  # megatron-core 0.19's get_te_version() without TE
     if "gpu" in data:
         gpu = data["gpu"]
+        if isinstance(gpu, str):
+            gpu = {"name": gpu}  # gpu: H100 (a short name, classified by its prefix)
         if gpu is None:
             env.update(device="cpu", gpu_major=0, gpu_product="none")
             display["gpu_name"] = "None"
@@ -160,44 +291,26 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
                     raise _bad("gpu.compute_capability", 'a version such as "9.0"', cc)
                 env["gpu_major"] = int(str(cc).split(".")[0])
         else:
-            raise _bad("gpu", "a mapping {name, compute_capability} or null", gpu)
+            raise _bad("gpu", "a mapping {name, compute_capability}, a GPU name (H100) or null", gpu)
 
     # --- fields
     mcore = env["megatron_core"]
     version_fields = _fields_for(mcore) if isinstance(mcore, int) and mcore else None
     known = known_names()
+    problems: list[str] = []
+    launch_only: list[str] = []
     for key, value in data.items():
         if key in OWN_KEYS:
             continue
-        if key in K.FACT_BY_FIELD:
-            fact = K.FACT_BY_FIELD[key]
-            if fact.kind == "version":
-                raise UnusableInput(f"{key}: give package versions under versions:")
-            env[key] = _coerce(fact, value)
-            given[key] = value
-            continue
-        if key in ("cuda_graph_modules", "cuda_graph_scope"):
-            given[key] = value
-            env[key] = _graph_modules(key, value)
-        elif key == "moe_layer_freq":
-            given[key] = value
-            env[key] = _layer_freq(value)
-        elif key == "moe_router_load_balancing_type":
-            given[key] = value
-            env[key] = _load_balancing(value)
-        elif key in K.BY_FIELD:
-            given[key] = value
-            env[key] = _coerce(K.BY_FIELD[key], value)
-        elif key in known:
-            given[key] = value
-        else:
-            close = difflib.get_close_matches(key, sorted(known - set(OWN_KEYS)), n=3, cutoff=0.75)
-            hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            findings.append(Finding(
-                "LINT_UNKNOWN_FIELD", "warning",
-                f"unknown field '{key}' (not a megatron-core, Megatron-LM or moeforge name){hint}",
-                None, [key], source="compiler/data/megatron_fields.json", line=lines.get(key, 0),
-                fix=f"rename it to {close[0]}" if close else "remove it"))
+        try:
+            if _read_field(key, value, env, given, known, findings, lines):
+                if key not in K.BY_FIELD and key not in mf["all"] and key not in K.FACT_BY_FIELD:
+                    launch_only.append(key)
+                elif key in K.BY_FIELD and K.BY_FIELD[key].section in K.IO_SECTIONS and key not in _rule_fields():
+                    launch_only.append(key)
+        except UnusableInput as exc:
+            line = lines.get(key, 0)
+            problems.append((f"line {line}: " if line else "") + str(exc))
             continue
         if version_fields and key in mf["all"] and key not in version_fields[1] and key not in K.FACT_BY_FIELD:
             present = [v for v, names in mf["versions"].items() if key in names]
@@ -208,6 +321,15 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
                 f"__init__() got an unexpected keyword argument '{key}'", [key],
                 origin="megatron-core", source="compiler/data/megatron_fields.json", line=lines.get(key, 0),
                 fix="use the spelling of the declared megatron-core version"))
+    if problems:
+        head = f"{len(problems)} values of the wrong type:\n  " if len(problems) > 1 else ""
+        raise UnusableInput(head + "\n  ".join(problems))
+    if launch_only:
+        findings.append(Finding(
+            "LINT_LAUNCH_ONLY", "info", "Megatron-LM launch arguments no rule reads (data, tokenizer, checkpoints, "
+            "logging...): accepted, not checked: " + ", ".join(sorted(launch_only)), None, sorted(launch_only),
+            origin="megatron-lm", source="compiler/data/megatron_lm_args.json",
+            line=min((lines.get(k, 0) for k in launch_only), default=0)))
 
     # --- defaults for what was not given
     for k in K.KNOBS:
@@ -230,6 +352,54 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
         _derive(env)
     display.update(_display(env, display))
     return Config(env, given, lines, display, findings, frontend, frontend_reason, written, rewrites)
+
+
+def _read_field(key, value, env, given, known, findings, lines) -> bool:
+    """Read one field into env/given (UnusableInput on a wrong type); False when the name is unknown."""
+    if key in K.FACT_BY_FIELD:
+        fact = K.FACT_BY_FIELD[key]
+        if fact.kind == "version":
+            raise UnusableInput(f"{key}: give package versions under versions:")
+        env[key] = _coerce(fact, value)
+        given[key] = value
+        return True
+    if key in ("cuda_graph_modules", "cuda_graph_scope"):
+        given[key] = value
+        env[key] = _graph_modules(key, value)
+    elif key == "moe_layer_freq":
+        given[key] = value
+        env[key] = _layer_freq(value)
+    elif key == "moe_router_load_balancing_type":
+        given[key] = value
+        env[key] = _load_balancing(value)
+    elif key in K.BY_FIELD:
+        given[key] = value
+        env[key] = _coerce(K.BY_FIELD[key], value)
+    elif key in known:
+        given[key] = value
+    else:
+        name = key.lstrip("-").replace("-", "_")
+        close = difflib.get_close_matches(name, sorted(known - set(OWN_KEYS)), n=3, cutoff=0.75)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        findings.append(Finding(
+            "LINT_UNKNOWN_FIELD", "warning",
+            f"unknown field '{key}' (not a megatron-core, Megatron-LM or moeforge name){hint}",
+            None, [key], source="compiler/data/megatron_fields.json", line=lines.get(key, 0),
+            fix=f"rename it to {close[0]}" if close else "remove it"))
+        return False
+    return True
+
+
+_RULE_FIELDS: frozenset | None = None
+
+
+def _rule_fields() -> frozenset:
+    """Every field some rule of the catalogue reads."""
+    global _RULE_FIELDS
+    if _RULE_FIELDS is None:
+        from .rules import CATALOGUE
+        _RULE_FIELDS = frozenset(f for r in CATALOGUE for f in r.fields)
+    return _RULE_FIELDS
 
 
 def _normalise(env: dict, given: dict, findings: list, lines: dict, mcore) -> None:

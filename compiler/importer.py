@@ -1,0 +1,791 @@
+"""`moeforge import`: a recipe and a model file from a launch a team already has.
+
+Inputs (detected from the text):
+- a `pretrain_gpt.py` / torchrun command line, or a shell script in the style of Megatron-LM's
+  examples (bash arrays `GPT_MODEL_ARGS=(--num-layers 24 ...)`, `${ARR[@]}`, `export VAR=...`,
+  line continuations, comments). The script is never executed: a small expander substitutes the
+  variables and arrays the script itself assigns; any other `${VAR}` is kept literally (moeforge
+  resolves it at launch, as it does in recipe paths);
+- an args file (moeforge's own megatron-lm.args: one flag per line, `#` comments; its
+  `# not written: NAME=VALUE: why` lines carry the values Megatron-LM has no flag for, and are read back);
+- the `MODEL_ARGS:` mapping of a Megatron-LM functional-test `model_config.yaml`;
+- a Megatron-Bridge override list (`model.tensor_model_parallel_size=2` lines).
+
+Every flag goes through the one knob table (compiler.knobs): its Megatron-LM argument dest (flags,
+negated forms, choices and Megatron-LM's defaults from compiler/data/megatron_lm_args.json, Megatron-LM
+0.19.2's parser as data) or its Megatron-Bridge path. Architecture goes to the model file, the rest to
+the v3 recipe. A flag absent from a Megatron-LM launch has Megatron-LM's default, so the recipe pins
+every value where that default differs from moeforge's (and every `auto` knob: the launch decided it).
+A Bridge override list only states what it overrides (the rest is the Bridge recipe's, unknown here).
+Flags nobody can map are listed (returned, printed, and written as comments), never dropped.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import knobs as K
+from .megatron_args import DERIVED, RUNTIME_ONLY, lm_parser
+from .rules.expr import version_int
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+
+
+class ImportError_(Exception):
+    """The input cannot be imported (exit 2)."""
+
+
+@dataclass
+class Imported:
+    kind: str                     # launch | args | functional-test | bridge
+    recipe: dict
+    model: dict
+    platform: str
+    platform_reason: str
+    unmapped: list = field(default_factory=list)   # [(text, why)]
+    notes: list = field(default_factory=list)      # what the importer decided on its own, for the header
+
+
+# ----------------------------------------------------------------------- reading the source
+
+_ASSIGN = re.compile(r"^(?:export\s+|declare\s+-a\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_BRIDGE_LINE = re.compile(r"^\+{0,2}[A-Za-z_][\w]*(\.[\w]+)+=")
+LAUNCHERS = ("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_hybrid.py")
+
+
+def detect(text: str, name: str = "") -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if name.endswith((".yaml", ".yml")) or (lines and lines[0].startswith("MODEL_ARGS")):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("MODEL_ARGS"), dict):
+            return "functional-test"
+    if lines and all(_BRIDGE_LINE.match(ln) or re.match(r"^[A-Za-z_]\w*=null$", ln) for ln in lines):
+        return "bridge"
+    if lines and all(ln.startswith("--") or ln.startswith("'") for ln in lines):
+        return "args"
+    return "launch"
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Statements: continuations joined, a multi-line array assignment `A=( ... )` kept together."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    out, pending, depth = [], "", 0
+    for line in joined.splitlines():
+        stripped = _strip_comment(line)
+        if not stripped.strip() and not pending:
+            continue
+        pending = f"{pending} {stripped}" if pending else stripped
+        depth += _parens(stripped)
+        if depth <= 0:
+            out.append(pending.strip())
+            pending, depth = "", 0
+    if pending.strip():
+        out.append(pending.strip())
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    """The line without a `#` comment (outside quotes, at a word start)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def _parens(line: str) -> int:
+    """Open minus closed array parentheses outside quotes (`A=(` opens; `$(`...`)` balances itself)."""
+    n, quote = 0, None
+    for ch in line:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            n += 1
+        elif ch == ")":
+            n -= 1
+    return n
+
+
+class Shell:
+    """Variables and arrays a script assigns, and expansion of words with them (no execution)."""
+
+    def __init__(self):
+        self.vars: dict[str, str] = {}
+        self.arrays: dict[str, list[str]] = {}
+
+    def words(self, statement: str) -> list[str]:
+        try:
+            raw = shlex.split(statement, comments=False, posix=True)
+        except ValueError as exc:
+            raise ImportError_(f"cannot split shell words ({exc}): {statement[:80]}") from None
+        out: list[str] = []
+        for w in raw:
+            m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}|\$([A-Za-z_]\w*)", w)
+            name = m and (m.group(1) or m.group(2))
+            if name and name in self.arrays:
+                out += self.arrays[name]
+            elif name and name in self.vars and m.group(2):
+                out += self.vars[name].split()  # unquoted $VAR: word splitting
+            else:
+                out.append(self.expand(w))
+        return out
+
+    def expand(self, word: str) -> str:
+        def sub(m):
+            name, arr, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+            if arr and name in self.arrays:
+                return " ".join(self.arrays[name])
+            if name in self.vars:
+                return self.vars[name]
+            if default is not None:
+                return self.expand(default)
+            return "${" + name + "}"  # not assigned here: kept, resolved at launch
+        return _VAR.sub(sub, word)
+
+    def run(self, statement: str) -> list[str] | None:
+        """Record an assignment (None), or return the words of a command."""
+        m = _ASSIGN.match(statement)
+        if m and " " not in statement.split("=", 1)[0].replace("export ", "").replace("declare -a ", "").strip():
+            name, plus, rest = m.group(1), m.group(2), m.group(3).strip()
+            if rest.startswith("(") and rest.endswith(")"):
+                values = self.words(rest[1:-1])
+                self.arrays[name] = (self.arrays.get(name, []) if plus else []) + values
+            else:
+                words = self.words(rest) if rest else [""]
+                value = words[0] if words else ""
+                self.vars[name] = (self.vars.get(name, "") if plus else "") + value
+            return None
+        if statement.startswith("export "):  # export A=1 B=2
+            for part in self.words(statement[7:]):
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    self.vars[k] = v
+            return None
+        return self.words(statement)
+
+
+def launch_words(text: str) -> tuple[list[str], dict]:
+    """(the words after pretrain_gpt.py, the launcher's own settings: nnodes, nproc_per_node, env)."""
+    sh = Shell()
+    command = None
+    for stmt in _logical_lines(text):
+        words = sh.run(stmt)
+        if not words:
+            continue
+        hit = next((i for i, w in enumerate(words) if w.endswith(LAUNCHERS)), None)
+        if hit is not None:
+            command = (words[:hit], words[hit + 1:])
+    if command is None:
+        raise ImportError_("no pretrain_gpt.py command found (a launch script, a command line, an args file, "
+                           "a functional-test model_config.yaml or a Bridge override list)")
+    before, after = command
+    launcher = {"env": dict(sh.vars)}
+    for i, w in enumerate(before):
+        for key in ("nnodes", "nproc_per_node", "nproc-per-node"):
+            if w.startswith(f"--{key}"):
+                value = w.split("=", 1)[1] if "=" in w else (before[i + 1] if i + 1 < len(before) else "")
+                launcher[key.replace("-", "_")] = value
+    return after, launcher
+
+
+def args_file_words(text: str) -> tuple[list[str], dict, str | None]:
+    """Words of an args file, its `# not written: NAME=VALUE: why` notes and the recipe id in its header."""
+    notes, rid = {}, None
+    words: list[str] = []
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"^# not written: ([A-Za-z_][\w{}]*)=(.*?): ", s)
+        if m:
+            try:
+                notes[m.group(1)] = json.loads(m.group(2))
+            except json.JSONDecodeError:
+                pass
+            continue
+        m = re.match(r"^# Megatron-LM pretrain_gpt.py arguments for (\S+?):", s)
+        if m:
+            rid = m.group(1)
+        if s and not s.startswith("#"):
+            try:
+                words += shlex.split(s, comments=True)
+            except ValueError as exc:
+                raise ImportError_(f"cannot split {s[:80]!r}: {exc}") from None
+    return words, notes, rid
+
+
+def functional_test_words(text: str) -> tuple[list[str], dict]:
+    data = yaml.safe_load(text)
+    words: list[str] = []
+    for key, value in data["MODEL_ARGS"].items():
+        flag = str(key) if str(key).startswith("-") else f"--{key}"
+        if value is True:
+            words.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, *shlex.split(str(value))]
+    env = data.get("ENV_VARS") if isinstance(data.get("ENV_VARS"), dict) else {}
+    return words, {"env": {str(k): str(v) for k, v in env.items()}}
+
+
+# ----------------------------------------------------------------------- flags -> dests
+
+def parse_flags(words: list[str]) -> tuple[dict, list]:
+    """dest -> value (strings; True/False for switches; a list for nargs flags) and [(text, why)]
+    for what Megatron-LM's parser does not know or refuses."""
+    options = lm_parser()["options"]
+    dests: dict = {}
+    bad: list = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if not w.startswith("--"):
+            bad.append((w, "a word that is not a flag's value"))
+            continue
+        flag, eq, inline = w.partition("=")
+        values = [inline] if eq else []
+        if not eq:
+            while i < len(words) and not (words[i].startswith("--") or re.match(r"^-[A-Za-z]", words[i])):
+                values.append(words[i])
+                i += 1
+        entry = options.get(flag) or options.get(flag.replace("_", "-"))
+        text = " ".join([flag, *values])
+        if entry is None:
+            bad.append((text, "not an argument of Megatron-LM " + lm_parser()["release"]))
+            continue
+        kind, dest = entry["kind"], entry["dest"]
+        if kind in ("store_true", "store_false"):
+            if values:
+                bad.append((text, f"{flag} takes no value"))
+                continue
+            dests[dest] = kind == "store_true"
+        elif kind == "value":
+            if len(values) != 1:
+                bad.append((text, f"{flag} takes one value"))
+                if not values:
+                    continue
+            if entry.get("choices") and values[0] not in entry["choices"]:
+                bad.append((text, f"not one of {', '.join(map(str, entry['choices']))}"))
+                continue
+            dests[dest] = values[0]
+        else:
+            if not values:
+                bad.append((text, f"{flag} takes values"))
+                continue
+            dests[dest] = values
+        dests.setdefault("__flags__", {})[dest] = text
+    return dests, bad
+
+
+# ----------------------------------------------------------------------- dests -> recipe and model
+
+def _freq(text):
+    """Megatron-LM's moe_freq_type: an int, or a Python list expression such as ([0]*3+[1]*58)."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip()
+    if re.fullmatch(r"\d+", s):
+        return int(s)
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
+            a, b = ev(node.left), ev(node.right)
+            return a * b if isinstance(node.op, ast.Mult) else a + b
+        raise ValueError(s)
+    value = ev(ast.parse(s, mode="eval"))
+    if not isinstance(value, (int, list)):
+        raise ValueError(s)
+    return value
+
+
+def _convert(k: K.Knob, raw):
+    """A Megatron-LM string (or list) as the knob's value (ValueError when it is not one)."""
+    if isinstance(raw, bool):
+        return raw
+    if raw is None or raw == "None":
+        return None
+    if k.field in ("window_size",):
+        return [int(v) for v in str(raw).strip("()[]").split(",")]
+    if k.field in ("window_attn_skip_freq", "linear_attention_freq"):
+        return _freq(raw)
+    if k.kind == "set":
+        return None if raw in ([], None) else list(raw if isinstance(raw, list) else [raw])
+    if isinstance(raw, list):
+        if len(raw) == 1:
+            raw = raw[0]
+        elif k.field == "data_paths":
+            return raw
+        else:
+            raise ValueError(f"one value expected, got {len(raw)}")
+    if k.kind in ("int", "opt_int"):
+        f = float(raw)
+        if not f.is_integer():
+            raise ValueError(raw)
+        return int(f)
+    if k.kind == "float":
+        return float(raw)
+    if k.kind == "enum":
+        value = k.plan_value(raw)
+        if k.field not in K.OPEN_ENUMS and value not in k.domain:
+            raise ValueError(f"not one of {', '.join(str(d) for d in k.domain)}")
+        return value
+    return raw
+
+
+def _put(doc: dict, dotted: str, value) -> None:
+    node = doc
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+# Dests read by the composites below (not one knob to one argument), or computed by moeforge itself.
+COMPOSITE = {"swiglu", "quick_geglu", "squared_relu", "bias_swiglu_fusion", "bias_gelu_fusion", "no_persist_layer_norm",
+             "group_query_attention", "num_query_groups", "moe_layer_freq", "max_position_embeddings",
+             "untie_embeddings_and_output_weights", "grad_reduce_in_bf16", "bf16", "fp16", "transformer_impl",
+             "distributed_backend", "exit_signal_handler", "exit_signal", "use_persistent_ckpt_worker", "mock_data",
+             "data_path", "tokenizer_type", "null_tokenizer_eod_id", "load", "lr_warmup_iters", "lr_warmup_fraction",
+             "eval_interval", "padded_vocab_size"}
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
+              "rotary_scaling_factor", "mscale", "mscale_all_dim")
+TOKENIZERS = {"NullTokenizer": None, "HuggingFaceTokenizer": "huggingface", "SentencePieceTokenizer": "sentencepiece",
+              "GPTSentencePieceTokenizer": "sentencepiece"}
+
+
+def _lm_default(dest: str):
+    for entry in lm_parser()["options"].values():
+        if entry["dest"] == dest:
+            return entry["default"]
+    return None
+
+
+def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
+            data_note: str | None = None) -> tuple[dict, dict, list]:
+    """(recipe body, model body, decisions) from Megatron-LM dests. `notes`: plan name -> value Megatron-LM
+    has no flag for (moeforge's own args files say them)."""
+    mcore_text = str(platform.get("software", {}).get("megatron_core") or "0.19.2")
+    mcore = version_int(mcore_text)
+    given = {d: v for d, v in dests.items() if d != "__flags__"}
+    flags = dests.get("__flags__", {})
+    recipe: dict = {}
+    model: dict = {"architecture": {}, "moe": {}}
+    decided: list[str] = []
+    used: set = set()
+
+    def value_of(k: K.Knob):
+        """(value, explicit) for a knob: the flag's value, else Megatron-LM's default; None: nothing to say."""
+        for dest in k.lm_dests(mcore):
+            if dest in given:
+                used.add(dest)
+                return _convert(k, given[dest]), True
+        dests_ = k.lm_dests(mcore)
+        if not dests_:
+            return None, False
+        return _convert(k, _lm_default(dests_[0])), False
+
+    mla = given.get("multi_latent_attention") is True
+    yarn_pos = given.get("position_embedding_type") == "yarn"
+    for k in K.KNOBS:
+        if not k.path or k.field in K.COMPUTED or k.path.startswith(("launch.", "runtime.")):
+            continue
+        if k.lm_dests(mcore) and set(k.lm_dests(mcore)) & COMPOSITE and k.field != "vocab_size":
+            continue
+        shared = {"rotary_scaling_factor", "mscale", "mscale_all_dim"} & set(k.lm_dests(mcore))
+        if shared and (k.field.startswith("yarn_") == mla):
+            continue  # MLA's own YaRN fields with --multi-latent-attention, ordinary attention's otherwise
+        name = k.name_for(mcore)
+        if name in notes:  # moeforge's args file: a value Megatron-LM has no flag for
+            _put_path(recipe, model, k.path, notes[name])
+            continue
+        try:
+            value, explicit = value_of(k)
+        except (ValueError, SyntaxError) as exc:
+            dest = next(d for d in k.lm_dests(mcore) if d in given)
+            bad.append((flags.get(dest, dest), f"{k.path}: {exc}"))
+            continue
+        if not explicit:
+            if not k.lm_dests(mcore):
+                continue
+            if k.field in MLA_FIELDS and not mla:
+                continue
+            if k.field.startswith("yarn_") and not yarn_pos:
+                continue
+            if k.default is None and value is not None and not (k.field in MLA_FIELDS or k.field.startswith("yarn_")):
+                continue  # Megatron-LM's default where megatron-core has none: not stated by the launch
+            if value is None and k.default is not None and k.kind in ("int", "float", "str"):
+                continue  # Megatron-LM has no default (a required argument): moeforge's applies
+            if value == k.default and not k.auto:
+                continue
+            if k.field == "cp_comm_type" and value == ["p2p"]:
+                continue
+        if k.field == "cp_comm_type" and isinstance(value, list):
+            if len(value) != 1:
+                bad.append((flags.get("cp_comm_type", "--cp-comm-type"), "one value per layer: a recipe has one"))
+                continue
+            value = value[0]
+        if k.kind == "set" and value == []:
+            value = None
+        _put_path(recipe, model, k.path, value)
+
+    arch, moe = model["architecture"], model["moe"]
+    for key, k in (("architecture", "num_layers"), ("architecture", "hidden_size"),
+                   ("architecture", "num_attention_heads"), ("architecture", "vocab_size"),
+                   ("moe", "num_experts"), ("moe", "router_topk")):  # the model schema requires them
+        if k not in model[key]:
+            dest = K.BY_PATH[f"model.{key}.{k}"].lm_dest(mcore)
+            if _lm_default(dest) is not None:
+                model[key][k] = _lm_default(dest)
+    layout = recipe.get("parallelism", {}).get("pipeline_layout")
+    if layout and recipe["parallelism"].get("vpp") is None:
+        vpp = _layout_vpp(layout, int(recipe["parallelism"].get("pp") or 1))
+        recipe["parallelism"]["vpp"] = vpp
+        if vpp:
+            decided.append(f"parallelism.vpp: {vpp} (the virtual stages --pipeline-model-parallel-layout implies)")
+    # --- composites ---------------------------------------------------------------------------------
+    g = given.get
+    if g("swiglu"):
+        arch.update(activation="swiglu", gated_linear_unit=True)
+    elif g("quick_geglu"):
+        arch.update(activation="quick_gelu", gated_linear_unit=True)
+    elif g("squared_relu"):
+        arch["activation"] = "squared_relu"
+    else:
+        decided.append("activation: gelu (Megatron-LM's default), left to megatron-core's default (gelu)")
+    swiglu = bool(g("swiglu"))
+    fusion_dest = "bias_swiglu_fusion" if swiglu else "bias_gelu_fusion"
+    fusion = g(fusion_dest, _lm_default(fusion_dest))
+    _put(recipe, "kernels.bias_activation_fusion", fusion)
+    _put(recipe, "kernels.persist_layer_norm", not g("no_persist_layer_norm", False))
+    if g("group_query_attention") and g("num_query_groups") is not None:
+        arch["num_query_groups"] = int(g("num_query_groups"))
+    elif arch.get("num_attention_heads") is not None:
+        arch["num_query_groups"] = arch["num_attention_heads"]
+        if g("num_query_groups") is not None:
+            bad.append((flags["num_query_groups"], "without --group-query-attention Megatron-LM ignores it"))
+    freq = g("moe_layer_freq", 1)
+    try:
+        moe["layer_freq"] = _freq(freq)
+    except (ValueError, SyntaxError):
+        bad.append((flags.get("moe_layer_freq", str(freq)), "not an integer or a [0/1] list expression"))
+    if g("max_position_embeddings") is not None:
+        arch["max_position_embeddings"] = int(g("max_position_embeddings"))
+    arch["untie_embeddings_and_output_weights"] = bool(g("untie_embeddings_and_output_weights", False))
+    if g("padded_vocab_size") is not None and g("vocab_size") is None:
+        arch["vocab_size"] = int(g("padded_vocab_size"))
+    elif g("padded_vocab_size") is not None and int(g("padded_vocab_size")) != arch.get("vocab_size"):
+        bad.append((flags["padded_vocab_size"], f"differs from --vocab-size {arch.get('vocab_size')}: the model "
+                    "uses --vocab-size"))
+    dtype = "bf16" if g("bf16") else "fp16" if g("fp16") else "fp32"
+    _put(recipe, "precision.dtype", dtype)
+    # Megatron-LM validate_args: BF16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16
+    _put(recipe, "optimizer.grad_reduce_in_fp32", bool(g("accumulate_allreduce_grads_in_fp32"))
+         or (dtype == "bf16" and not g("grad_reduce_in_bf16")))
+    if g("transformer_impl") == "local" and platform.get("software", {}).get("transformer_engine"):
+        decided.append("--transformer-impl local: the platform has Transformer Engine, so moeforge builds "
+                       "the Transformer Engine spec")
+    backend = g("distributed_backend")
+    if backend and backend != (platform.get("distributed_backend") or "nccl"):
+        bad.append((flags["distributed_backend"], f"the platform's backend is {platform.get('distributed_backend')}"))
+    # --- training I/O -------------------------------------------------------------------------------
+    if data_note in ("synthetic", "learnable"):
+        _put(recipe, "data.kind", data_note)
+    else:
+        if mcore >= version_int("0.17.0"):
+            _put(recipe, "runtime.entrypoint", "megatron-lm")
+        if g("data_path"):
+            paths = list(g("data_path"))
+            if len(paths) % 2 == 0 and all(_number(p) for p in paths[::2]):
+                _put(recipe, "data.blend", [{"weight": float(w), "path": p} for w, p in zip(paths[::2], paths[1::2])])
+            else:
+                _put(recipe, "data.paths", paths)
+            _put(recipe, "data.kind", "indexed")
+        elif g("mock_data"):
+            _put(recipe, "data.kind", "mock")
+    tok = g("tokenizer_type")
+    if tok is not None:
+        if tok not in TOKENIZERS:
+            bad.append((flags["tokenizer_type"], "moeforge's tokenizer.type is null, byte, huggingface or "
+                        "sentencepiece"))
+        else:
+            kind = TOKENIZERS[tok]
+            if tok == "NullTokenizer" and str(g("null_tokenizer_eod_id")) == str(K.BYTE_EOD):
+                kind = "byte"
+            if kind is not None:
+                _put(recipe, "tokenizer.type", kind)
+    save, load = g("save"), g("load")
+    if load is not None and load != save:
+        _put(recipe, "checkpoint.load", load)
+    elif save is not None and load is None:
+        _put(recipe, "checkpoint.load", "none")
+    if g("lr_warmup_fraction") is not None:
+        _put(recipe, "schedule.warmup", float(g("lr_warmup_fraction")))
+    elif g("lr_warmup_iters") not in (None, "0"):
+        _put(recipe, "schedule.warmup", int(g("lr_warmup_iters")))
+    iters = int(g("eval_iters", _lm_default("eval_iters")))
+    if iters > 0:
+        interval = g("eval_interval", _lm_default("eval_interval")) or recipe.get("training", {}).get("train_iters")
+        if interval is not None:
+            _put(recipe, "eval.interval", int(interval))
+    elif "eval" in recipe:
+        recipe["eval"].pop("interval", None)
+    # --- world size ----------------------------------------------------------------------------------
+    nodes = _nodes(recipe, platform, notes, launcher, decided)
+    if nodes:
+        _put(recipe, "resources.nodes", nodes)
+    for dest in given:
+        if dest not in used and dest not in COMPOSITE and dest not in _consumed_io(given):
+            bad.append((flags.get(dest, dest), "a Megatron-LM argument moeforge has no knob for (launch-only)"))
+    if not moe.get("num_experts"):
+        raise ImportError_("the launch has no --num-experts: moeforge compiles Mixture-of-Experts recipes")
+    model["architecture"] = {k: v for k, v in arch.items()}
+    return recipe, model, decided
+
+
+def _layout_vpp(layout: str, pp: int) -> int | None:
+    """The virtual pipeline size a layout string implies (its stages / PP; None for one per rank)."""
+    text = layout
+    for _ in range(20):
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+        if new == text:
+            break
+        text = new
+    stages = text.count("|") + 1
+    return stages // pp if pp and stages % pp == 0 and stages // pp > 1 else None
+
+
+def _consumed_io(given: dict) -> set:
+    return {"lr_warmup_iters", "lr_warmup_fraction", "eval_iters", "eval_interval", "save", "load"}
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _put_path(recipe: dict, model: dict, path: str, value) -> None:
+    if path.startswith("model."):
+        _put(model, path[len("model."):], value)
+    else:
+        _put(recipe, path, value)
+
+
+def _nodes(recipe: dict, platform: dict, notes: dict, launcher: dict, decided: list) -> int | None:
+    per = int(platform.get("gpus_per_node") or 8)
+    par = recipe.get("parallelism", {})
+    tp, pp, cp, ep = (int(par.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
+    etp = par.get("etp") or tp
+    training = recipe.get("training", {})
+    mbs, gbs = training.get("micro_batch_size", 1), training.get("global_batch_size")
+    env = launcher.get("env", {})
+    nnodes = launcher.get("nnodes") or env.get("NNODES") or env.get("NUM_NODES") or env.get("SLURM_NNODES")
+    if nnodes and str(nnodes).isdigit():
+        return int(nnodes)
+    world = env.get("WORLD_SIZE")
+    if world and str(world).isdigit():
+        return max(1, int(world) // per)
+    if isinstance(notes.get("num_microbatches"), int) and gbs:
+        world = gbs // (mbs * notes["num_microbatches"]) * tp * cp * pp
+        return max(1, -(-world // per))
+    import math
+    need = math.lcm(tp * cp * pp, etp * ep * pp)
+    nodes = max(1, -(-need // per))
+    decided.append(f"resources.nodes: {nodes} (the launch does not say; the fewest nodes that fit "
+                   f"TP*CP*PP = {tp * cp * pp} and ETP*EP*PP = {etp * ep * pp})")
+    return nodes
+
+
+# ----------------------------------------------------------------------- Bridge overrides
+
+def from_bridge(text: str) -> tuple[dict, dict, list]:
+    by_path = {p: k for k in K.KNOBS for p in k.bridge_paths}
+    by_path.update({p: k for k in K.FACTS for p in k.bridge_paths})
+    recipe, model, bad = {}, {"architecture": {}, "moe": {}}, []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        key, _, raw = s.lstrip("+").partition("=")
+        if key in ("mixed_precision", "comm_overlap") or key.endswith(("._target_", "params_dtype", "pipeline_dtype")):
+            continue  # structure of the override list, not a setting
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            value = raw
+        if key in ("mixed_precision.bf16", "mixed_precision.fp16"):
+            if value:
+                _put(recipe, "precision.dtype", key.rsplit(".", 1)[1])
+            continue
+        k = by_path.get(key)
+        if k is None or not k.path or k.field in K.COMPUTED:
+            bad.append((s, "no moeforge knob reads this Megatron-Bridge path"))
+            continue
+        if k.lm_values and not isinstance(value, str):
+            value = {m: p for p, m in k.lm_values}.get(value, value)
+        value = k.plan_value(value)
+        _put_path(recipe, model, k.path, value)
+    recipe.setdefault("precision", {}).setdefault("dtype", "fp32")
+    return recipe, model, bad
+
+
+# ----------------------------------------------------------------------- platform
+
+def platform_docs(root: Path) -> dict[str, dict]:
+    out = {}
+    for path in sorted((root / "platforms").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict) and data.get("name"):
+            out[data["name"]] = data
+    return out
+
+
+def guess_platform(text: str, dests: dict, platforms: dict) -> tuple[str | None, str]:
+    """The platform the launch names through GPU facts and flags, else (None, why not)."""
+    if dests.get("distributed_backend") == "gloo" or re.search(r"CUDA_VISIBLE_DEVICES=(\"\")?\s*$", text, re.M):
+        cpu = [n for n, d in platforms.items() if d.get("device") == "cpu"]
+        if len(cpu) == 1:
+            return cpu[0], "--distributed-backend gloo: a CPU run"
+    upper = text.upper()
+    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
+    found = []
+    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
+        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
+            found.append(product)
+            upper = upper.replace(product, "")
+    candidates = [n for n, d in platforms.items() if d.get("gpu") and K.gpu_product(d["gpu"].get("name")) in found
+                  and (not nvl72 or int(d.get("nvlink_domain") or 0) >= 72)]
+    if len(candidates) == 1:
+        return candidates[0], f"the launch names {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
+    if candidates:
+        return None, f"several platforms fit ({', '.join(candidates)})"
+    return None, "no GPU named in the launch" if not found else f"no platform has a {', '.join(found)}"
+
+
+# ----------------------------------------------------------------------- the whole import
+
+def import_text(text: str, name: str = "<launch>", platform: str | None = None, root: Path = RECIPES,
+                recipe_name: str | None = None) -> Imported:
+    kind = detect(text, name)
+    platforms = platform_docs(root)
+    notes, rid, launcher = {}, None, {"env": {}}
+    if kind == "bridge":
+        dests, bad = {}, []
+    else:
+        if kind == "args":
+            words, notes, rid = args_file_words(text)
+        elif kind == "functional-test":
+            words, launcher = functional_test_words(text)
+        else:
+            words, launcher = launch_words(text)
+        dests, bad = parse_flags(words)
+    if platform is None:
+        platform, reason = guess_platform(text, dests, platforms)
+        if platform is None:
+            raise ImportError_(f"cannot tell the platform: {reason}; pass --platform NAME "
+                               f"(one of {', '.join(platforms)})")
+    else:
+        reason = "given: --platform"
+        if platform not in platforms:
+            raise ImportError_(f"--platform {platform}: no such platform (one of {', '.join(platforms)})")
+    pdoc = platforms[platform]
+    if kind == "bridge":
+        recipe_body, model_body, bad = from_bridge(text)
+        decided = ["Megatron-Bridge overrides state only what they override: every other value is moeforge's "
+                   "default or the solver's (not the Bridge recipe's)"]
+    else:
+        recipe_body, model_body, decided = from_lm(dests, pdoc, notes, launcher, bad, notes.get("kind"))
+    base = recipe_name or _name_of(rid, name)
+    model_doc = {"schema": "moeforge/model/v1", "name": base, "family": "imported",
+                 "description": f"Imported by moeforge import from {Path(name).name} ({kind}).", **model_body}
+    if "mtp_num_layers" not in model_doc:
+        model_doc["mtp_num_layers"] = None
+    recipe = {"schema": f"moeforge/recipe/v3", "revision": 1, "name": base, "platform": platform, "model": base,
+              **recipe_body}
+    return Imported(kind, recipe, model_doc, platform, reason, bad, decided)
+
+
+def _name_of(rid: str | None, name: str) -> str:
+    stem = rid.replace("/", "-") if rid else Path(name).stem or "launch"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "launch"
+    return f"{stem}-imported"[:64]
+
+
+def render(imp: Imported, doc: dict, kind: str, source: str) -> str:
+    head = [f"# yaml-language-server: $schema=../../schemas/{kind}.v{3 if kind == 'recipe' else 1}.json",
+            f"# Imported by `moeforge import` from {source} ({imp.kind}).",
+            ]
+    if kind == "recipe":
+        head.append(f"# platform {imp.platform}: {imp.platform_reason}")
+        head += [f"# note: {d}" for d in imp.notes]
+        if imp.unmapped:
+            head.append(f"# Not imported ({len(imp.unmapped)}):")
+            head += [f"#   {text}  -- {why}" for text, why in imp.unmapped]
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[Path, Path]:
+    recipe_path = root / "imported" / f"{imp.recipe['name']}.yaml"
+    model_path = root / "models" / f"{imp.model['name']}.yaml"
+    for p in (recipe_path, model_path):
+        if p.exists() and not force:
+            raise ImportError_(f"{p} exists (pass --force to overwrite, or --name NAME)")
+    from .emit import write_file_atomically
+    write_file_atomically(model_path, render(imp, imp.model, "model", source))
+    write_file_atomically(recipe_path, render(imp, imp.recipe, "recipe", source))
+    return recipe_path, model_path
+
+
+def main(args) -> int:
+    import sys
+    source = args.source
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"{source}: error: cannot read: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.root) if args.root else RECIPES
+    try:
+        imp = import_text(text, source, args.platform, root, args.name)
+        recipe_path, model_path = write(imp, root, Path(source).name, args.force)
+    except ImportError_ as exc:
+        print(f"{source}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{source}: {imp.kind}, platform {imp.platform} ({imp.platform_reason})")
+    print(f"wrote {recipe_path}\nwrote {model_path}")
+    for d in imp.notes:
+        print(f"note: {d}")
+    for text_, why in imp.unmapped:
+        print(f"not imported: {text_}  ({why})")
+    rid = recipe_path.resolve().relative_to(root.resolve()).with_suffix("")
+    print(f"next: moeforge compile {rid}" + ("" if root.resolve() == RECIPES.resolve() else f"  (recipes root {root})"))
+    return 0

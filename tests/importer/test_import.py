@@ -1,0 +1,155 @@
+"""moeforge import: catalogue round trip through megatron-lm.args, and hand-written launch scripts."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compiler import emit, importer
+from compiler.cli import main
+from compiler.compose import RECIPES
+from compiler.lintconfig import lint_text
+from compiler.pipeline import load, resolve
+from compiler.plan import build
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "import"
+SECTIONS = ("transformer_config", "model", "training", "optimizer", "ddp_config")
+# Fields that cannot round-trip through megatron-lm.args, each with its reason: none.
+CANNOT_ROUND_TRIP: dict[str, str] = {}
+CATALOGUE = sorted(str(p.relative_to(RECIPES).with_suffix("")) for p in RECIPES.glob("*/*.yaml")
+                   if p.parent.name not in ("platforms", "models"))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    top = tmp_path_factory.mktemp("recipes")
+    shutil.copytree(RECIPES / "platforms", top / "platforms")
+    (top / "models").mkdir()
+    return top
+
+
+def _compile(path, root):
+    resolved = resolve(load(path, (), root))
+    return build(resolved), resolved
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    out = []
+    for s in SECTIONS:
+        for k in sorted(set(a[s]) | set(b[s])):
+            if k in CANNOT_ROUND_TRIP:
+                continue
+            if a[s].get(k, "<absent>") != b[s].get(k, "<absent>"):
+                out.append(f"{s}.{k}: {a[s].get(k, '<absent>')!r} != {b[s].get(k, '<absent>')!r}")
+    return out
+
+
+@pytest.mark.parametrize("rid", CATALOGUE)
+def test_catalogue_round_trip(rid, root, tmp_path):
+    """compile -> megatron-lm.args -> import (--platform = the recipe's) -> compile: the same plan sections."""
+    rc = main(["compile", rid, "--out", str(tmp_path)])
+    assert rc == 0
+    args = tmp_path / rid / "megatron-lm.args"
+    plan = json.loads((tmp_path / rid / "plan.json").read_text())
+    imp = importer.import_text(args.read_text(), str(args), plan["platform"]["name"], root)
+    assert imp.unmapped == []
+    recipe_path, _ = importer.write(imp, root, "megatron-lm.args", force=True)
+    plan2, _ = _compile(recipe_path, root)
+    assert _diff(plan, plan2) == []
+
+
+SCRIPTS = {
+    "qwen3_30b_a3b_h100.sh": ("h100", {"--log-throughput"}),
+    "deepseek_mla_b200.sh": ("b200", {"--distributed-timeout-minutes 60"}),
+    "small_gpt_moe_h100.sh": ("h100", {"--vocab-file ${GPT2_DIR}/gpt2-vocab.json",
+                                       "--merge-file ${GPT2_DIR}/gpt2-merges.txt", "--use-mcore-models"}),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_launch_script_imports_compiles_and_lints(script, root, capsys):
+    platform, unmapped = SCRIPTS[script]
+    source = DATA / script
+    rc = main(["import", str(source), "--root", str(root), "--force"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"platform {platform} (the launch names" in out
+    name = f"{source.stem}-imported"
+    recipe_path = root / "imported" / f"{name}.yaml"
+    text = recipe_path.read_text()
+    for flag in unmapped:  # listed, printed and written as comments: never dropped silently
+        assert f"not imported: {flag}" in out
+        assert f"#   {flag}  -- " in text
+    plan, resolved = _compile(recipe_path, root)
+    assert plan["platform"]["name"] == platform
+    # lint-config reads the same script directly, and the compiled plan's args, without errors
+    findings = lint_text(source.read_text(), str(source))
+    assert [f for f in findings if f.severity == "error"] == []
+    args = emit.render(plan, resolved.composed.data, "b")["megatron-lm.args"]
+    assert [f for f in lint_text(args, "megatron-lm.args") if f.severity == "error"] == []
+
+
+def test_qwen3_script_values(root):
+    imp = importer.import_text((DATA / "qwen3_30b_a3b_h100.sh").read_text(), "q.sh", None, root)
+    r, m = imp.recipe, imp.model
+    assert r["resources"]["nodes"] == 2 and r["parallelism"]["ep"] == 16
+    assert r["data"] == {"kind": "indexed", "blend": [{"weight": 0.7, "path": "${DATA_ROOT}/web_text_document"},
+                                                      {"weight": 0.3, "path": "${DATA_ROOT}/code_text_document"}],
+                         "split": "99,1,0"}
+    assert r["checkpoint"]["save"] == "${CKPT_ROOT}/qwen3-30b-a3b" and "load" not in r["checkpoint"]
+    assert r["tokenizer"] == {"type": "huggingface", "path": "Qwen/Qwen3-30B-A3B"}
+    assert r["schedule"]["decay"] == "cosine" and r["schedule"]["warmup"] == 2000
+    assert r["eval"] == {"interval": 1000, "iters": 10}
+    assert m["architecture"]["num_query_groups"] == 4 and m["moe"]["num_experts"] == 128
+    assert m["architecture"]["activation"] == "swiglu"
+
+
+def test_deepseek_script_values(root):
+    imp = importer.import_text((DATA / "deepseek_mla_b200.sh").read_text(), "d.sh", None, root)
+    r, arch = imp.recipe, imp.model["architecture"]
+    assert r["resources"]["nodes"] == 4 and r["parallelism"]["pp"] == 2
+    assert imp.model["moe"]["layer_freq"] == [0] + [1] * 15
+    assert arch["multi_latent_attention"] and arch["rotary_scaling_factor"] == 40 and "yarn_mscale" not in arch
+    assert r["schedule"]["decay"] == "wsd" and r["schedule"]["warmup"] == 0.01
+    assert r["checkpoint"]["async"] is True and r["checkpoint"]["load"] == "none"
+    assert r["recompute"]["modules"] == ["mla_up_proj", "moe_act"]
+
+
+def test_other_inputs(root, tmp_path):
+    ft = "ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 1\nMODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n" \
+         "  --num-attention-heads: 4\n  --vocab-size: 128\n  --num-experts: 4\n  --seq-length: 32\n" \
+         "  --micro-batch-size: 2\n  --global-batch-size: 8\n  --train-iters: 4\n  --bf16: true\n" \
+         "  --no-gradient-accumulation-fusion: true\n  --moe-layer-freq: ([0]*1+[1]*1)\n  --made-up-flag: 3\n"
+    imp = importer.import_text(ft, "model_config.yaml", "h100", root)
+    assert imp.kind == "functional-test"
+    assert imp.model["moe"]["layer_freq"] == [0, 1]
+    assert imp.recipe["training"]["gradient_accumulation_fusion"] is False
+    assert ("--made-up-flag 3", "not an argument of Megatron-LM 0.19.2") in imp.unmapped
+    cmd = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 " \
+          "--vocab-size 128 --num-experts 4 --distributed-backend gloo --seq-length 32"
+    imp = importer.import_text(cmd, "cmd.txt", None, root)
+    assert imp.platform == "cpu" and imp.kind == "launch"
+    bridge = "model.tensor_model_parallel_size=2\n++model.num_moe_experts=8\nmodel.num_layers=4\n" \
+             "train.global_batch_size=64\nmixed_precision.bf16=true\nmodel.nonsense=1\n"
+    imp = importer.import_text(bridge, "bridge.overrides", "h100", root)
+    assert imp.kind == "bridge" and imp.recipe["parallelism"]["tp"] == 2
+    assert imp.model["moe"]["num_experts"] == 8 and imp.recipe["precision"]["dtype"] == "bf16"
+    assert [t for t, _ in imp.unmapped] == ["model.nonsense=1"]
+
+
+def test_platform_must_be_named_when_unclear(root, tmp_path, capsys):
+    src = tmp_path / "launch.sh"
+    src.write_text("python pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                   "--vocab-size 128 --num-experts 4\n")
+    assert main(["import", str(src), "--root", str(root)]) == 2
+    assert "pass --platform NAME" in capsys.readouterr().err
+    assert main(["import", str(src), "--root", str(root), "--platform", "h100", "--name", "x1"]) == 0
+    assert main(["import", str(src), "--root", str(root), "--platform", "h100", "--name", "x1"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_dense_model_is_refused(root):
+    with pytest.raises(importer.ImportError_, match="no --num-experts"):
+        importer.import_text("--num-layers 2\n--hidden-size 64\n", "a.args", "h100", root)
