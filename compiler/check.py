@@ -27,8 +27,11 @@ def recipe_files(paths) -> list[Path]:
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     from .pipeline import load, resolve
 
+    from .migrate import old_schema_notes
+
     try:
-        return resolve(load(path), strict).diagnostics
+        composed = load(path)
+        return old_schema_notes(composed.documents) + resolve(composed, strict).diagnostics
     except CompileError as exc:
         return exc.diagnostics
 
