@@ -84,7 +84,7 @@ no-python312:
 
 demo: $(STAMP) ## compile the embedded default recipe, train it on 2 CPU ranks, print the summary
 	$(MOEFORGE) compile $(RECIPE) $(SET_ARGS)
-	PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --target local build/$(RECIPE)
+	$(MOEFORGE) launch --target local build/$(RECIPE)
 
 test: $(STAMP) $(FIDELITY_ENV) ## run the test suite
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -x --durations=10
@@ -103,11 +103,11 @@ compile-one/%: $(STAMP)
 # A plan for megatron-core >= 0.17 runs with .venv312's python (megatron/training for runtime.megatron):
 # launch builds .venv312 first when the compiled plan needs it (never for TARGET=print, which only
 # prints the exact commands).
-launch: compile ## launch RECIPE with TARGET=local|slurm|print
-	@if [[ "$(TARGET)" != print && "$$(PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --needs-venv312 build/$(RECIPE))" == yes ]]; then \
+launch: compile ## launch RECIPE with TARGET=local|slurm|print (print: the exact commands, nothing run)
+	@if [[ "$(TARGET)" != print && "$$($(MOEFORGE) launch --needs-venv312 build/$(RECIPE))" == yes ]]; then \
 		$(MAKE) --no-print-directory setup312; \
 	fi
-	PYTHONPATH=$(CURDIR) $(PY) -m compiler.launch --target $(TARGET) build/$(RECIPE)
+	@$(MOEFORGE) launch --target $(TARGET) build/$(RECIPE)
 
 matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
 	$(MOEFORGE) matrix --html build/matrix.html

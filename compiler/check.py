@@ -28,10 +28,13 @@ def recipe_files(paths) -> list[Path]:
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     from .pipeline import load, resolve
 
+    from .migrate import old_schema_notes
+
     try:
         if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
             return check_document(path, path.resolve().parent.name[:-1])
-        return resolve(load(path), strict).diagnostics
+        composed = load(path)
+        return old_schema_notes(composed.documents) + resolve(composed, strict).diagnostics
     except CompileError as exc:
         return exc.diagnostics
 

@@ -1,4 +1,5 @@
-"""`moeforge`: compile, check, explain, rules, lint-config, migrate, data prepare, init, new.
+"""`moeforge`: compile, check, explain, rules, lint-config, diff, matrix, migrate, launch, dryrun, init, new,
+import, data prepare.
 
 The project root (recipes/, build/) is found from the current directory upward (a moeforge.toml
 or a recipes/ folder, compiler/project.py); the global option `--root DIR` names it.
@@ -9,6 +10,8 @@ error. No command ever shows a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import threading
@@ -33,40 +36,65 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a recipe value, e.g. --set parallelism.ep=8 (repeatable)")
         c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
-        c.add_argument("--format", choices=("text", "json", "github"), default="text")
+        c.add_argument("--format", choices=("text", "json", "github"), default="text",
+                       help="output: text (default), json, or github (workflow annotations)")
         return c
 
     c = recipe_cmd("compile", "check, solve and emit build/<recipe>/")
     c.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
-    recipe_cmd("explain", "print every decision and why")
+    c = recipe_cmd("explain", "print every decision and why")
+    c.add_argument("--changed", action="store_true", help="only the values that differ from megatron-core's defaults")
     c = sub.add_parser("check", help="validate and solve every recipe under PATHS (default: recipes/); "
                                      "a file in recipes/platforms/ or recipes/models/ is checked against its schema")
-    c.add_argument("paths", nargs="*")
-    c.add_argument("--strict", action="store_true")
-    c.add_argument("--format", choices=("text", "json", "github"), default="text")
-    sub.add_parser("rules", help="print the rule catalogue")
-    c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON)")
-    c.add_argument("rest", nargs=argparse.REMAINDER)
+    c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
+    c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
+    c.add_argument("--format", choices=("text", "json", "github"), default="text",
+                   help="output: text (default), json (schemas/check-report.v1.json), or github (annotations)")
+    c = sub.add_parser("rules", help="print the rule catalogue (all, or the rules and preferences named)")
+    c.add_argument("ids", nargs="*", metavar="ID", help="rule or preference ids (case-insensitive; a trailing * "
+                                                      "matches a prefix, e.g. EP_OVERLAP_*); default: all")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
+    c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON); see moeforge lint-config --help")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="FILE and lint-config's own options")
     c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance "
                                     "(exit 1 when they differ, as diff(1) does)")
-    c.add_argument("a")
-    c.add_argument("b")
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("a", help="recipe id or path, build/<recipe> directory, or plan.json")
+    c.add_argument("b", help="the other side, the same kinds as A")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
     c = sub.add_parser("matrix", help="recipes x platforms: status, dispatcher, overlap")
-    c.add_argument("paths", nargs="*")
-    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
+    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page (with each cell's details)")
     c = sub.add_parser("migrate", help="rewrite documents to the current schema version, comments kept")
-    c.add_argument("files", nargs="+")
+    c.add_argument("files", nargs="+", help="recipe, platform or model YAML files")
+    c.add_argument("--check", action="store_true",
+                   help="change nothing: list the files that would change and exit 1 if there are any")
+    c = sub.add_parser("launch", help="compile a recipe (or take a build) and run it: local, slurm, or print",
+                       description="Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait "
+                                   "launch.sbatch) or print the exact commands. A recipe is compiled first.")
+    from .launch import add_arguments
+    add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with a recipe: override a recipe value before compiling (repeatable)")
+    c.add_argument("--out", default=None, help="with a recipe: build root (default: build/ under the project root)")
+    c = sub.add_parser("dryrun", help="build one rank's shard of a plan on the meta device (runtime environment)",
+                       description="Run python -m runtime.dryrun in this interpreter (it needs torch and "
+                                   "megatron-core; the compiler never imports them).")
+    c.add_argument("plan", nargs="+", help="plan.json or build/<recipe> directory (several: each in turn)")
+    c.add_argument("--rank", default="0", help="global rank, or a comma-separated list; negative counts from "
+                                               "the last rank, e.g. 0,-1 (default 0)")
+    c.add_argument("--local-spec", action="store_true",
+                   help="map what only Transformer Engine/DeepEP/HybridEP/APEX builds onto the local spec (listed)")
+    c.add_argument("--out", help="also write the JSON report to this file")
     c = sub.add_parser("init", help="make this directory a moeforge project: moeforge.toml, recipes/, "
                                     "a pre-commit config and a GitHub workflow (never overwrites)")
     c.add_argument("dir", nargs="?", default=None, help="the directory (default: --root, else the current one)")
     c = sub.add_parser("new", help="scaffold a document with every key commented, from the schemas")
     new = c.add_subparsers(dest="what", required=True)
     n = new.add_parser("platform", help="recipes/platforms/NAME.yaml")
-    n.add_argument("name")
+    n.add_argument("name", help="the platform's name (its file name)")
     n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
-    n.add_argument("model")
-    n.add_argument("platform")
+    n.add_argument("model", help="a model name (recipes/models/ or built-in)")
+    n.add_argument("platform", help="a platform name (recipes/platforms/ or built-in)")
     c = sub.add_parser("import", help="a recipe and a model file from a Megatron-LM launch script, command line, "
                                       "args file, functional-test model_config.yaml or Bridge override list")
     c.add_argument("source", help="the file to import ('-' reads stdin)")
@@ -78,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
                        description="Training data tools. They run in the runtime's Python (megatron-core): "
                                    "`make setup`, then .venv/bin/python -m compiler data ...")
-    data = c.add_subparsers(dest="data_command", required=True, metavar="{prepare}")
+    data = c.add_subparsers(dest="data_command", required=True, metavar="{prepare}", help="data command")
     data.add_parser("prepare", add_help=False,  # main() hands its arguments, --help included, to the runtime
                     help="tokenize a JSONL corpus into a Megatron indexed dataset PREFIX.bin/.idx/.json "
                          "(see moeforge data prepare --help)")
@@ -169,7 +197,8 @@ def cmd_explain(args) -> int:
     from .explain import explain
     from .pipeline import load, resolve
 
-    print(explain(resolve(load(args.recipe, args.overrides), args.strict)))
+    fmt = "json" if args.format == "json" else "text"
+    print(explain(resolve(load(args.recipe, args.overrides), args.strict), fmt, args.changed))
     return 0
 
 
@@ -180,9 +209,40 @@ def cmd_check(args) -> int:
 
 
 def cmd_rules(args) -> int:
+    import fnmatch
+    import json
+
     from .rules import CATALOGUE, PREFERENCES
 
-    for r in CATALOGUE:
+    rules, prefs = list(CATALOGUE), list(PREFERENCES)
+    ids = getattr(args, "ids", None) or []
+    if ids:
+        known = [x.id for x in rules + prefs]
+        missing = [i for i in ids if not any(fnmatch.fnmatchcase(k.upper(), i.upper()) for k in known)]
+        if missing:
+            import difflib
+
+            for i in missing:
+                near = difflib.get_close_matches(i.upper(), known, n=3)
+                print(f"moeforge rules: no rule or preference {i!r}" + (f"; did you mean {', '.join(near)}?"
+                                                                       if near else ""), file=sys.stderr)
+            return 2
+
+        def wanted(x) -> bool:
+            return any(fnmatch.fnmatchcase(x.id.upper(), i.upper()) for i in ids)
+        rules, prefs = [r for r in rules if wanted(r)], [p for p in prefs if wanted(p)]
+    if getattr(args, "format", "text") == "json":
+        print(json.dumps({"rules": [{"id": r.id, "severity": r.severity, "silent": dict(r.silent) or None,
+                                     "lint_only": r.lint_only, "origin": r.origin, "when": repr(r.when),
+                                     "require": repr(r.require), "message": r.message,
+                                     "megatron_message": r.megatron_message, "source": r.source, "fix": r.fix,
+                                     "versions": [list(v) for v in r.versions], "evidence": r.evidence}
+                                    for r in rules],
+                          "preferences": [{"id": p.id, "weight": p.weight, "prefer": repr(p.prefer),
+                                           "when": repr(p.when), "reason": p.reason} for p in prefs]},
+                         indent=2, default=str))
+        return 0
+    for r in rules:
         print(f"{r.id}  [{r.severity}{', silent' if r.silent else ''}{', lint-config only' if r.lint_only else ''}; "
               f"{r.origin}]")
         print(f"    when {r.when!r}  require {r.require!r}")
@@ -193,7 +253,7 @@ def cmd_rules(args) -> int:
         print(f"    fix: {r.fix}")
         if r.versions:
             print("    versions: " + ", ".join(f"{f} {spec}" for f, spec in r.versions))
-    for p in PREFERENCES:
+    for p in prefs:
         print(f"{p.id}  [preference, weight {p.weight}]\n    prefer {p.prefer!r} when {p.when!r}\n    {p.reason}")
     return 0
 
@@ -202,17 +262,26 @@ def cmd_migrate(args) -> int:
     from .load import load_file
     from .migrate import migrate_file
 
-    diags = []
+    diags, stale = [], []
     for name in args.files:
         try:
             load_file(Path(name), name)  # the safe loader first: located errors for bad files
-            changed = migrate_file(Path(name))
+            changed = migrate_file(Path(name), write=not args.check)
         except CompileError as exc:
             diags += exc.diagnostics
             continue
-        print(f"{name}: {'migrated' if changed else 'already current'}")
+        if args.check:
+            if changed:
+                stale.append(name)
+                print(f"{name}: would be migrated")
+        else:
+            print(f"{name}: {'migrated' if changed else 'already current'}")
     if diags:
         raise CompileError(diags)
+    if args.check:
+        print(f"{len(stale)} of {len(args.files)} file(s) would change" if stale
+              else f"{len(args.files)} file(s) already current")
+        return 1 if stale else 0
     return 0
 
 
@@ -235,18 +304,58 @@ def cmd_matrix(args) -> int:
     return 0
 
 
+def cmd_launch(args) -> int:
+    """A build directory runs as it is; a recipe is compiled first (into --out), then run."""
+    from . import launch
+
+    build = Path(args.build)
+    if not (build / "plan.json").exists() and not build.is_dir():
+        from .pipeline import load
+
+        composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
+        compiled = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
+                                      out=args.out)
+        if args.needs_venv312:
+            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+                rc = cmd_compile(compiled)
+        else:
+            rc = cmd_compile(compiled)
+        if rc:
+            return rc
+        args.build = str(Path(args.out or project.build()) / composed.recipe_id)
+    elif args.overrides:
+        print(f"moeforge launch: --set applies to a recipe; {build} is already compiled "
+              "(compile it again with the overrides)", file=sys.stderr)
+        return 2
+    return launch.run(args)
+
+
+def cmd_dryrun(args) -> int:
+    """`python -m runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
+    of the compiler); a build directory stands for its plan.json."""
+    plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
+    rest = [*plans, "--rank", args.rank, *(["--local-spec"] if args.local_spec else []),
+            *(["--out", args.out] if args.out else [])]
+    return _run_runtime("runtime.dryrun", rest, "moeforge dryrun")
+
+
 def cmd_data_prepare(rest: list[str]) -> int:
     """Run `python -m runtime.data_prepare REST` in this interpreter, as a subprocess: tokenizing
-    needs megatron-core (and torch), which the compiler never imports. Termination signals are
+    needs megatron-core (and torch), which the compiler never imports."""
+    return _run_runtime("runtime.data_prepare", rest, "moeforge data prepare",
+                        {"MOEFORGE_DATA_PREPARE_PROG": "moeforge data prepare"})
+
+
+def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None = None) -> int:
+    """`python -m MODULE REST` in this interpreter, as a subprocess. Termination signals are
     passed on, so the child removes its temporaries; its exit code is returned (128+N when a
     signal N ended it)."""
-    import os
     import subprocess
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env["MOEFORGE_DATA_PREPARE_PROG"] = "moeforge data prepare"
-    cmd = [sys.executable, "-m", "runtime.data_prepare", *rest]
+    env.update(extra_env or {})
+    cmd = [sys.executable, "-m", module, *rest]
     child: list[subprocess.Popen] = []
 
     def forward(signum, frame):
@@ -261,7 +370,7 @@ def cmd_data_prepare(rest: list[str]) -> int:
         try:
             child.append(subprocess.Popen(cmd, env=env))
         except (OSError, ValueError) as exc:  # ValueError: an argument with a NUL byte
-            print(f"moeforge data prepare: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
+            print(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
                   file=sys.stderr)
             return 2
         rc = child[0].wait()
@@ -300,7 +409,7 @@ def cmd_import(args) -> int:
 
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
             "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix, "init": cmd_init, "new": cmd_new,
-            "import": cmd_import}
+            "import": cmd_import, "launch": cmd_launch, "dryrun": cmd_dryrun}
 
 if __name__ == "__main__":
     sys.exit(main())

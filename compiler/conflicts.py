@@ -47,6 +47,21 @@ def _explain_within_budget(pins, rules, problem) -> list[Diagnostic]:
     return [_violation(pins, group, _pin_core(group, pins, sound), sound) for group in groups if group]
 
 
+def explain_rules(pins, rules, problem) -> list[list[Rule]]:
+    """Only which rules conflict, grouped as explain() groups them (each violated rule; a minimal set of the
+    others that conflict together), within EXPLAIN_S: what `moeforge matrix` shows, without the pins and
+    fixes of a full explanation, which take most of its time."""
+    _deadline[0] = time.monotonic() + EXPLAIN_S
+    try:
+        groups = [[r] for r in problem.violated]
+        sound = [r for r in rules if r not in problem.violated]
+        if not groups or _unsat(sound, pins, set()):
+            groups.append(_rule_core(sound, pins))
+        return [g for g in groups if g]
+    finally:
+        _deadline[0] = float("inf")
+
+
 def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
     """A minimal set of rules that together conflict with the pins (deletion-based)."""
     keep = list(rules)

@@ -194,16 +194,28 @@ def print_commands(build: Path, timeout: int) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="moeforge launch")
-    p.add_argument("build", help="build/<recipe> directory made by `moeforge compile`")
-    p.add_argument("--target", choices=("local", "slurm", "print"), default="local")
-    p.add_argument("--timeout", type=int, default=1800, help="slurm: seconds to wait for the job")
+def add_arguments(p: argparse.ArgumentParser, what: str = "build/<recipe> directory made by `moeforge compile`") -> None:
+    """The launch options, shared by `python -m compiler.launch` and `moeforge launch`."""
+    p.add_argument("build", help=what)
+    p.add_argument("--target", choices=("local", "slurm", "print"), default="local",
+                   help="local: torchrun.sh on this machine; slurm: sbatch --wait launch.sbatch; "
+                        "print: the exact commands, nothing run (default: local)")
+    p.add_argument("--timeout", type=int, default=1800, help="slurm: seconds to wait for the job (default 1800)")
     p.add_argument("--needs-venv312", action="store_true",
                    help="print yes when the plan runs with .venv312 (make launch builds it first), else no")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="moeforge launch", description="Run a compiled build locally, on Slurm, "
+                                "or print the commands that would run.")
+    add_arguments(p)
     p.add_argument("--root", help="the project root (default: found from the current directory, as moeforge does)")
     args = p.parse_args(argv)
     project.set_root(args.root)
+    return run(args)
+
+
+def run(args) -> int:
     build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)

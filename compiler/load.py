@@ -46,6 +46,7 @@ class Document:
     file: str
     data: Any
     positions: dict = field(default_factory=dict, compare=False, repr=False)
+    migrated_from: int | None = field(default=None, compare=False)  # the schema version read, when migrated
 
     def pos(self, path: Path_) -> Position:
         """Position of the value at path, or of its nearest ancestor that exists."""
@@ -81,6 +82,12 @@ def load_text(text: str | bytes, file: str) -> Document:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
+        tab = _indent_tab(text, mark.line if mark else 0, "tab" in str(exc.problem))
+        if tab is not None:
+            raise CompileError([error("E_YAML_TAB", "a tab character in the indentation: YAML indents with "
+                                      "spaces only", Position(file, tab[0] + 1, tab[1] + 1),
+                                      help="replace the tab with spaces (set your editor to insert spaces "
+                                           "in YAML files)")]) from None
         raise CompileError([error("E_YAML_SYNTAX", f"{exc.problem or exc.context}", pos)]) from None
     except yaml.YAMLError as exc:  # e.g. reader errors on control characters
         raise CompileError([error("E_YAML_SYNTAX", str(exc).splitlines()[0], Position(file, 1, 1))]) from None
@@ -91,6 +98,20 @@ def load_text(text: str | bytes, file: str) -> Document:
     if builder.errors:
         raise CompileError(builder.errors)
     return Document(file, data, builder.positions)
+
+
+def _indent_tab(text: str, line: int, scan: bool) -> tuple[int, int] | None:
+    """(line, column), 0-based, of a tab in the leading whitespace of the error's line (with scan: of any
+    line up to it, the first), where a YAML scanner error is really about a tab; else None."""
+    lines = text.splitlines()
+    for n in (range(line + 1) if scan else [line]):
+        if n >= len(lines):
+            break
+        stripped = lines[n].lstrip(" \t")
+        lead = lines[n][: len(lines[n]) - len(stripped)]
+        if "\t" in lead:
+            return n, lead.index("\t")
+    return None
 
 
 def load_file(path: Path, display: str | None = None) -> Document:

@@ -211,11 +211,32 @@ def upgrade_document(doc: Document) -> Document:
                 if path[: len(old)] == old:
                     positions.setdefault(new + path[len(old):], pos)
         n += 1
-    return Document(doc.file, data, positions)
+    return Document(doc.file, data, positions, version[1])
 
 
-def migrate_file(path: Path) -> bool:
-    """Rewrite a document in place at the current schema version, comments kept."""
+def old_schema_notes(documents) -> list:
+    """An advice note for each document written for an older schema version (it still compiles: the
+    pipeline migrates it in memory), pointing at `moeforge migrate`."""
+    from .diagnostics import Diagnostic
+
+    out = []
+    for doc in documents:
+        version = declared_version(doc.data)
+        if version is None:
+            continue
+        kind, n = version
+        n = doc.migrated_from or n
+        if n < CURRENT.get(kind, n):
+            out.append(Diagnostic("advice", "SCHEMA_OLD_VERSION",
+                                  f"written for moeforge/{kind}/v{n}; the current schema is v{CURRENT[kind]} "
+                                  "(it compiles: moeforge migrates it in memory)", doc.pos(("schema",)),
+                                  help=f"run `moeforge migrate {doc.file}` to rewrite it, comments kept"))
+    return out
+
+
+def migrate_file(path: Path, write: bool = True) -> bool:
+    """Rewrite a document in place at the current schema version, comments kept; whether it changed
+    (with write=False: whether it would, nothing written)."""
     from ruamel.yaml import YAML  # only `moeforge migrate` needs a round-trip parser
 
     yaml = YAML()
@@ -229,6 +250,8 @@ def migrate_file(path: Path) -> bool:
     if version is None or version[1] >= CURRENT.get(version[0], version[1]):
         return False
     new = upgrade(data, str(path))
+    if not write:
+        return True
     out = io.StringIO()
     yaml.dump(new, out)
     text = _schema_comment(out.getvalue(), version[0])

@@ -68,19 +68,18 @@ def rules_in_force(env: dict) -> list[Rule]:
     return [r for r in RULES if r.applies(env) is not False]
 
 
-def resolve(c: Composed, strict: bool = False) -> Resolved:
+def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> Resolved:
     pins, auto = pins_and_auto(c)
     facts = {f: p.value for f, p in pins.items()}
     rules = rules_in_force(facts)
     hard = [r for r in rules if r.severity == "error" and not r.silent]
     silent = [r for r in rules if r.silent]
-    solution = solve(pins, auto, hard, list(PREFERENCES), silent)
+    solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
     if not solution.ok:
         raise CompileError(solution.diagnostics)
     env = concrete(pins, solution.values)
     decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
-                             str(p.pos) if p.pos and p.origin != "default" else None,
-                             K.BY_FIELD[f].doc if p.origin == "derived" and f in K.BY_FIELD else None)
+                             str(p.pos) if p.pos and p.origin != "default" else None, _reason(f, p))
                  for f, p in pins.items()}
     decisions.update(solution.decisions)
     diags = _silent(silent, pins, auto, env, decisions, strict)
@@ -89,6 +88,19 @@ def resolve(c: Composed, strict: bool = False) -> Resolved:
     if errors:
         raise CompileError(errors)
     return Resolved(c, pins, auto, env, decisions, diags)
+
+
+DEPENDENT = {"data_kind": "runtime.entrypoint", "ckpt_load": "checkpoint.save", "exclusive": "the platform's device"}
+
+
+def _reason(f: str, p) -> str | None:
+    """A derived value's doc; for a default that depends on other values (knobs.DEPENDENT_DEFAULTS), what
+    it depends on, so no one reads it as megatron-core's fixed default."""
+    if p.origin == "derived" and f in K.BY_FIELD:
+        return K.BY_FIELD[f].doc
+    if p.origin == "default" and f in K.DEPENDENT_DEFAULTS:
+        return f"moeforge's default given {DEPENDENT.get(f, 'other values')} (not set in the recipe)"
+    return None
 
 
 def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:

@@ -29,7 +29,7 @@ class Pin:
 class Decision:
     field: str
     value: Any
-    source: str               # pinned | default | platform | model | rule | preference | derived | megatron
+    source: str               # pinned | override | default | platform | model | rule | preference | derived | megatron | solver
     where: str | None = None
     reason: str | None = None
     rule: str | None = None
@@ -47,11 +47,16 @@ class Solution:
 
 
 def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[Preference],
-          silent_rules: list[Rule]) -> Solution:
-    """Values for every auto knob under the hard rules, or a diagnostic per violation."""
+          silent_rules: list[Rule], explain_errors: bool = True) -> Solution:
+    """Values for every auto knob under the hard rules, or a diagnostic per violation (explain_errors=False:
+    only which rules, without the minimal pins and fixes, which take most of the time of a failure)."""
     fixed = _fixed(pins)
     problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules])
     if problem.violated:
+        if not explain_errors:
+            from .conflicts import explain_rules
+
+            return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
         from .conflicts import explain  # z3: only for a recipe that needs explaining
 
         return Solution({}, {}, explain(pins, rules, problem))
@@ -60,7 +65,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
         enc = problem.encoding()
         terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free))
+        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors)
         if isinstance(chosen, Solution):
             return chosen
         values.update(chosen)
@@ -68,10 +73,18 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
     forced = _forcing_rules(enc, terms, suspects, values) if enc and suspects else {}
-    return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed))
+    return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed, problem))
 
 
-def _optimise(pins, rules, problem, enc, terms: dict, free: list[str]):
+def _unexplained(groups: list[list[Rule]]) -> list[Diagnostic]:
+    """A diagnostic per conflicting group, coded as conflicts.explain codes it, without pins or fixes."""
+    return [Diagnostic("error", "+".join(r.id for r in g), g[0].message if len(g) == 1 else
+                       "conflict between " + "; ".join(r.message for r in g),
+                       source="; ".join(dict.fromkeys(r.source for r in g)), help=g[0].fix,
+                       fields=tuple(sorted({f for r in g for f in r.fields}))) for g in groups]
+
+
+def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_errors: bool = True):
     """The auto knobs' values under the residual rules and the weighted preferences (or a Solution
     carrying the error)."""
     import z3
@@ -90,6 +103,10 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str]):
             "error", "E_SOLVER_UNKNOWN", f"the solver did not finish within {SOLVE_MS // 1000} s "
             f"({opt.reason_unknown()})", help="pin more of the auto knobs (parallelism.vpp, moe.dispatcher, ...)")])
     if verdict != z3.sat:
+        if not explain_errors:
+            from .conflicts import explain_rules
+
+            return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
         from .conflicts import explain
 
         return Solution({}, {}, explain(pins, rules, problem))
@@ -102,8 +119,11 @@ def _as_pref(r: Rule) -> Preference:
     return Preference(f"avoid:{r.id}", r.require, 50, r.message, r.when)
 
 
-def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed) -> dict:
-    """Why each auto knob has its value: forced by a rule, or chosen by a preference."""
+def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed, problem=None) -> dict:
+    """Why each auto knob has its value: forced by a rule, chosen by a preference, or megatron-core's
+    default. A value that is none of these (the rules exclude the default but allow several others, e.g.
+    a VPP size) names the rules (or preferences) that exclude the default: never "default" for a value
+    that is not megatron-core's default."""
     env = {**fixed, **values}
     out = {}
     for name in sorted(auto):
@@ -117,12 +137,36 @@ def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed) -> dict:
                   and E.evaluate(p.when, env) is True and E.evaluate(p.prefer, env) is True]
         if chosen:
             out[name] = Decision(name, value, "preference", rule=chosen[0].id, reason=chosen[0].reason)
-        else:
+        elif value == _SPEC[name].default or problem is None:
             out[name] = Decision(name, value, "default", reason="megatron-core default")
+        else:
+            out[name] = _excluding_default(name, value, env, by_id, prefs, problem)
     for name in _DERIVED:
         if name in values:
             out[name] = Decision(name, values[name], "derived", reason=K.BY_FIELD[name].doc)
     return out
+
+
+def _excluding_default(name: str, value, env: dict, by_id, prefs, problem) -> Decision:
+    """The decision for an auto knob moved off megatron-core's default without one value being forced:
+    the residual rules (else the preferences) that the default would break, all else as solved."""
+    default = _SPEC[name].default
+    trial = {**env, name: default}
+    trial.update(derive(trial))
+    shown = "null" if default is None else default
+    rules = [rid for rid, e in problem.residual.items() if E.evaluate(e, trial) is False]
+    if rules:
+        return Decision(name, value, "rule", rule=rules[0],
+                        reason="; ".join(by_id[r].message for r in rules if r in by_id)
+                        + f" (megatron-core's default {shown} is excluded; {value} is one of the values "
+                          "the rules allow)")
+    broken = [p for p in prefs if name in (p.prefer.fields() | p.when.fields())
+              and E.evaluate(p.when, trial) is True and E.evaluate(p.prefer, trial) is False]
+    if broken:
+        return Decision(name, value, "preference", rule=broken[0].id,
+                        reason=f"{broken[0].reason} (megatron-core's default {shown} would go against it)")
+    return Decision(name, value, "solver", reason=f"chosen by the solver together with the other auto knobs "
+                    f"(megatron-core's default is {shown})")
 
 
 def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:

@@ -73,8 +73,13 @@ def test_diff_shows_each_differing_knob_with_where_it_came_from():
     rc, out = run("diff", base, f"{base}-overlap", "--format", "json")
     rows = json.loads(out)
     assert rc == 1  # they differ, as diff(1) says
-    assert [r["knob"] for r in rows] == ["moe.overlap.ep_comm"]
-    [row] = rows
+    # the knob, and the launch environment it changes (plan.json's env section)
+    assert [r["knob"] for r in rows] == ["moe.overlap.ep_comm", "env NVTE_BWD_LAYERNORM_SM_MARGIN",
+                                         "env NVTE_FWD_LAYERNORM_SM_MARGIN"]
+    row = rows[0]
+    assert (rows[1]["a"], rows[1]["b"]) == (None, "20") and "keep SMs free" in rows[1]["b_from"]
+    _, text = run("diff", base, f"{base}-overlap")
+    assert 'env NVTE_FWD_LAYERNORM_SM_MARGIN: (unset) -> "20"' in text
     assert (row["a"], row["b"]) == (False, True)
     assert row["b_from"].startswith("recipes/qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap.yaml:")
     rc, out = run("diff", base, base)
@@ -95,12 +100,15 @@ def test_matrix_text_and_html(tmp_path):
     page = tmp_path / "m.html"
     rc, out = run("matrix", str(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml"), "--html", str(page))
     assert rc == 0
-    header, row = out.splitlines()
+    header, row = out.splitlines()[:2]
     assert header.split()[1:] == ["b200", "b300", "cpu", "gb200-nvl72", "gb300-nvl72", "h100"]
-    assert "flex/hybridep ovl=on" in row
-    assert "ERROR" in row  # the CPU platform cannot run a flex/TE recipe
+    assert row.startswith("qwen3-30b-a3b/h100-bf16 ") and "hep O-" in row  # flex/HybridEP, EP overlap on
+    assert "ERR E1" in row  # the CPU platform cannot run a flex/TE recipe
+    assert "hep flex/HybridEP" in out and "O EP overlap on" in out and "\nE1 " in out  # the legend
+    assert all(len(line) <= 120 for line in out.splitlines())
     html = page.read_text()
     assert html.startswith("<!doctype html>") and "<table>" in html and 'class="err"' in html
+    assert "dispatcher flex/hybridep; EP overlap on" in html
 
 
 def test_version():
