@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from . import __version__
-from .diagnostics import CompileError, error, render_all
+from .diagnostics import CompileError, error, render_all, shown
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -32,13 +32,19 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--format", choices=("text", "json", "github"), default="text")
         return c
 
+    def output_opts(c):
+        c.add_argument("--quiet", action="store_true", help="print errors only")
+        c.add_argument("--advice", action="store_true", help="also print advice (tuning guidance; off by default)")
+
     c = recipe_cmd("compile", "check, solve and emit build/<recipe>/")
     c.add_argument("--out", default=str(ROOT / "build"), help="build root (default: build/)")
+    output_opts(c)
     recipe_cmd("explain", "print every decision and why")
     c = sub.add_parser("check", help="validate and solve every recipe under PATHS")
     c.add_argument("paths", nargs="*", default=[str(RECIPES)])
     c.add_argument("--strict", action="store_true")
     c.add_argument("--format", choices=("text", "json", "github"), default="text")
+    output_opts(c)
     sub.add_parser("rules", help="print the rule catalogue")
     c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON)")
     c.add_argument("rest", nargs=argparse.REMAINDER)
@@ -101,8 +107,9 @@ def cmd_compile(args) -> int:
     except OSError as exc:
         raise CompileError([error("E_IO", f"cannot write the build to {out}: {exc.strerror or exc}",
                                   help="choose a writable --out directory")]) from None
-    if resolved.diagnostics:
-        print(render_all(resolved.diagnostics, args.format))
+    printed = shown(resolved.diagnostics, args.quiet, args.advice)
+    if printed:
+        print(render_all(printed, args.format))
     if args.format == "text":
         lay = plan["layout"]
         tc = plan["transformer_config"]
@@ -132,7 +139,7 @@ def cmd_explain(args) -> int:
 def cmd_check(args) -> int:
     from .check import check_paths
 
-    return check_paths(args.paths, args.strict, args.format)
+    return check_paths(args.paths, args.strict, args.format, args.quiet, args.advice)
 
 
 def cmd_rules(args) -> int:

@@ -54,13 +54,13 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     if problem.violated:
         from .conflicts import explain  # z3: only for a recipe that needs explaining
 
-        return Solution({}, {}, explain(pins, rules, problem))
+        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
     enc = terms = None
     if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
         enc = problem.encoding()
         terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free))
+        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), silent_rules)
         if isinstance(chosen, Solution):
             return chosen
         values.update(chosen)
@@ -71,7 +71,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed))
 
 
-def _optimise(pins, rules, problem, enc, terms: dict, free: list[str]):
+def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], silent_rules=()):
     """The auto knobs' values under the residual rules and the weighted preferences (or a Solution
     carrying the error)."""
     import z3
@@ -92,7 +92,7 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str]):
     if verdict != z3.sat:
         from .conflicts import explain
 
-        return Solution({}, {}, explain(pins, rules, problem))
+        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     model = opt.model()
     return {f: enc.read(model, f) for f in free}
 
