@@ -1,4 +1,10 @@
-"""`moeforge check`: validate and solve every recipe under the given paths, report all."""
+"""`moeforge check`: validate and solve every recipe under the given paths, report all.
+
+A diagnostic found in several recipes (its position is in a base recipe they extend, or in a
+model or platform they share) is printed once, with the recipes it affects. --quiet prints errors
+only; advice is printed only with --advice. The summary counts errors, warnings and advice apart
+(every diagnostic once), whatever was printed.
+"""
 from __future__ import annotations
 
 import json
@@ -7,7 +13,7 @@ from pathlib import Path
 
 from . import project
 from .compose import display_path
-from .diagnostics import CompileError, Diagnostic, Position, render_all
+from .diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 
 NON_RECIPE_DIRS = {"platforms", "models"}
 
@@ -73,7 +79,7 @@ def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
         return pool.starmap(check_one, [(f, strict) for f in files], chunksize=2)
 
 
-def check_paths(paths, strict: bool, fmt: str) -> int:
+def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool = False) -> int:
     files = recipe_files(paths)
     results = {}
     missing = [f for f in files if not f.exists()]
@@ -82,14 +88,19 @@ def check_paths(paths, strict: bool, fmt: str) -> int:
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):
         results[display_path(path.resolve(), project.recipes())] = diags
-    diags = [d for ds in results.values() for d in ds]
-    errors = sum(d.is_error for d in diags)
-    if fmt == "json":
-        print(json.dumps({"recipes": len(files), "errors": errors, "warnings": len(diags) - errors,
-                          "results": {k: [d.to_json() for d in v] for k, v in results.items()}}, indent=2))
+    unique = merge_shared(results)
+    counts = summary(unique)
+    if fmt == "json":  # per recipe, as schemas/check-report.v1.json has it; the counts are of unique diagnostics
+        print(json.dumps({"recipes": len(files), "errors": counts["error"], "warnings": counts["warning"],
+                          "advice": counts["advice"],
+                          "results": {k: [d.to_json() for d in shown(v, quiet, advice)] for k, v in results.items()}},
+                         indent=2))
     else:
-        if diags:
-            print(render_all(diags, fmt))
+        out = shown(unique, quiet, advice)
+        if out:
+            print(render_all(out, fmt))
         if fmt == "text":
-            print(f"checked {len(files)} recipe(s): {errors} error(s), {len(diags) - errors} warning(s)/advice")
-    return 1 if errors else 0
+            hidden = "" if advice or quiet or not counts["advice"] else " (shown with --advice)"
+            print(f"checked {len(files)} recipe(s): {counts['error']} error(s), {counts['warning']} warning(s), "
+                  f"{counts['advice']} advice{hidden}")
+    return 1 if counts["error"] else 0

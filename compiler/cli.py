@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from . import __version__, project
-from .diagnostics import CompileError, error, render_all
+from .diagnostics import CompileError, error, render_all, shown
 
 ROOT = Path(__file__).resolve().parent.parent  # where the compiler and runtime packages are
 
@@ -40,8 +40,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="output: text (default), json, or github (workflow annotations)")
         return c
 
+    def output_opts(c):
+        c.add_argument("--quiet", action="store_true", help="print errors only")
+        c.add_argument("--advice", action="store_true", help="also print advice (tuning guidance; off by default)")
+
     c = recipe_cmd("compile", "check, solve and emit build/<recipe>/")
     c.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
+    output_opts(c)
     c = recipe_cmd("explain", "print every decision and why")
     c.add_argument("--changed", action="store_true", help="only the values that differ from megatron-core's defaults")
     c = sub.add_parser("check", help="validate and solve every recipe under PATHS (default: recipes/); "
@@ -50,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
     c.add_argument("--format", choices=("text", "json", "github"), default="text",
                    help="output: text (default), json (schemas/check-report.v1.json), or github (annotations)")
+    output_opts(c)
     c = sub.add_parser("rules", help="print the rule catalogue (all, or the rules and preferences named)")
     c.add_argument("ids", nargs="*", metavar="ID", help="rule or preference ids (case-insensitive; a trailing * "
                                                       "matches a prefix, e.g. EP_OVERLAP_*); default: all")
@@ -173,8 +179,9 @@ def cmd_compile(args) -> int:
     except OSError as exc:
         raise CompileError([error("E_IO", f"cannot write the build to {out}: {exc.strerror or exc}",
                                   help="choose a writable --out directory")]) from None
-    if resolved.diagnostics:
-        print(render_all(resolved.diagnostics, args.format))
+    printed = shown(resolved.diagnostics, args.quiet, args.advice)
+    if printed:
+        print(render_all(printed, args.format))
     if args.format == "text":
         lay = plan["layout"]
         tc = plan["transformer_config"]
@@ -205,7 +212,7 @@ def cmd_explain(args) -> int:
 def cmd_check(args) -> int:
     from .check import check_paths
 
-    return check_paths(args.paths or [str(project.recipes())], args.strict, args.format)
+    return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)
 
 
 def cmd_rules(args) -> int:

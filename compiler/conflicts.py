@@ -3,17 +3,25 @@
 Each violated rule (or minimal set of rules that conflict together) is reported with the
 smallest set of pins that takes part, found by setting pins free one at a time, and for each
 pin the values it could take instead. All of it runs within a time budget.
+
+Fixes are checked together, not one rule at a time: a value offered for a pin satisfies every
+hard rule that pin can influence (the other violations that involve it included), triggers no
+silent Megatron rewrite the recipe did not already have (no fix is a silent fallback), and is
+verified by solving the recipe again with that one change applied. Fixes are ordered by how
+small a change they are (nearest value first; a pin whose best value is nearer comes first).
 """
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import replace
 
 import z3
 
 from . import knobs as K
-from .diagnostics import Diagnostic, Note, Position
+from .diagnostics import Diagnostic, Note, Position, from_rule
 from .encoding import _limit
-from .problem import _DERIVED, _LAYOUT, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
+from .problem import _DERIVED, _LAYOUT, _SET as _SET_VALUE, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
 from .rules import Rule
 
 
@@ -30,21 +38,30 @@ def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
     return s.check() == z3.unsat
 
 
-def explain(pins, rules, problem) -> list[Diagnostic]:
-    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_S."""
+def explain(pins, rules, problem, silent: list[Rule] = ()) -> list[Diagnostic]:
+    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_S.
+    silent: the rules for what Megatron rewrites without an error (no fix may trigger one)."""
     _deadline[0] = time.monotonic() + EXPLAIN_S
     try:
-        return _explain_within_budget(pins, rules, problem)
+        return _explain_within_budget(pins, rules, problem, list(silent))
     finally:
         _deadline[0] = float("inf")
 
 
-def _explain_within_budget(pins, rules, problem) -> list[Diagnostic]:
+def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
     groups = [[r] for r in problem.violated]
     sound = [r for r in rules if r not in problem.violated]
     if not groups or _unsat(sound, pins, set()):
         groups.append(_rule_core(sound, pins))
-    return [_violation(pins, group, _pin_core(group, pins, sound), sound) for group in groups if group]
+    groups = [g for g in groups if g]
+    # silent rewrites the pins already trigger are the recipe's own (reported as warnings); a fix
+    # must not add one
+    quiet = [r for r in silent if r not in _Problem(silent, _fixed(pins)).violated]
+    out = []
+    for group in groups:
+        others = [r for g in groups if g is not group for r in g]
+        out.append(_violation(pins, group, _pin_core(group, pins, sound), rules, others, quiet))
+    return out
 
 
 def explain_rules(pins, rules, problem) -> list[list[Rule]]:
@@ -97,7 +114,8 @@ def _order(fields) -> list[str]:
     return sorted(fields, key=lambda f: (index.get(f, 1 << 30), f))
 
 
-def _violation(pins, rules: list[Rule], core: list[str], sound: list[Rule]) -> Diagnostic:
+def _violation(pins, rules: list[Rule], core: list[str], hard: list[Rule], others: list[Rule],
+               quiet: list[Rule]) -> Diagnostic:
     rule = rules[0]
     user = [f for f in core if pins[f].origin not in ("fact", "model")]
     located = [f for f in core if pins[f].origin in ("pinned", "override")] or \
@@ -106,13 +124,19 @@ def _violation(pins, rules: list[Rule], core: list[str], sound: list[Rule]) -> D
     notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}"
                        + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
                        pins[f].pos) for f in core)
-    fixes = [fix for f in user if (fix := _fix(f, pins, rules + [r for r in sound if r not in rules]))]
-    help_ = ", or ".join(fixes) if fixes else rule.fix  # the solver's fixes are concrete; else the rule's words
+    direct = set().union(*(r.fields for r in rules))  # the rules' own fields first: within the time
+    user.sort(key=lambda f: f not in direct)          # budget the nearest fixes are found first
+    fixes = fixes_for(user, pins, hard, others, quiet)
+    help_ = _render_fixes(fixes) or rule.fix  # the solver's verified fixes; else the rule's words
     code = rule.id if len(rules) == 1 else "+".join(r.id for r in rules)
     message = rule.message if len(rules) == 1 else "conflict between " + "; ".join(r.message for r in rules)
-    return Diagnostic("error", code, message, pins[anchor].pos if anchor else _file_of(pins), notes,
-                      "; ".join(dict.fromkeys(r.source for r in rules)), help_,
-                      rule.megatron_message, tuple(sorted({f for r in rules for f in r.fields})))
+    values = {f: p.value for f, p in pins.items()}
+    from .pipeline import megatron_display
+
+    return from_rule(rule, values, message=message, severity="error", pos=pins[anchor].pos if anchor else _file_of(pins),
+                     notes=notes, help=help_, code=code, source="; ".join(dict.fromkeys(r.source for r in rules)),
+                     fields=sorted({f for r in rules for f in r.fields}), display=megatron_display(rule, values),
+                     fixes=tuple((K.display(f), v) for f, v, _ in fixes))
 
 
 def _file_of(pins: dict) -> Position | None:
@@ -123,11 +147,29 @@ def _file_of(pins: dict) -> Position | None:
     return None
 
 
-def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
-    """The values this pin could take instead, the others kept (nearest first)."""
+def fixes_for(names: list[str], pins: dict, hard: list[Rule], others: list[Rule],
+              quiet: list[Rule]) -> list[tuple[str, object, float]]:
+    """(field, value, size of the change) for each verified single-pin fix, smallest change first."""
+    found = []
+    for order, name in enumerate(names):
+        # the other violations this pin cannot influence stay as they are; every other rule must hold
+        keep = [r for r in hard if r not in others or name in _closure(r.fields)] + \
+            [r for r in quiet if name in _closure(r.fields)]
+        values = [v for v in _candidates(name, pins, keep)
+                  if _writable(name, v) and _verified(name, v, pins, keep)]
+        found += [(order, name, v, _cost(pins[name].value, v)) for v in values]
+    best = {}
+    for order, name, _, cost in found:
+        best[name] = min(best.get(name, (math.inf, order)), (cost, order))
+    found.sort(key=lambda t: (best[t[1]], t[3], _tiebreak(t[2])))
+    return [(name, v, cost) for _, name, v, cost in found]
+
+
+def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
+    """Up to five other values for this pin under the rules, the others kept (nearest first)."""
     problem = _Problem(rules, _fixed(pins, {name}))
     if problem.violated or _out_of_time():
-        return None
+        return []
     enc = problem.encoding({name})
     spec, var = _SPEC[name], enc.vars[name]
     s = _limit(z3.Optimize(ctx=enc.ctx))
@@ -137,21 +179,74 @@ def _fix(name: str, pins: dict, rules: list[Rule]) -> str | None:
         s.minimize(z3.If(distance >= 0, distance, -distance))
     found = []
     for _ in range(1 if spec.kind in ("bool", "set", "float", "str") else 5):
-        if s.check() != z3.sat:
+        if _out_of_time() or s.check() != z3.sat:
             break
         value = enc.read(s.model(), name)
         if value == pins[name].value or value in found:
             break
         found.append(value)
         s.add(z3.Not(enc.value_term(name, value)))
-    if not found:
-        return None
-    if spec.kind in ("float", "str"):
-        return f"unset {K.display(name)}" if found == [None] else f"set {K.display(name)}"
-    if spec.kind in ("int", "opt_int"):
-        found.sort(key=lambda v: v or 0)
-    shown = ", ".join(_show(v) for v in found)
-    return f"set {K.display(name)} to {'one of ' if len(found) > 1 else ''}{shown}"
+    # a float or string knob is only known to the solver as set or not: "set it to something" is no fix
+    return [v for v in found if v is not _SET_VALUE]
+
+
+def _writable(name: str, value) -> bool:
+    """Whether a recipe can say it: the value at the knob's recipe path passes the recipe schema
+    (an unset training.global_batch_size is Megatron's, but a recipe states a number)."""
+    path = K.display(name).split(".")
+    from . import validate
+
+    v = validate.validator(f"recipe.v{validate.KINDS['recipe']}.json")
+    if path[0] not in v.schema.get("properties", {}):
+        return True
+    doc: dict = {}
+    node = doc
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = list(value) if isinstance(value, tuple) else value
+    return not any(list(map(str, e.absolute_path)) == path for e in v.iter_errors(doc))
+
+
+def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
+    """Solve again with the pin changed: nothing of `rules` violated, and the auto knobs still have values."""
+    trial = dict(pins)
+    trial[name] = replace(pins[name], value=value)
+    problem = _Problem(rules, _fixed(trial))
+    if problem.violated:
+        return False
+    if not problem.residual:
+        return True
+    if _out_of_time():
+        return False
+    enc = problem.encoding()
+    s = _limit(z3.Solver(ctx=enc.ctx))
+    s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
+    return s.check() == z3.sat
+
+
+def _cost(old, new) -> float:
+    """How big a change is: the factor between two positive integers (log2), else 1."""
+    if isinstance(old, int) and isinstance(new, int) and not isinstance(old, bool) and old > 0 and new > 0:
+        return abs(math.log2(new / old))
+    return 1.0
+
+
+def _tiebreak(value):
+    return (0, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, str(value))
+
+
+def _render_fixes(fixes: list[tuple[str, object, float]]) -> str:
+    by_field: dict[str, list] = {}
+    for name, value, _ in fixes:
+        by_field.setdefault(name, []).append(value)
+    parts = []
+    for name, values in by_field.items():
+        if _SPEC[name].kind in ("float", "str"):
+            parts.append(f"unset {K.display(name)}")  # only None is ever concrete for these
+            continue
+        shown = ", ".join(_show(v) for v in values)
+        parts.append(f"set {K.display(name)} to {'one of ' if len(values) > 1 else ''}{shown}")
+    return ", or ".join(parts)
 
 
 def _show(value) -> str:

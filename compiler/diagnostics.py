@@ -2,12 +2,19 @@
 
 Every stage reports problems as Diagnostic values and keeps going, so a user sees all of
 them at once; `CompileError` carries the whole list out of the pipeline.
+
+There is one diagnostic type for every command (check, compile, explain, lint-config) and one
+builder from a catalogue rule to a diagnostic (`from_rule`): the rule's id, severity, message,
+source, origin, fields and the Megatron wording of the release in force all come from there.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, asdict
-from typing import Iterable
+import string
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+SEVERITIES = ("error", "warning", "advice", "info")
 
 @dataclass(frozen=True)
 class Position:
@@ -29,8 +36,8 @@ class Note:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    severity: str
-    code: str
+    severity: str                   # error | warning | advice (| info: lint-config's front-end line)
+    code: str                       # the rule id (or a stage's own code, E_...)
     message: str
     pos: Position | None = None
     notes: tuple[Note, ...] = ()
@@ -38,14 +45,32 @@ class Diagnostic:
     help: str | None = None
     megatron_message: str | None = None
     fields: tuple[str, ...] = ()
+    origin: str | None = None       # megatron-core | megatron-bridge | megatron-lm | moeforge (rules only)
+    # Concrete fixes the solver verified, smallest change first: ((recipe path, value), ...), each of
+    # which alone makes this diagnostic go away and adds no error.
+    fixes: tuple = ()
+    # The recipes this diagnostic was found in, when it is reported once for several (a shared base).
+    affects: tuple[str, ...] = ()
 
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
 
+    # lint-config's names for the same fields
+    @property
+    def rule(self) -> str:
+        return self.code
+
+    @property
+    def fix(self) -> str:
+        return self.help or ""
+
+    @property
+    def line(self) -> int:
+        return self.pos.line if self.pos else 0
+
     def as_error(self) -> "Diagnostic":
-        return Diagnostic("error", self.code, self.message, self.pos, self.notes, self.source,
-                          self.help, self.megatron_message, self.fields)
+        return replace(self, severity="error")
 
     def render(self) -> str:
         where = f"{self.pos}: " if self.pos else ""
@@ -56,14 +81,22 @@ class Diagnostic:
             lines.append(f"  source: {self.source}")
         if self.help:
             lines.append(f"  help: {self.help}")
+        if self.affects:
+            lines.append(f"  affects: {', '.join(self.affects)}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["pos"] = _pos_json(self.pos)
-        data["notes"] = [{"text": n.text, "pos": _pos_json(n.pos)} for n in self.notes]
-        data["fields"] = list(self.fields)
-        return data
+        """The fields of schemas/check-report.v1.json (and plan.v1.json's warnings)."""
+        return {"severity": self.severity, "code": self.code, "message": self.message, "pos": _pos_json(self.pos),
+                "notes": [{"text": n.text, "pos": _pos_json(n.pos)} for n in self.notes], "source": self.source,
+                "help": self.help, "megatron_message": self.megatron_message, "fields": list(self.fields)}
+
+    def to_lint_json(self) -> dict:
+        """lint-config --format json: the same diagnostic in lint-config's names."""
+        return {"rule": self.code, "severity": self.severity, "message": self.message,
+                "megatron_message": self.megatron_message, "fields": list(self.fields),
+                "origin": self.origin or "moeforge", "source": self.source or "", "fix": self.help or "",
+                "line": self.line}
 
     def github(self) -> str:
         """One GitHub Actions workflow command (::error file=..,line=..,col=..::msg)."""
@@ -77,6 +110,8 @@ class Diagnostic:
         body = self.message + "".join(f"\n{n.text}" + (f"  ({n.pos})" if n.pos else "") for n in self.notes)
         if self.help:
             body += f"\nhelp: {self.help}"
+        if self.affects:
+            body += f"\naffects: {', '.join(self.affects)}"
         return f"::{level} {','.join(props)}::{_gh_escape(body, False)}"
 
 
@@ -101,6 +136,87 @@ class CompileError(Exception):
 
 def error(code: str, message: str, pos: Position | None = None, **kw) -> Diagnostic:
     return Diagnostic("error", code, message, pos, **kw)
+
+
+def Finding(rule: str, severity: str, message: str, megatron_message: str | None = None, fields=(),
+            origin: str = "moeforge", source: str = "", fix: str = "", line: int = 0, notes=()) -> Diagnostic:
+    """lint-config's spelling of a Diagnostic (a position is a line of the linted file)."""
+    return Diagnostic(severity, rule, message, Position("", line) if line else None,
+                      tuple(n if isinstance(n, Note) else Note(n) for n in notes), source or None, fix or None,
+                      megatron_message, tuple(fields), origin)
+
+
+# ----------------------------------------------------------------------- rule -> diagnostic
+
+class _Keep(dict):
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
+def fill(text: str | None, values: dict) -> str | None:
+    """{name} placeholders of a Megatron message filled from values (unknown ones kept as written)."""
+    if text is None:
+        return None
+    try:
+        return string.Formatter().vformat(text, (), _Keep(values))
+    except (ValueError, IndexError, AttributeError, KeyError):
+        return text
+
+
+def from_rule(rule: Any, env: dict, *, message: str | None = None, severity: str | None = None,
+              pos: Position | None = None, notes: Iterable[Note] = (), help: str | None = None,
+              display: dict | None = None, code: str | None = None, source: str | None = None,
+              fields: Iterable[str] | None = None, fixes: tuple = ()) -> Diagnostic:
+    """The one way a catalogue rule becomes a diagnostic, for every command.
+
+    env: the values the rule was judged on (the software versions pick the Megatron wording of that
+    release: Rule.megatron_message_for); display: text for the {placeholders} of Megatron's message
+    (lint-config's configuration as written; else the env's own values). Evidence becomes a note."""
+    notes = tuple(notes)
+    if rule.evidence and not any(n.text == f"evidence: {rule.evidence}" for n in notes):
+        notes += (Note(f"evidence: {rule.evidence}"),)
+    megatron = fill(rule.megatron_message_for(env), display if display is not None else env)
+    return Diagnostic(severity or rule.severity, code or rule.id, message if message is not None else rule.message,
+                      pos, notes, source if source is not None else rule.source,
+                      help if help is not None else rule.fix, megatron,
+                      tuple(sorted(rule.fields if fields is None else fields)), rule.origin, fixes)
+
+
+# ----------------------------------------------------------------------- reporting
+
+def merge_shared(results: dict[str, list[Diagnostic]]) -> list[Diagnostic]:
+    """Every diagnostic once: one found in several recipes (its position is in a base file they all
+    extend, or a model or platform they share) is reported once, with the recipes it affects."""
+    order: list = []
+    seen: dict = {}
+    for recipe, diags in results.items():
+        for d in diags:
+            key = replace(d, affects=())
+            if key not in seen:
+                seen[key] = []
+                order.append(key)
+            if recipe not in seen[key]:
+                seen[key].append(recipe)
+    out = []
+    for d in order:
+        recipes = seen[d]
+        shared = len(recipes) > 1 or (d.pos is not None and d.pos.file and recipes[0] != d.pos.file
+                                      and not d.pos.file.startswith("--set"))
+        out.append(replace(d, affects=tuple(recipes)) if shared else d)
+    return out
+
+
+def shown(diags: Iterable[Diagnostic], quiet: bool = False, advice: bool = False) -> list[Diagnostic]:
+    """What a command prints: errors only with --quiet; advice only with --advice."""
+    return [d for d in diags if d.is_error or (not quiet and (d.severity != "advice" or advice))]
+
+
+def summary(diags: Iterable[Diagnostic]) -> dict[str, int]:
+    counts = {s: 0 for s in ("error", "warning", "advice")}
+    for d in diags:
+        if d.severity in counts:
+            counts[d.severity] += 1
+    return counts
 
 
 def render_all(diags: Iterable[Diagnostic], fmt: str = "text") -> str:

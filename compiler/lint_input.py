@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from . import knobs as K
+from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
     _lm_virtual_pipeline
@@ -30,25 +31,6 @@ GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10
 NON_MCORE_DEFAULTS = {"use_megatron_fsdp": False, "global_batch_size": None,
                       "hybridep_ranks_per_nvlink_domain": None}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "advice": 2, "info": 3}
-
-
-@dataclass
-class Finding:
-    rule: str
-    severity: str
-    message: str
-    megatron_message: str | None
-    fields: list
-    origin: str = "moeforge"
-    source: str = ""
-    fix: str = ""
-    line: int = 0
-    notes: list = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message,
-                "megatron_message": self.megatron_message, "fields": self.fields,
-                "origin": self.origin, "source": self.source, "fix": self.fix, "line": self.line}
 
 
 @dataclass

@@ -45,11 +45,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import string
 import sys
 from pathlib import Path
 
+from dataclasses import replace
+
 from . import knobs as K
+from .diagnostics import Note, Position, fill, from_rule
 from .rules import CATALOGUE, Rule
 from .rules.expr import UNKNOWN, evaluate
 from .lint_input import (  # noqa: F401 - re-exported for callers and tests
@@ -59,18 +61,8 @@ from .lint_input import (  # noqa: F401 - re-exported for callers and tests
 
 # ----------------------------------------------------------------------- checking
 
-class _Keep(dict):
-    def __missing__(self, key):
-        return "{" + key + "}"
-
-
 def render_megatron(text: str | None, display: dict) -> str | None:
-    if text is None:
-        return None
-    try:
-        return string.Formatter().vformat(text, (), _Keep(display))
-    except (ValueError, IndexError, AttributeError):
-        return text
+    return fill(text, display)
 
 
 _PATHS = sorted(K.BY_PATH.items(), key=lambda kv: -len(kv[0]))
@@ -125,16 +117,13 @@ def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False
             who = {"megatron-lm": "Megatron-LM", "bridge": "Megatron-Bridge"}.get(cfg.frontend, "Megatron")
             changes = ", ".join(f"{f} = {_show(v)}" for f, v in r.silent.items())
             message += f" ({who} would silently use {changes})"
-        notes = [f"{who}: {render_megatron(text, cfg.display)}" for who, text in r.also if text]
-        if r.evidence:
-            notes.append(f"evidence: {r.evidence}")
-        out.append(Finding(r.id, severity, message, render_megatron(r.megatron_message_for(env), cfg.display),
-                           fields, r.origin, r.source, megatron_names(r.fix), line, notes))
+        notes = [Note(f"{who}: {render_megatron(text, cfg.display)}") for who, text in r.also if text]
+        out.append(from_rule(r, env, message=message, severity=severity, pos=Position("", line) if line else None,
+                             notes=notes, help=megatron_names(r.fix), display=cfg.display, fields=fields))
     out = _dedupe(out)
     if strict:
-        for f in out:
-            if f.rule in ("LINT_UNKNOWN_FIELD", "LINT_FIELD_NOT_IN_VERSION"):
-                f.severity = "error"
+        out = [replace(f, severity="error") if f.rule in ("LINT_UNKNOWN_FIELD", "LINT_FIELD_NOT_IN_VERSION") else f
+               for f in out]
     return out
 
 
@@ -191,7 +180,7 @@ def render_text(findings: list[Finding], name: str, cfg: Config | None = None) -
         if f.megatron_message:
             lines.append(f"  megatron: {f.megatron_message}")
         for note in f.notes:
-            lines.append(f"  {note}")
+            lines.append(f"  {note.text}")
         if f.fields:
             lines.append(f"  fields: {', '.join(f.fields)}")
         if f.source:
@@ -233,11 +222,11 @@ def main_lint_config(argv) -> int:
     findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
     code = 1 if any(f.severity == "error" for f in findings) else 0
     if args.format == "json":
-        head = frontend_finding(cfg).to_json()
+        head = frontend_finding(cfg).to_lint_json()
         head.update(frontend_reason=cfg.frontend_reason, rewrites=[
             {"field": f, "from": None if b is UNKNOWN else b, "to": None if a is UNKNOWN else a, "why": why,
              "unknown": a is UNKNOWN} for f, b, a, why in cfg.rewrites])
-        items = [f.to_json() for f in findings] + [head]  # sorted by severity: info last
+        items = [f.to_lint_json() for f in findings] + [head]  # sorted by severity: info last
         for item in items:
             item["frontend"] = cfg.frontend
         text = json.dumps(items, indent=2, default=str)

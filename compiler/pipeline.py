@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import knobs as K
 from . import validate
 from .compose import Composed, compose, resolve_recipe
 from .config import concrete, pins_and_auto
-from .diagnostics import CompileError, Diagnostic, Note
+from .diagnostics import CompileError, Diagnostic, Note, from_rule
 from .rules import PREFERENCES, RULES, Rule
 from .rules.expr import evaluate
 from .solve import Decision, solve
@@ -76,7 +76,7 @@ def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> R
     silent = [r for r in rules if r.silent]
     solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
     if not solution.ok:
-        raise CompileError(solution.diagnostics)
+        raise CompileError(one_per_concern(solution.diagnostics))
     env = concrete(pins, solution.values)
     decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
                              str(p.pos) if p.pos and p.origin != "default" else None, _reason(f, p))
@@ -84,6 +84,7 @@ def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> R
     decisions.update(solution.decisions)
     diags = _silent(silent, pins, auto, env, decisions, strict)
     diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)
+    diags = one_per_concern(diags)
     errors = [d for d in diags if d.is_error]
     if errors:
         raise CompileError(errors)
@@ -101,6 +102,39 @@ def _reason(f: str, p) -> str | None:
     if p.origin == "default" and f in K.DEPENDENT_DEFAULTS:
         return f"moeforge's default given {DEPENDENT.get(f, 'other values')} (not set in the recipe)"
     return None
+
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "advice": 2}
+_ORIGIN_RANK = {"megatron-core": 0, "megatron-lm": 1, "megatron-bridge": 2, "moeforge": 3}
+
+
+def one_per_concern(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """One concern, one diagnostic: rules that fire at the same position and require the same thing
+    (megatron-core's and Megatron-Bridge's copy of one check) are reported once, by the most severe and
+    most authoritative of them (megatron-core first); the others become a note."""
+    from .rules import BY_ID
+
+    def concern(d):
+        r = BY_ID.get(d.code)
+        return None if r is None else (d.pos, repr(r.require))
+
+    groups: dict = {}
+    for d in diags:
+        key = concern(d)
+        groups.setdefault(key if key is not None else id(d), []).append(d)
+    out = []
+    for d in diags:
+        key = concern(d)
+        group = groups[key if key is not None else id(d)]
+        if len(group) == 1:
+            out.append(d)
+            continue
+        keep = min(group, key=lambda x: (_SEVERITY_RANK.get(x.severity, 3), _ORIGIN_RANK.get(x.origin, 4)))
+        if d is keep:
+            others = tuple(Note(f"also {o.code} ({o.origin}): {o.megatron_message or o.message}")
+                           for o in group if o is not keep)
+            out.append(replace(keep, notes=keep.notes + others))
+    return out
 
 
 def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
@@ -147,8 +181,26 @@ def _diag(r: Rule, pins, message: str) -> Diagnostic:
     notes = tuple(Note(f"{K.display(f)} = {json.dumps(pins[f].value)}"
                        + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
                        pins[f].pos) for f in involved if pins[f].origin != "fact")
-    if r.evidence:
-        notes += (Note(f"evidence: {r.evidence}"),)
-    return Diagnostic(r.severity, r.id, message, anchor, notes, r.source, r.fix,
-                      r.megatron_message_for({f: p.value for f, p in pins.items()}), tuple(sorted(r.fields)))
+    values = {f: p.value for f, p in pins.items()}
+    return from_rule(r, values, message=message, pos=anchor, notes=notes, display=megatron_display(r, values))
 
+
+def megatron_display(r: Rule, values: dict) -> dict:
+    """Text for the {placeholders} of a rule's Megatron message, from a recipe's values (versions as
+    Megatron prints them)."""
+    text = r.megatron_message_for(values) or ""
+    if "{" not in text:
+        return {}
+    from .lint_input import _display
+
+    spec = {**K.BY_FIELD, **K.FACT_BY_FIELD}
+    shown = {f: _version_text(v) if f in spec and spec[f].kind == "version" else v for f, v in values.items()}
+    out = _display(shown, {})
+    out.update({f: v for f, v in shown.items() if isinstance(v, str)})
+    return out
+
+
+def _version_text(v) -> str | None:
+    if not isinstance(v, int) or isinstance(v, bool):
+        return v
+    return f"{v // 1_000_000}.{v // 1_000 % 1_000}.{v % 1_000}"

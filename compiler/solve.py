@@ -59,13 +59,14 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
             return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
         from .conflicts import explain  # z3: only for a recipe that needs explaining
 
-        return Solution({}, {}, explain(pins, rules, problem))
+        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
     enc = terms = None
     if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
         enc = problem.encoding()
         terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors)
+        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors,
+                           silent_rules)
         if isinstance(chosen, Solution):
             return chosen
         values.update(chosen)
@@ -84,7 +85,8 @@ def _unexplained(groups: list[list[Rule]]) -> list[Diagnostic]:
                        fields=tuple(sorted({f for r in g for f in r.fields}))) for g in groups]
 
 
-def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_errors: bool = True):
+def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_errors: bool = True,
+              silent_rules=()):
     """The auto knobs' values under the residual rules and the weighted preferences (or a Solution
     carrying the error)."""
     import z3
@@ -109,7 +111,7 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_e
             return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
         from .conflicts import explain
 
-        return Solution({}, {}, explain(pins, rules, problem))
+        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     model = opt.model()
     return {f: enc.read(model, f) for f in free}
 

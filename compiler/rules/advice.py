@@ -39,19 +39,20 @@ RULES = (
          "no shared-expert overlap)", None, origin="moeforge",
          evidence="H100 x16 Qwen3-30B-A3B, EP=16, alltoall, BF16, GBS 1024, no CUDA graphs: "
                   "41.25 s -> 31.31 s steady step time with EP overlap (1.317x)"),
+    # One concern, one rule: delayed wgrad pinned on. The performance harness pitfall (its
+    # --moe_a2a_overlap flag turns delay_wgrad_compute on together with EP overlap) is part of the same
+    # advice, not a second diagnostic on the same line.
     Rule("ADVICE_DELAY_WGRAD_NO_INDEPENDENT_WIN", "advice", DWG, Not(DWG),
-         "delayed wgrad showed no independent win over plain EP overlap", f"{OVERLAP_SKILL}; {OVERLAP_DOC}",
-         "set moe.overlap.delay_wgrad: false unless measured on this shape", None, origin="moeforge",
+         "delayed wgrad showed no independent win over plain EP overlap (the performance harness flag "
+         "--moe_a2a_overlap turns it on together with EP overlap)",
+         f"{OVERLAP_SKILL}; {OVERLAP_DOC}; seeds: perf-expert-parallel-overlap (minimal runnable command); "
+         "Megatron-Bridge scripts/performance _set_moe_a2a_overlap_overrides",
+         "set moe.overlap.delay_wgrad: false unless measured on this shape (to measure plain EP overlap with the "
+         "performance harness: --moe_a2a_overlap false with comm_overlap.overlap_moe_expert_parallel_comm=true "
+         "and comm_overlap.delay_wgrad_compute=false)", None, origin="moeforge",
          evidence="H100 x16 Qwen3-30B-A3B EP=16: 31.31 s (EP overlap) vs 31.20 s (plus delay_wgrad), "
                   "1.317x vs 1.322x; Qwen3-Next-80B-A3B EP=8 alltoall on 8 nodes: 4686 ms -> 4912 ms "
                   "(about 4.8% slower) with delay_wgrad_compute"),
-    Rule("ADVICE_PERF_HARNESS_A2A_FLAG_ENABLES_DWG", "advice", EP_OVERLAP & DWG, Not(DWG),
-         "the performance harness flag --moe_a2a_overlap turns on delay_wgrad_compute together with EP "
-         "overlap; to measure plain EP overlap set the two overrides separately",
-         "seeds: perf-expert-parallel-overlap (minimal runnable command); Megatron-Bridge "
-         "scripts/performance _set_moe_a2a_overlap_overrides",
-         "use --moe_a2a_overlap false with comm_overlap.overlap_moe_expert_parallel_comm=true and "
-         "comm_overlap.delay_wgrad_compute=false", None, origin="moeforge"),
     Rule("ADVICE_EP_OVERLAP_FEW_MICROBATCHES", "advice",
          EP_OVERLAP & IsSet(F("global_batch_size")) & IsSet(F("data_parallel_size")),
          F("global_batch_size") >= F("micro_batch_size") * F("data_parallel_size") * 2,

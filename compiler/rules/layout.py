@@ -98,6 +98,14 @@ RULES = (
          "change training.global_batch_size to a multiple of micro_batch_size x DP",
          "global batch size ({global_batch_size}) is not divisible by micro batch size "
          "({micro_batch_size}) times data parallel size ({data_parallel_size})"),
+    # Context parallelism splits each sequence into 2 x CP chunks (load balance under causal masking):
+    # Megatron-LM refuses a length that does not divide, and megatron-core's get_batch_on_this_cp_rank
+    # reshapes the batch into 2 x CP chunks, so no front-end can run it.
+    Rule("LAYOUT_SEQ_DIVISIBLE_BY_2CP", "error", CP > 1, F("seq_length") % (CP * 2) == 0,
+         "with context parallelism the sequence length must be a multiple of 2 x CP", f"{ARGS}; megatron-core "
+         "utils.py get_batch_on_this_cp_rank", "set training.seq_length to a multiple of 2 x parallelism.cp, "
+         "or a smaller parallelism.cp",
+         "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1."),
     Rule("LAYOUT_MOE_BIAS_NEEDS_ETP1", "error", IsSet(F("num_moe_experts")) & (F("add_bias_linear") == True),  # noqa: E712
          Or(ETP == 1, Not(IsSet(ETP)) & (TP == 1)),
          "MoE layers with bias need ETP = 1 (an unset ETP means ETP = TP)", TC,

@@ -58,7 +58,9 @@ RULES = (
     Rule("PRECISION_FP8_RECIPE_FOR_BLACKWELL", "advice", FP8 & (F("gpu_major") >= 10), F("fp8_recipe") == "mxfp8",
          "on Blackwell the recommended FP8 starting recipe is MXFP8", SEEDS,
          "set precision.fp8_recipe: mxfp8", None, origin="moeforge"),
-    Rule("PRECISION_ROUTER_FP32", "advice", MOE & ON_GPU, IsSet(F("moe_router_dtype")),
+    # One concern, one rule: from 32 experts on megatron-core itself warns (PRECISION_ROUTER_DTYPE_MANY_EXPERTS,
+    # below); the seeds' advice covers the MoE models under that.
+    Rule("PRECISION_ROUTER_FP32", "advice", MOE & ON_GPU & (F("num_moe_experts") < 32), IsSet(F("moe_router_dtype")),
          "keep the MoE router in FP32 (the big wins come from expert GEMMs, not from quantizing the router)",
          SEEDS, "set moe.router.dtype: fp32", None, origin="moeforge"),
     Rule("PRECISION_ROUTER_DTYPE_MANY_EXPERTS", "warning", F("num_moe_experts") >= 32, IsSet(F("moe_router_dtype")),
