@@ -321,7 +321,7 @@ def cmd_launch(args) -> int:
 
         composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
         compiled = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
-                                      out=args.out)
+                                      out=args.out, quiet=False, advice=False)
         if args.needs_venv312:
             with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
                 rc = cmd_compile(compiled)

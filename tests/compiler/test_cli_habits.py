@@ -228,7 +228,7 @@ def v2_recipe():
 
 
 def test_check_notes_a_document_on_an_old_schema_version(v2_recipe):
-    rc, out, _ = run("check", str(v2_recipe), "--format", "json")
+    rc, out, _ = run("check", str(v2_recipe), "--format", "json", "--advice")
     report = json.loads(out)
     assert rc == 0 and report["errors"] == 0
     [note] = [d for ds in report["results"].values() for d in ds if d["code"] == "SCHEMA_OLD_VERSION"]

@@ -31,7 +31,7 @@ def test_launch_only_arguments_get_a_note_not_remove_it():
     note = [f for f in findings if f.rule == "LINT_LAUNCH_ONLY"]
     assert note and {"data_path", "tokenizer_type"} <= set(note[0].fields) and note[0].severity == "info"
     unknown = [f for f in findings if f.rule == "LINT_UNKNOWN_FIELD"]
-    assert [f.fields for f in unknown] == [["tokenizer_typ"]] and "tokenizer_type" in unknown[0].message
+    assert [list(f.fields) for f in unknown] == [["tokenizer_typ"]] and "tokenizer_type" in unknown[0].message
 
 
 def test_every_type_problem_at_once_with_its_line(tmp_path, capsys):
@@ -60,4 +60,4 @@ def test_launch_command_line_is_linted():
     findings = lint_text(text, "launch.sh")
     rules = {f.rule for f in findings}
     assert "EP_OVERLAP_NEEDS_VPP" in rules
-    assert any(f.rule == "LINT_UNKNOWN_FIELD" and f.fields == ["--made-up-flag"] for f in findings)
+    assert any(f.rule == "LINT_UNKNOWN_FIELD" and list(f.fields) == ["--made-up-flag"] for f in findings)
