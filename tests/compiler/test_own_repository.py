@@ -193,8 +193,10 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     proc = _sh(["moeforge", "explain", "builtin:tiny-moe/cpu"], user / "recipes" / "sub", env)
     assert proc.returncode == 0 and "platform cpu from builtin:" in proc.stdout, proc.stdout + proc.stderr
     # the launch: in the project root, the installed runtime (no checkout on PYTHONPATH)
-    proc = _sh(["python", "-m", "compiler.launch", "--target", "print", "build/mine"], user, env)
+    proc = _sh(["moeforge", "launch", "build/mine", "--target", "print"], user, env)
     assert proc.returncode == 0, proc.stderr
+    also = _sh(["moeforge", "launch", "mine", "--target", "print"], user, env)  # a recipe: compiled first
+    assert also.returncode == 0 and also.stdout.endswith(proc.stdout), also.stdout + also.stderr
     assert f"local: cd {user}" in proc.stdout.replace("'", "") and "MOEFORGE_HOME" not in proc.stdout, proc.stdout
     assert "torchrun.sh" in proc.stdout and "sbatch" in proc.stdout
     # the plan is readable by the installed runtime's schema (no torch needed for that)
