@@ -9,17 +9,17 @@ from __future__ import annotations
 import time
 
 from . import knobs as K
+from . import layout as L
 from .rules import Rule, fold
 from .rules import expr as E
 
 
 _SPEC = {**K.BY_FIELD, **K.FACT_BY_FIELD}
 _DERIVED = ("world_size", "data_parallel_size", "expert_data_parallel_size")
-_LAYOUT = ("tensor_model_parallel_size", "context_parallel_size", "pipeline_model_parallel_size")
 _INPUTS = {"world_size": ("num_nodes", "gpus_per_node"),
-           "data_parallel_size": ("world_size",) + _LAYOUT,
-           "expert_data_parallel_size": ("world_size", "tensor_model_parallel_size", "expert_tensor_parallel_size",
-                                         "expert_model_parallel_size", "pipeline_model_parallel_size")}
+           "data_parallel_size": ("world_size",) + L.ATTENTION_FACTORS,
+           # expert TP falls back to TP (compiler/layout.py effective_etp)
+           "expert_data_parallel_size": ("world_size", "tensor_model_parallel_size") + L.EXPERT_FACTORS}
 MAX_INT = 1 << 20
 SOLVE_MS = 10_000      # the main optimisation; a recipe takes milliseconds, this only bounds the pathological
 QUERY_MS = 500         # one explanation or provenance query
@@ -33,23 +33,12 @@ _SET = "(set)"  # a float or string knob that the solver only knows to be set
 
 
 def derive(values: dict) -> dict:
-    """World, DP and EDP from the layout, where every input is known (None: does not divide)."""
-    out = {}
-    nodes, gpn = values.get("num_nodes"), values.get("gpus_per_node")
-    if nodes is None or gpn is None:
-        return out
-    world = out["world_size"] = nodes * gpn
-    if all(values.get(f) is not None for f in _LAYOUT):
-        denom = values["tensor_model_parallel_size"] * values["context_parallel_size"] * \
-            values["pipeline_model_parallel_size"]
-        out["data_parallel_size"] = world // denom if world % denom == 0 else None
-    if "expert_tensor_parallel_size" in values and all(
-            values.get(f) is not None for f in ("tensor_model_parallel_size", "expert_model_parallel_size",
-                                                "pipeline_model_parallel_size")):
-        etp = values["expert_tensor_parallel_size"] or values["tensor_model_parallel_size"]
-        denom = etp * values["expert_model_parallel_size"] * values["pipeline_model_parallel_size"]
-        out["expert_data_parallel_size"] = world // denom if world % denom == 0 else None
-    return out
+    """World, DP and EDP from the layout, where every input is known (None: does not divide).
+
+    The arithmetic is compiler/layout.py's; world comes from num_nodes x gpus_per_node only."""
+    if values.get("num_nodes") is None or values.get("gpus_per_node") is None:
+        return {}
+    return L.derived({k: v for k, v in values.items() if k != "world_size"})
 
 
 _IMPLICATIONS: dict[str, E.Expr] = {}
