@@ -115,8 +115,8 @@ matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
 fuzz: $(STAMP) ## the long fuzz run (hypothesis, many examples)
 	MOEFORGE_FUZZ=long PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/fuzz tests/hostile
 
-bench: $(STAMP) ## benchmarks: check/compile throughput, solver latency, cold start vs megatron-core
-	PYTHONPATH=$(CURDIR) $(PY) bench/bench.py
+bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold start vs megatron-core); rewrites README's table
+	PYTHONPATH=$(CURDIR) $(PY) bench/bench.py --update-readme
 
 golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
 	MOEFORGE_UPDATE_GOLDEN=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/golden

@@ -9,12 +9,8 @@ error. No command ever shows a traceback for bad input.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from . import __version__, project
@@ -23,12 +19,21 @@ from .diagnostics import CompileError, error, render_all, shown
 ROOT = Path(__file__).resolve().parent.parent  # where the compiler and runtime packages are
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; `only`: just that subcommand's (a run parses one command, and building every
+    subcommand's parser, launch's included, costs a cold start more than the check itself)."""
+    import argparse
+
     p = argparse.ArgumentParser(prog="moeforge", description="Compile MoE training recipes into Megatron launches.")
     p.add_argument("--version", action="version", version=f"moeforge {__version__}")
     p.add_argument("--root", metavar="DIR", help="the project root (default: the nearest directory, from here "
                                                   "upward, with a moeforge.toml or a recipes/ folder)")
-    sub = p.add_subparsers(dest="command", required=True)
+    real = p.add_subparsers(dest="command", required=True)
+
+    class _Only:  # add_parser for the wanted command; a throwaway parser for the others
+        def add_parser(self, name, **kw):
+            return real.add_parser(name, **kw) if only is None or name == only else argparse.ArgumentParser()
+    sub = _Only()
 
     def recipe_cmd(name, help_):
         c = sub.add_parser(name, help=help_)
@@ -77,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("launch", help="compile a recipe (or take a build) and run it: local, slurm, or print",
                        description="Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait "
                                    "launch.sbatch) or print the exact commands. A recipe is compiled first.")
-    from .launch import add_arguments
-    add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
+    if only in (None, "launch"):
+        from .launch import add_arguments
+        add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with a recipe: override a recipe value before compiling (repeatable)")
     c.add_argument("--out", default=None, help="with a recipe: build root (default: build/ under the project root)")
@@ -120,8 +126,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and hasattr(signal, "SIGPIPE") and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a real CLI run: `moeforge rules | head` ends quietly
+    if argv is None and _in_main_thread():
+        import signal
+
+        if hasattr(signal, "SIGPIPE"):
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a real CLI run: `moeforge rules | head` ends quietly
     argv = list(sys.argv[1:] if argv is None else argv)
     root = None
     while argv and (argv[0] == "--root" or argv[0].startswith("--root=")):  # global: before the command
@@ -149,10 +158,13 @@ def _main(argv: list[str]) -> int:
         return main_lint_config(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
         return cmd_data_prepare(argv[2:])
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
+    args = _plain_check(argv)
+    if args is None:
+        command = next((a for a in argv if not a.startswith("-")), None)
+        try:
+            args = _parser(command if command in COMMANDS else None).parse_args(argv)
+        except SystemExit as exc:
+            return 0 if exc.code == 0 else 2
     try:
         return COMMANDS[args.command](args)
     except CompileError as exc:
@@ -163,6 +175,46 @@ def _main(argv: list[str]) -> int:
     except Exception as exc:  # a bug in moeforge, not in the recipe: say so plainly
         print(f"moeforge: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+
+
+_FORMATS = ("text", "json", "github")
+
+
+def _plain_check(argv: list[str]):
+    """The arguments of a plain `check [PATHS] [--strict] [--quiet] [--advice] [--format F]` (what a
+    pre-commit hook or an editor runs), read without argparse, whose import and parser building are a
+    measurable part of a cold check; anything else (abbreviations, --help, a bad value) returns None
+    and goes through argparse, with its messages."""
+    if argv[:1] != ["check"]:
+        return None
+    args = {"command": "check", "paths": [], "strict": False, "quiet": False, "advice": False, "format": "text"}
+    rest, i = argv[1:], 0
+    while i < len(rest):
+        a = rest[i]
+        if a in ("--strict", "--quiet", "--advice"):
+            args[a[2:]] = True
+        elif a == "--format" and i + 1 < len(rest) and rest[i + 1] in _FORMATS:
+            args["format"] = rest[i + 1]
+            i += 1
+        elif a.startswith("--format=") and a[len("--format="):] in _FORMATS:
+            args["format"] = a[len("--format="):]
+        elif a == "--":
+            args["paths"] += rest[i + 1:]
+            break
+        elif a.startswith("-") and a != "-":
+            return None
+        else:
+            args["paths"].append(a)
+        i += 1
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**args)
+
+
+def _in_main_thread() -> bool:
+    """True in a real CLI run (threading is imported only when something already did)."""
+    threading = sys.modules.get("threading")
+    return threading is None or threading.current_thread() is threading.main_thread()
 
 
 def cmd_compile(args) -> int:
@@ -320,9 +372,13 @@ def cmd_launch(args) -> int:
         from .pipeline import load
 
         composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
+        import argparse
+
         compiled = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
                                       out=args.out, quiet=False, advice=False)
         if args.needs_venv312:
+            import contextlib
+
             with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
                 rc = cmd_compile(compiled)
         else:
@@ -357,6 +413,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
     """`python -m MODULE REST` in this interpreter, as a subprocess. Termination signals are
     passed on, so the child removes its temporaries; its exit code is returned (128+N when a
     signal N ended it)."""
+    import signal
     import subprocess
 
     env = dict(os.environ)
@@ -371,7 +428,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
 
     handled = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
     old = {}
-    if threading.current_thread() is threading.main_thread():
+    if _in_main_thread():
         old = {s: signal.signal(s, forward) for s in handled}
     try:
         try:

@@ -12,7 +12,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -247,7 +246,7 @@ def _merge(data: dict, origins: dict, layer: dict, positions: dict, prefix: tupl
                 origins[p] = pos
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -255,7 +254,7 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def parse_override(text: str) -> tuple[tuple, Any]:
+def parse_override(text: str) -> tuple[tuple, object]:
     """`moe.dispatcher=alltoall` -> (("moe", "dispatcher"), "alltoall"); values are YAML scalars."""
     pos = Position(f"--set {text}")
     if "=" not in text:

@@ -21,7 +21,8 @@ import z3
 from . import knobs as K
 from .diagnostics import Diagnostic, Note, Position, from_rule
 from .encoding import _limit
-from .problem import _DERIVED, _LAYOUT, _SET as _SET_VALUE, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
+from . import layout as L
+from .problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
 from .rules import Rule
 
 
@@ -92,8 +93,7 @@ def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
 def _closure(fields: set[str]) -> set[str]:
     fields = set(fields)
     if fields & set(_DERIVED):
-        fields |= {"num_nodes", "gpus_per_node", *_LAYOUT, "expert_tensor_parallel_size",
-                   "expert_model_parallel_size"}
+        fields |= {"num_nodes", "gpus_per_node", *L.ATTENTION_FACTORS, *L.EXPERT_FACTORS}
     return fields
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import string
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from collections.abc import Iterable  # not typing: importing it is a measurable part of a cold start
 
 SEVERITIES = ("error", "warning", "advice", "info")
 
@@ -163,7 +163,7 @@ def fill(text: str | None, values: dict) -> str | None:
         return text
 
 
-def from_rule(rule: Any, env: dict, *, message: str | None = None, severity: str | None = None,
+def from_rule(rule: object, env: dict, *, message: str | None = None, severity: str | None = None,
               pos: Position | None = None, notes: Iterable[Note] = (), help: str | None = None,
               display: dict | None = None, code: str | None = None, source: str | None = None,
               fields: Iterable[str] | None = None, fixes: tuple = ()) -> Diagnostic:

@@ -11,6 +11,7 @@ from typing import Any
 
 import z3
 
+from . import layout as L
 from .problem import _DERIVED, _INPUTS, _SET, _SPEC, MAX_INT, QUERY_MS, _deadline
 from .rules import expr as E
 
@@ -66,16 +67,18 @@ class _Encoding:
         out, g = [], self._get
         if "world_size" in self.vars:
             out.append(self.vars["world_size"] == g("num_nodes") * g("gpus_per_node"))
-        for name, parts in (("data_parallel_size", None), ("expert_data_parallel_size", "etp")):
+        if not {"data_parallel_size", "expert_data_parallel_size"} & self.vars.keys():
+            return out
+        # The foldings are compiler/layout.py's (world = TP*CP*DP*PP = ETP*EP*EDP*PP); an unset
+        # expert TP (0 here) is TP, as layout.effective_etp says.
+        tp, cp, pp = (g(f) for f in L.ATTENTION_FACTORS)
+        etp = g("expert_tensor_parallel_size")
+        denominators = {"data_parallel_size": L.model_size(tp, cp, pp),
+                        "expert_data_parallel_size": L.expert_model_size(
+                            z3.If(etp == 0, tp, etp), g("expert_model_parallel_size"), pp)}
+        for name, denom in denominators.items():
             if name not in self.vars:
                 continue
-            tp = g("tensor_model_parallel_size")
-            if parts:
-                etp = g("expert_tensor_parallel_size")
-                denom = z3.If(etp == 0, tp, etp) * g("expert_model_parallel_size")
-            else:
-                denom = tp * g("context_parallel_size")
-            denom = denom * g("pipeline_model_parallel_size")
             world = g("world_size")
             out.append(self.vars[name] == z3.If(world % denom == 0, world / denom, 0))
         return out

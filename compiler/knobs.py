@@ -7,7 +7,6 @@ and a few moeforge facts), so a rule reads like the Megatron check it mirrors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 AUTO = "auto"
 # Who reads a configuration: Megatron-LM's arguments, Megatron-Bridge's providers, or megatron-core
@@ -28,7 +27,7 @@ class Knob:
     field: str                 # Megatron's spelling; the canonical name
     path: str | None           # where a recipe sets it (dotted); None: derived or fact
     kind: str                  # bool | int | opt_int | enum | set | float | str
-    default: Any = None        # megatron-core's default (what lint-config assumes)
+    default: object = None        # megatron-core's default (what lint-config assumes)
     domain: tuple = ()         # enum values (None allowed when listed) / set universe
     auto: bool = False         # may be left to the solver
     doc: str = ""

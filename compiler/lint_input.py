@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from . import knobs as K
+from . import layout as L
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
@@ -435,11 +436,16 @@ def _derive(env: dict) -> None:
         return
     env["data_parallel_size"] = UNKNOWN
     env["expert_data_parallel_size"] = UNKNOWN
-    if _known_int(world, tp, cp, pp) and tp * cp * pp and world % (tp * cp * pp) == 0:
-        env["data_parallel_size"] = world // (tp * cp * pp)
-    etp_eff = tp if etp is None else etp
-    if _known_int(world, etp_eff, ep, pp) and etp_eff * ep * pp and world % (etp_eff * ep * pp) == 0:
-        env["expert_data_parallel_size"] = world // (etp_eff * ep * pp)
+    # the foldings are compiler/layout.py's; a size that does not divide stays UNKNOWN
+    if _known_int(world, tp, cp, pp):
+        dp = L.quotient(world, L.model_size(tp, cp, pp))
+        if dp is not None:
+            env["data_parallel_size"] = dp
+    etp_eff = L.effective_etp(etp, tp)
+    if _known_int(world, etp_eff, ep, pp):
+        edp = L.quotient(world, L.expert_model_size(etp_eff, ep, pp))
+        if edp is not None:
+            env["expert_data_parallel_size"] = edp
 
 
 def _show(v) -> str:
@@ -455,13 +461,12 @@ def _display(env: dict, display: dict) -> dict:
     g = env.get
     tp, cp, pp = g("tensor_model_parallel_size"), g("context_parallel_size"), g("pipeline_model_parallel_size")
     if _known_int(tp, cp, pp):
-        out["model_size"] = str(tp * cp * pp)
-    etp = g("expert_tensor_parallel_size")
-    etp = tp if etp is None else etp
+        out["model_size"] = str(L.model_size(tp, cp, pp))
+    etp = L.effective_etp(g("expert_tensor_parallel_size"), tp)
     if _known_int(etp):
         out["etp"] = str(etp)
     if _known_int(etp, g("expert_model_parallel_size"), pp):
-        out["expert_tensor_model_pipeline_parallel_size"] = str(etp * g("expert_model_parallel_size") * pp)
+        out["expert_tensor_model_pipeline_parallel_size"] = str(L.expert_model_size(etp, g("expert_model_parallel_size"), pp))
     if _known_int(g("num_layers"), pp) and pp:
         out["num_layers_per_pipeline_rank"] = str(g("num_layers") // pp)
     deprecated = {n: g(n) for n in ("moe_deepep_num_sms", "moe_hybridep_num_sms") if _known_int(g(n))}

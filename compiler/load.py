@@ -10,7 +10,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -44,7 +43,7 @@ class Document:
     """A loaded YAML document: plain values plus the source position of each path."""
 
     file: str
-    data: Any
+    data: object
     positions: dict = field(default_factory=dict, compare=False, repr=False)
     migrated_from: int | None = field(default=None, compare=False)  # the schema version read, when migrated
 

@@ -13,6 +13,7 @@ from . import __version__
 from . import knobs as K
 from .config import env_vars
 from .diagnostics import CompileError, error
+from .layout import Layout
 from .rules.expr import version_int
 from .pipeline import Resolved
 from .validate import validator
@@ -172,13 +173,10 @@ def version_text(v: int) -> str:
 
 
 def _layout(env) -> dict:
-    tp, pp, cp, ep = (env[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                       "context_parallel_size", "expert_model_parallel_size"))
-    etp = env["expert_tensor_parallel_size"] or tp
-    world = env["world_size"]
-    return {"world_size": world, "nnodes": env["num_nodes"], "nproc_per_node": env["gpus_per_node"],
-            "tp": tp, "pp": pp, "vpp": env["virtual_pipeline_model_parallel_size"], "cp": cp, "ep": ep,
-            "etp": etp, "dp": world // (tp * cp * pp), "edp": world // (etp * ep * pp)}
+    """The plan's layout section: sizes and the derived DP/EDP, from compiler/layout.py."""
+    layout = Layout.from_values(env).plan_section()
+    layout["nnodes"] = env["num_nodes"]
+    return layout
 
 
 def _schedule(env) -> str:

@@ -9,7 +9,6 @@ compiler.conflicts. Everything runs in catalogue order, so the results are deter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Position
@@ -20,7 +19,7 @@ from .rules import expr as E
 
 @dataclass(frozen=True)
 class Pin:
-    value: Any
+    value: object
     pos: Position | None = None
     origin: str = "pinned"   # pinned | default | fact | override | model
 
@@ -28,7 +27,7 @@ class Pin:
 @dataclass(frozen=True)
 class Decision:
     field: str
-    value: Any
+    value: object
     source: str               # pinned | override | default | platform | model | rule | preference | derived | megatron | solver
     where: str | None = None
     reason: str | None = None
@@ -51,7 +50,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     """Values for every auto knob under the hard rules, or a diagnostic per violation (explain_errors=False:
     only which rules, without the minimal pins and fixes, which take most of the time of a failure)."""
     fixed = _fixed(pins)
-    problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules])
+    problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules], propagate=True)
     if problem.violated:
         if not explain_errors:
             from .conflicts import explain_rules
@@ -60,7 +59,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         from .conflicts import explain  # z3: only for a recipe that needs explaining
 
         return Solution({}, {}, explain(pins, rules, problem, silent_rules))
-    values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free}
+    values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
+    values.update({f: v for f, (v, _) in problem.forced.items() if f in auto})
     enc = terms = None
     if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
         enc = problem.encoding()
@@ -73,7 +73,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     values.update(derive({**fixed, **values}))
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
-    forced = _forcing_rules(enc, terms, suspects, values) if enc and suspects else {}
+    forced = _forcing_rules(enc, terms, suspects, values, problem.because) if enc and suspects else {}
+    forced.update({f: list(why) for f, (_, why) in problem.forced.items() if f in auto})
     return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed, problem))
 
 
@@ -194,8 +195,9 @@ def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:
     return out
 
 
-def _forcing_rules(enc, terms: dict, names: list[str], values: dict) -> dict[str, list[str]]:
-    """name -> the residual rules (catalogue order) that leave it no other value, for each forced name."""
+def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=None) -> dict[str, list[str]]:
+    """name -> the residual rules (catalogue order) that leave it no other value, for each forced name,
+    with the rules behind the propagated values folded into them (`because`)."""
     import z3
 
     from .encoding import _limit
@@ -211,5 +213,7 @@ def _forcing_rules(enc, terms: dict, names: list[str], values: dict) -> dict[str
     for name in names:
         if s.check(*trackers, z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
             core = {t.get_id() for t in s.unsat_core()}
-            out[name] = [rid for t, rid in trackers.items() if t.get_id() in core]
+            found = [rid for t, rid in trackers.items() if t.get_id() in core]
+            extra = {r for rid in found for r in (because or {}).get(rid, ())}
+            out[name] = found + [r for r in extra if r not in found]
     return out

@@ -1,21 +1,27 @@
 """Remember which documents a schema already accepted, across runs, so a cold check skips jsonschema.
 
 Why: importing jsonschema and building a validator is half of a cold `moeforge check`; a recipe that
-has not changed since it last validated does not need either. An entry's name is the hash of the
-schema file's bytes and of the document's canonical JSON, so any change to either misses. Only
-acceptances are stored (a refusal is validated again, for its diagnostics). Entries are empty files
-written by atomic rename, so two processes writing at once cannot corrupt anything. The cache lives
+has not changed since it last validated does not need either. An entry's name is the hash (BLAKE2b,
+from the interpreter's built-in _blake2: hashlib would load OpenSSL, a few milliseconds of a cold
+start) of the schema file's bytes and of the document's canonical JSON, so any change to either
+misses. Only acceptances are stored (a refusal is validated again, for its diagnostics). Entries are
+empty files, each created under a name of its own (pid and random suffix, O_EXCL) and then renamed
+into place (os.replace, atomic): two processes writing the same entry at once both succeed, and a
+reader sees either no entry or a whole one. The cache lives
 in $MOEFORGE_CACHE_DIR, else $XDG_CACHE_HOME/moeforge, else ~/.cache/moeforge; MOEFORGE_NO_CACHE=1
 turns it off, and an unwritable directory just means no cache.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # an interpreter without the built-in module: the same function from hashlib
+    from hashlib import blake2b
 
 
 @lru_cache(maxsize=1)
@@ -29,7 +35,7 @@ def _directory() -> Path | None:
 
 @lru_cache(maxsize=None)
 def _schema_digest(schema_file: Path) -> str:
-    return hashlib.sha256(schema_file.read_bytes()).hexdigest()
+    return blake2b(schema_file.read_bytes(), digest_size=32).hexdigest()
 
 
 def key(schema_file: Path, data) -> str | None:
@@ -38,7 +44,7 @@ def key(schema_file: Path, data) -> str | None:
         text = json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
         return None
-    return hashlib.sha256(f"{_schema_digest(schema_file)}\n{text}".encode()).hexdigest()
+    return blake2b(f"{_schema_digest(schema_file)}\n{text}".encode(), digest_size=32).hexdigest()
 
 
 def known_valid(entry: str | None) -> bool:
@@ -53,8 +59,8 @@ def remember_valid(entry: str | None) -> None:
     try:
         folder = directory / entry[:2]
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        os.close(fd)
+        tmp = folder / f".tmp-{os.getpid()}-{os.urandom(6).hex()}"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         os.replace(tmp, folder / entry)
     except OSError:
         pass  # no cache is only slower

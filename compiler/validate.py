@@ -5,7 +5,6 @@ did-you-mean from the keys the schema allows at that place.
 """
 from __future__ import annotations
 
-import difflib
 import json
 from functools import lru_cache
 
@@ -45,6 +44,8 @@ def _diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
     path = tuple(err.absolute_path)
     where = ".".join(map(str, path)) or "(document)"
     if err.validator == "additionalProperties":
+        import difflib
+
         allowed = sorted(err.schema.get("properties", {}))
         out = []
         for key in sorted(set(err.instance) - set(allowed)):

@@ -91,6 +91,28 @@ def _check_schema(raw: dict) -> None:
                         + (f" (and {more} more schema error{'s' if more > 1 else ''})" if more else ""))
 
 
+def _check_folding(layout: dict) -> int:
+    """The folding identity tp*cp*dp*pp = etp*ep*edp*pp = world_size; returns dp.
+
+    The runtime's one mirror of the compiler's compiler/layout.py (the runtime never imports the
+    compiler): the same checks, the same messages."""
+    world, tp, pp, cp, ep, etp = (layout[k] for k in ("world_size", "tp", "pp", "cp", "ep", "etp"))
+    etp = tp if etp is None else etp
+    if world % (tp * cp * pp):
+        raise PlanError(f"world_size {world} is not divisible by tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} "
+                        "(world = tp*cp*dp*pp)")
+    if world % (etp * ep * pp):
+        raise PlanError(f"world_size {world} is not divisible by etp*ep*pp = {etp}*{ep}*{pp} = {etp * ep * pp} "
+                        "(world = etp*ep*edp*pp)")
+    if layout["vpp"] is not None and pp == 1:
+        raise PlanError("vpp is set but pp is 1 (interleaving needs pipeline parallelism)")
+    dp, edp = world // (tp * cp * pp), world // (etp * ep * pp)
+    for key, value, formula in (("dp", dp, "world_size/(tp*cp*pp)"), ("edp", edp, "world_size/(etp*ep*pp)")):
+        if key in layout and layout[key] != value:
+            raise PlanError(f"layout.{key} = {layout[key]!r} but {key} = {formula} = {value}")
+    return dp
+
+
 def _check_layout(raw: dict) -> None:
     layout, tc = raw["layout"], raw["transformer_config"]
     for key, field in LAYOUT_TO_CONFIG.items():
@@ -98,21 +120,15 @@ def _check_layout(raw: dict) -> None:
             raise PlanError(
                 f"layout.{key} = {layout.get(key)!r} but transformer_config.{field} = {tc[field]!r}"
             )
-    world, tp, pp, cp, ep, etp = (layout[k] for k in ("world_size", "tp", "pp", "cp", "ep", "etp"))
-    if world % (tp * pp * cp):
-        raise PlanError(f"world_size {world} is not divisible by tp*pp*cp = {tp}*{pp}*{cp}")
-    if world % (etp * ep * pp):
-        raise PlanError(f"world_size {world} is not divisible by etp*ep*pp = {etp}*{ep}*{pp}")
-    if layout["vpp"] is not None and pp == 1:
-        raise PlanError("layout.vpp is set but layout.pp is 1")
+    dp = _check_folding(layout)
     train = raw["training"]
-    dp = world // (tp * pp * cp)
+    world, tp, pp, cp = (layout[k] for k in ("world_size", "tp", "pp", "cp"))
     mbs, gbs = train["micro_batch_size"], train["global_batch_size"]
     if gbs % (mbs * dp) or gbs // (mbs * dp) != train["num_microbatches"]:
         raise PlanError(
             f"training.num_microbatches = {train['num_microbatches']} but global_batch_size / "
             f"(micro_batch_size * dp) = {gbs} / ({mbs} * {dp}) "
-            f"with dp = world_size/(tp*pp*cp) = {world}/({tp}*{pp}*{cp})"
+            f"with dp = world_size/(tp*cp*pp) = {world}/({tp}*{cp}*{pp})"
         )
     first, last = train["report_window"]
     if not 1 <= first <= last <= train["train_iters"]:

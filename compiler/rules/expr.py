@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
 
 
 class _Unknown:
@@ -112,7 +112,7 @@ def F(name: str) -> Field:
 
 @dataclass(eq=False)
 class Const(Expr):
-    value: Any
+    value: object
 
     def __repr__(self):
         return repr(self.value)
@@ -230,14 +230,14 @@ TRUE = Const(True)
 
 # ---------------------------------------------------------------- concrete evaluation
 
-_CMP: dict[str, Callable[[Any, Any], bool]] = {
+_CMP: dict[str, Callable[[object, object], bool]] = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
 
 
-def evaluate(expr: Expr, env: dict) -> Any:
+def evaluate(expr: Expr, env: dict) -> object:
     """Value of expr over env (field -> value); UNKNOWN propagates like SQL NULL."""
     t = type(expr)
     if t is Field:

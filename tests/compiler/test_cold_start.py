@@ -95,3 +95,43 @@ def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
     assert check(bad, "model.v1.json", lambda path: None), "a refused document is validated every time"
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [valid_cache.key(SCHEMAS / "model.v1.json", good)]
     valid_cache._directory.cache_clear()
+
+
+# What a cold `moeforge check` must never import: the solver for a recipe with nothing left to solve,
+# the other subcommands' modules (launch, emit and its templates), argparse (a plain check is read
+# without it), and, on a warm validity cache, jsonschema (and what only it pulls in). Asserted on what
+# is imported, never on how long it takes.
+NEVER = {"z3", "jinja2", "compiler.launch", "compiler.emit", "compiler.explain", "compiler.encoding",
+         "compiler.conflicts", "argparse", "subprocess"}
+WARM = NEVER | {"jsonschema", "tempfile"}
+
+
+def _imported(argv: list[str], cwd: Path, cache: Path) -> set[str]:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "compiler", *argv], cwd=cwd,
+                         capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MOEFORGE_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    return {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_cold_check_of_a_pinned_recipe_imports_only_what_it_uses(tmp_path):
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    (tmp_path / "recipes" / "tiny-moe" / "pinned.yaml").write_text(PINNED)
+    cache = tmp_path / "cache"
+    argv = ["check", "recipes/tiny-moe/pinned.yaml"]
+    first = _imported(argv, tmp_path, cache)
+    assert "compiler.pipeline" in first and "jsonschema" in first  # it did check (and validated: cold cache)
+    assert not first & NEVER, sorted(first & NEVER)
+    again = _imported(argv, tmp_path, cache)
+    assert not again & WARM, sorted(again & WARM)
+    solved = _imported(["check", "recipes/tiny-moe/cpu.yaml"], tmp_path, cache)  # auto knobs: the solver runs
+    assert not solved & (NEVER - {"z3", "compiler.encoding"}), sorted(solved & NEVER)
+
+
+def test_a_check_with_unusual_arguments_still_goes_through_argparse(tmp_path, capsys):
+    from compiler.cli import main
+
+    assert main(["check", "--format", "yaml", "recipes/tiny-moe/cpu.yaml"]) == 2  # argparse's usage error
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["check", "--format=json", "--quiet", str(ROOT / "recipes" / "tiny-moe" / "cpu.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out)["errors"] == 0

@@ -1,0 +1,7 @@
+"""Analytic estimates for the layout planner: per-rank parameters and memory (memory.py).
+
+Pure Python over a compiled plan's transformer_config/model sections and a compiler/layout.py
+Layout; never imports torch or megatron.  Parameter counts are checked against what
+megatron-core builds (tests/compiler/test_estimate_memory.py, fixture tests/data/
+layout_param_counts.json).
+"""

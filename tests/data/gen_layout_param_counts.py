@@ -1,0 +1,84 @@
+"""Write tests/data/layout_param_counts.json: megatron-core's own parameter counts per rank.
+
+The compiler's analytic memory model (compiler/estimate/memory.py) never imports torch; its
+parameter counts are checked (tests/compiler/test_estimate_memory.py) against what megatron-core
+really builds for every catalogue recipe, recorded here once.  Run from the repository root:
+
+    /work/main/.venv/bin/python tests/data/gen_layout_param_counts.py [--venv-root /work/main]
+
+It compiles every catalogue recipe into a temporary build root (this checkout's compiler), then
+runs ``python -m runtime.dryrun PLAN... --rank 0,-1 --local-spec`` (plus a middle pipeline stage
+where PP > 2) in the virtual environment whose megatron-core release the plan targets (.venv:
+0.16 for the CPU platform, .venv312: 0.19 for the GPU platforms) and keeps, per rank, the
+coordinates, the decoder layers, the MTP layers and the parameter counts (total, dense,
+expert, embedding).  --local-spec builds the same parameter shapes as the Transformer Engine
+spec (runtime/local_spec.py), so the counts are the plan's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "data" / "layout_param_counts.json"
+
+
+def recipes() -> list[str]:
+    return sorted(str(p.relative_to(ROOT / "recipes").with_suffix(""))
+                  for p in (ROOT / "recipes").rglob("*.yaml")
+                  if p.relative_to(ROOT / "recipes").parts[0] not in ("platforms", "models"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--venv-root", default=str(ROOT))
+    args = ap.parse_args()
+    venvs = {"0.16": Path(args.venv_root) / ".venv/bin/python",
+             "0.19": Path(args.venv_root) / ".venv312/bin/python"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out: dict = {"generated_by": "tests/data/gen_layout_param_counts.py", "recipes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        names = recipes()
+        script = ("import sys\nfrom compiler.cli import main\n"
+                  "sys.exit(any(main(['compile', r, '--out', sys.argv[1]]) for r in sys.argv[2:]))\n")
+        subprocess.run([sys.executable, "-c", script, tmp, *names], cwd=ROOT, env=env, check=True,
+                       capture_output=True)
+        for name in names:
+            plan_path = Path(tmp) / name / "plan.json"
+            plan = json.loads(plan_path.read_text())
+            release = ".".join(plan["platform"]["software"]["megatron_core"].split(".")[:2])
+            layout = plan["layout"]
+            world, pp = layout["world_size"], layout["pp"]
+            ranks = [0, world - 1] if world > 1 else [0]
+            if pp > 2:
+                ranks.insert(1, (pp // 2) * (world // pp))  # first rank of a middle stage
+            proc = subprocess.run([str(venvs[release]), "-m", "runtime.dryrun", str(plan_path), "--rank",
+                                   ",".join(map(str, ranks)), "--local-spec"], cwd=ROOT, env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                print(f"{name}: {proc.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            report = json.loads(proc.stdout)
+            results = report["ranks"] if "ranks" in report else [report]
+            out["megatron_core"] = out.get("megatron_core", {})
+            out["megatron_core"][release] = results[0]["megatron_core"]
+            out["recipes"][name] = {
+                "layout": layout,
+                "ranks": [{"rank": r["rank"], "coordinates": r["coordinates"],
+                           "group_sizes": r["group_sizes"], "model_chunks": r["model_chunks"],
+                           "decoder_layers": r["decoder_layers"],
+                           "mtp_layers_on_rank": r["mtp_layers_on_rank"],
+                           "parameters": r["parameters"],
+                           "parameters_per_chunk": r["parameters_per_chunk"]} for r in results]}
+            print(name, [r["parameters"]["total"] for r in results], flush=True)
+    OUT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
