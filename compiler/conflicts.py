@@ -26,6 +26,14 @@ from .problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_S, _deadline, 
 from .rules import Rule
 
 
+def _residual_verdict(problem):
+    """z3's verdict on what the fixed values leave of the rules (within the solver's time limit)."""
+    enc = problem.encoding()
+    s = _limit(z3.Solver(ctx=enc.ctx))
+    s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
+    return s.check()
+
+
 def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
     """Do these rules conflict with the pins when the `relaxed` pins are set free? (False: not shown)"""
     problem = _Problem(rules, _fixed(pins, relaxed))
@@ -33,10 +41,7 @@ def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
         return True
     if _out_of_time():
         return False
-    enc = problem.encoding()
-    s = _limit(z3.Solver(ctx=enc.ctx))
-    s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
-    return s.check() == z3.unsat
+    return _residual_verdict(problem) == z3.unsat
 
 
 def explain(pins, rules, problem, silent: list[Rule] = ()) -> list[Diagnostic]:
@@ -218,10 +223,7 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
         return True
     if _out_of_time():
         return False
-    enc = problem.encoding()
-    s = _limit(z3.Solver(ctx=enc.ctx))
-    s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
-    return s.check() == z3.sat
+    return _residual_verdict(problem) == z3.sat
 
 
 def _cost(old, new) -> float:
