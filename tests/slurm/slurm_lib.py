@@ -34,6 +34,19 @@ class SlurmJobTimeout(RuntimeError):
     """The job did not finish within the timeout; it has been cancelled."""
 
 
+def wait_until(condition, limit_s: float, what, every_s: float = 0.5):
+    """Poll ``condition()`` until it returns something true and return that; a hang guard, not a
+    timing assertion: past ``limit_s`` it raises SlurmJobTimeout with ``what()`` (the state to show)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SlurmJobTimeout(f"still waiting after {limit_s} s: {what()}")
+        time.sleep(every_s)
+
+
 # Job states after which nothing more happens (COMPLETING is not one: steps are still ending).
 FINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}

@@ -85,7 +85,6 @@ def test_megatron_lm_job_saves_on_usr1_is_requeued_and_resumes(slurm_lib, slurm_
     --signal=B:USR1@<margin> does before the time limit) reaches both ranks through srun, they save and
     exit 75, the script requeues the job, and the requeued run (same job id) resumes from the checkpoint."""
     import re
-    import time
 
     out, logs, ckpt = tmp_path / "build", tmp_path / "logs", tmp_path / "ck pt"
     sets = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm", f"checkpoint.save={ckpt}",
@@ -111,18 +110,21 @@ def test_megatron_lm_job_saves_on_usr1_is_requeued_and_resumes(slurm_lib, slurm_
         return "".join(p.read_text(errors="replace") for p in (out_log, err_log) if p.exists())
 
     try:
-        deadline = time.monotonic() + 600
-        while not re.search(r"iteration\s+\d+/\s*400", text()):
+        def training_started():
             info = slurm_cluster.job_info(job, check=False)
             assert info.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}, (info, text()[-4000:])
-            assert time.monotonic() < deadline, text()[-4000:]
-            time.sleep(0.5)
+            return re.search(r"iteration\s+\d+/\s*400", text())
+
+        slurm_lib.wait_until(training_started, 600, lambda: text()[-4000:])
         sent = slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
         assert sent.returncode == 0, sent.stderr
-        deadline = time.monotonic() + 900
-        while (info := slurm_cluster.job_info(job, check=False)).get("JobState") not in slurm_lib.FINAL_STATES:
-            assert time.monotonic() < deadline, (info, text()[-4000:])
-            time.sleep(1)
+
+        def finished():
+            info = slurm_cluster.job_info(job, check=False)
+            return info if info.get("JobState") in slurm_lib.FINAL_STATES else None
+
+        info = slurm_lib.wait_until(finished, 900, lambda: (slurm_cluster.job_info(job, check=False),
+                                                            text()[-4000:]), every_s=1)
     finally:
         slurm_cluster.run("scancel", job)
     log = text()

@@ -139,7 +139,7 @@ exit 75
 """
 
 
-def test_usr1_reaches_every_rank_and_the_job_is_requeued(slurm_cluster, submit_and_wait, tmp_path):
+def test_usr1_reaches_every_rank_and_the_job_is_requeued(slurm_lib, slurm_cluster, submit_and_wait, tmp_path):
     """scancel --signal=USR1 --batch is what --signal=B:USR1@<margin> does at the time limit: only the
     batch shell gets it. It forwards it to srun, srun to both ranks; they exit 75; the script requeues
     the job; the second run (same job id, logs appended) completes."""
@@ -167,20 +167,18 @@ def test_usr1_reaches_every_rank_and_the_job_is_requeued(slurm_cluster, submit_a
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
     try:
-        deadline = time.monotonic() + 120
-        while not all((shim_out / f"waiting-{r}").exists() for r in range(2)):
-            assert time.monotonic() < deadline, slurm_cluster.run("scontrol", "show", "job", job_id).stdout
-            time.sleep(0.1)
+        show = lambda: slurm_cluster.run("scontrol", "show", "job", job_id).stdout  # noqa: E731
+        slurm_lib.wait_until(lambda: all((shim_out / f"waiting-{r}").exists() for r in range(2)), 120, show,
+                             every_s=0.1)
         time.sleep(0.5)
         sent = slurm_cluster.run("scancel", "--signal=USR1", "--batch", job_id)
         assert sent.returncode == 0, sent.stderr
-        deadline = time.monotonic() + 240
-        while True:
+
+        def finished():
             info = slurm_cluster.job_info(job_id, check=False)
-            if info.get("JobState") == "COMPLETED" or info.get("JobState") in {"FAILED", "CANCELLED", "TIMEOUT"}:
-                break
-            assert time.monotonic() < deadline, f"job {job_id} did not finish: {info}"
-            time.sleep(0.5)
+            return info if info.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"} else None
+
+        info = slurm_lib.wait_until(finished, 240, show)
     finally:
         slurm_cluster.run("scancel", job_id)
     out = (logs / f"{ctx['job_name']}-{job_id}.out").read_text()
