@@ -344,3 +344,10 @@ def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0) -> Estimat
                                f"s={s}, b={b}, recompute={recompute}) x {depth:g} in flight")
     formulas["allowance"] = "CUDA context, NCCL, workspaces, fragmentation (stated allowance)"
     return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas)
+
+
+def peak(plan: dict, lay: Layout | None = None) -> tuple[Estimate, int]:
+    """The largest per-rank estimate over pipeline stages, and its stage (ranks of one stage hold the
+    same shard up to TP/EP symmetry): what must fit on every GPU."""
+    lay = lay or Layout.from_plan(plan["layout"])
+    return max(((estimate(plan, lay, r), r) for r in range(lay.pp)), key=lambda e: e[0].total)
