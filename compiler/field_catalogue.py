@@ -6,6 +6,7 @@ infers the front-end from the names only one of them has; those decisions share 
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -43,6 +44,30 @@ def known_names() -> frozenset:
         _KNOWN = frozenset(set(f["all"]) | set(f["megatron_lm_args"]) | set(K.BY_FIELD) | set(K.FACT_BY_FIELD)
                            | set(OWN_KEYS) | lm_names() | BRIDGE_PROVIDER_FIELDS | lm_parser_dests())
     return _KNOWN
+
+
+@functools.lru_cache(maxsize=4096)
+def did_you_mean(name: str, n: int = 3, cutoff: float = 0.75) -> tuple[str, ...]:
+    """The known names closest to an unknown one (difflib's ratio >= cutoff, best first).
+
+    Why not plain difflib.get_close_matches over every name: ~1,500 names cost ~6 ms per unknown
+    key.  A ratio 2M/(la+lb) >= cutoff needs M <= min(la, lb), so only names whose length lies in
+    [la*c/(2-c), la*(2-c)/c] can qualify; the candidates are bucketed by length once, and a name
+    asked about twice (the same typo in every config of a sweep) is answered from the cache."""
+    import difflib
+
+    by_length = _names_by_length()
+    lo, hi = len(name) * cutoff / (2 - cutoff), len(name) * (2 - cutoff) / cutoff
+    pool = [w for length, words in by_length.items() if lo <= length <= hi for w in words]
+    return tuple(difflib.get_close_matches(name, pool, n=n, cutoff=cutoff))
+
+
+@functools.lru_cache(maxsize=1)
+def _names_by_length() -> dict[int, tuple[str, ...]]:
+    out: dict[int, list[str]] = {}
+    for w in sorted(known_names() - set(OWN_KEYS)):
+        out.setdefault(len(w), []).append(w)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def lm_parser_dests() -> frozenset:

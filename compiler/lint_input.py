@@ -8,7 +8,6 @@ field_catalogue.py, the type checks are lint_values.py, what each front-end does
 """
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ import yaml
 from . import knobs as K
 from . import layout as L
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
-from .field_catalogue import OWN_KEYS, _fields_for, known_names, megatron_fields
+from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
     _lm_virtual_pipeline
 from .lint_values import UnusableInput, _bad, _coerce, _graph_modules, _known_int, _layer_freq, \
@@ -362,7 +361,7 @@ def _read_field(key, value, env, given, known, findings, lines) -> bool:
         given[key] = value
     else:
         name = key.lstrip("-").replace("-", "_")
-        close = difflib.get_close_matches(name, sorted(known - set(OWN_KEYS)), n=3, cutoff=0.75)
+        close = did_you_mean(name)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         findings.append(Finding(
             "LINT_UNKNOWN_FIELD", "warning",

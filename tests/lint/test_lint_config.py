@@ -111,6 +111,18 @@ def test_unknown_field_did_you_mean(capsys):
     assert {f.severity for f in strict if f.rule == "LINT_UNKNOWN_FIELD"} == {"error"}
 
 
+def test_did_you_mean_equals_difflib_over_every_name():
+    """The length-bucketed, cached search answers exactly what difflib answers over all names."""
+    import difflib
+
+    from compiler.field_catalogue import OWN_KEYS, did_you_mean, known_names
+
+    every = sorted(known_names() - set(OWN_KEYS))
+    for typo in ("moe_router_topkk", "tensor_model_paralel_size", "num_layer", "sequence_paralel", "lr",
+                 "overlap_grad_reduc", "xyzzy", "recompute_modulez", "moe_expert_capcity_factor"):
+        assert did_you_mean(typo) == tuple(difflib.get_close_matches(typo, every, n=3, cutoff=0.75)), typo
+
+
 def test_known_megatron_fields_without_rules_are_accepted():
     findings = lint_text(GOOD + "hidden_dropout: 0.0\nmoe_aux_loss_coeff: 0.001\nkv_channels: 128\n")
     assert not [f for f in findings if f.rule.startswith("LINT_")]
