@@ -95,9 +95,9 @@ def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
     (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
     override list; with `gpu` and `versions` from the platform the launch names, when it names one.
     None: not one of those (an ordinary YAML / JSON mapping)."""
-    from . import importer
+    from . import importer, launch_text
 
-    kind = importer.detect(text, name)
+    kind = launch_text.detect(text, name)
     if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
         return None
     try:
@@ -116,14 +116,14 @@ def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
                     lines[key] = n
             return data, lines
         if kind == "args":
-            words = importer.args_file_words(text)[0]
+            words = launch_text.args_file_words(text)[0]
         elif kind == "functional-test":
-            words = importer.functional_test_words(text)[0]
+            words = launch_text.functional_test_words(text)[0]
         else:
-            words = importer.launch_words(text)[0]
-        dests, bad = importer.parse_flags(words)
+            words = launch_text.launch_words(text)[0]
+        dests, bad = launch_text.parse_flags(words)
         platform = importer.guess_platform(text, dests, importer.platform_docs(importer.RECIPES))[0]
-    except importer.ImportError_ as exc:
+    except launch_text.ImportError_ as exc:
         raise UnusableInput(str(exc)) from None
     flags = dests.pop("__flags__", {})
     data, lines = {}, {}

@@ -1,0 +1,268 @@
+"""Reading a Megatron launch as text: which kind it is, its words, and its flags as argument dests.
+
+Why its own module: `moeforge import` and `moeforge lint-config` both read launch scripts, args
+files, functional-test MODEL_ARGS and Bridge override lists, and both need the same words and the
+same verdict on each flag (Megatron-LM 0.19.2's parser, kept as data in
+compiler/data/megatron_lm_args.json).  The script is never executed: a small expander substitutes
+the variables and arrays the script itself assigns; any other `${VAR}` is kept literally.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import yaml
+
+from .megatron_args import lm_parser
+
+
+class ImportError_(Exception):
+    """The input cannot be imported (exit 2)."""
+
+# ----------------------------------------------------------------------- reading the source
+
+_ASSIGN = re.compile(r"^(?:export\s+|declare\s+-a\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_BRIDGE_LINE = re.compile(r"^\+{0,2}[A-Za-z_][\w]*(\.[\w]+)+=")
+LAUNCHERS = ("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_hybrid.py")
+
+
+def detect(text: str, name: str = "") -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if name.endswith((".yaml", ".yml")) or (lines and lines[0].startswith("MODEL_ARGS")):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("MODEL_ARGS"), dict):
+            return "functional-test"
+    if lines and all(_BRIDGE_LINE.match(ln) or re.match(r"^[A-Za-z_]\w*=null$", ln) for ln in lines):
+        return "bridge"
+    if lines and all(ln.startswith("--") or ln.startswith("'") for ln in lines):
+        return "args"
+    return "launch"
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Statements: continuations joined, a multi-line array assignment `A=( ... )` kept together."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    out, pending, depth = [], "", 0
+    for line in joined.splitlines():
+        stripped = _strip_comment(line)
+        if not stripped.strip() and not pending:
+            continue
+        pending = f"{pending} {stripped}" if pending else stripped
+        depth += _parens(stripped)
+        if depth <= 0:
+            out.append(pending.strip())
+            pending, depth = "", 0
+    if pending.strip():
+        out.append(pending.strip())
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    """The line without a `#` comment (outside quotes, at a word start)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def _parens(line: str) -> int:
+    """Open minus closed array parentheses outside quotes (`A=(` opens; `$(`...`)` balances itself)."""
+    n, quote = 0, None
+    for ch in line:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            n += 1
+        elif ch == ")":
+            n -= 1
+    return n
+
+
+class Shell:
+    """Variables and arrays a script assigns, and expansion of words with them (no execution)."""
+
+    def __init__(self):
+        self.vars: dict[str, str] = {}
+        self.arrays: dict[str, list[str]] = {}
+
+    def words(self, statement: str) -> list[str]:
+        try:
+            raw = shlex.split(statement, comments=False, posix=True)
+        except ValueError as exc:
+            raise ImportError_(f"cannot split shell words ({exc}): {statement[:80]}") from None
+        out: list[str] = []
+        for w in raw:
+            m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}|\$([A-Za-z_]\w*)", w)
+            name = m and (m.group(1) or m.group(2))
+            if name and name in self.arrays:
+                out += self.arrays[name]
+            elif name and name in self.vars and m.group(2):
+                out += self.vars[name].split()  # unquoted $VAR: word splitting
+            else:
+                out.append(self.expand(w))
+        return out
+
+    def expand(self, word: str) -> str:
+        def sub(m):
+            name, arr, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+            if arr and name in self.arrays:
+                return " ".join(self.arrays[name])
+            if name in self.vars:
+                return self.vars[name]
+            if default is not None:
+                return self.expand(default)
+            return "${" + name + "}"  # not assigned here: kept, resolved at launch
+        return _VAR.sub(sub, word)
+
+    def run(self, statement: str) -> list[str] | None:
+        """Record an assignment (None), or return the words of a command."""
+        m = _ASSIGN.match(statement)
+        if m and " " not in statement.split("=", 1)[0].replace("export ", "").replace("declare -a ", "").strip():
+            name, plus, rest = m.group(1), m.group(2), m.group(3).strip()
+            if rest.startswith("(") and rest.endswith(")"):
+                values = self.words(rest[1:-1])
+                self.arrays[name] = (self.arrays.get(name, []) if plus else []) + values
+            else:
+                words = self.words(rest) if rest else [""]
+                value = words[0] if words else ""
+                self.vars[name] = (self.vars.get(name, "") if plus else "") + value
+            return None
+        if statement.startswith("export "):  # export A=1 B=2
+            for part in self.words(statement[7:]):
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    self.vars[k] = v
+            return None
+        return self.words(statement)
+
+
+def launch_words(text: str) -> tuple[list[str], dict]:
+    """(the words after pretrain_gpt.py, the launcher's own settings: nnodes, nproc_per_node, env)."""
+    sh = Shell()
+    command = None
+    for stmt in _logical_lines(text):
+        words = sh.run(stmt)
+        if not words:
+            continue
+        hit = next((i for i, w in enumerate(words) if w.endswith(LAUNCHERS)), None)
+        if hit is not None:
+            command = (words[:hit], words[hit + 1:])
+    if command is None:
+        raise ImportError_("no pretrain_gpt.py command found (a launch script, a command line, an args file, "
+                           "a functional-test model_config.yaml or a Bridge override list)")
+    before, after = command
+    launcher = {"env": dict(sh.vars)}
+    for i, w in enumerate(before):
+        for key in ("nnodes", "nproc_per_node", "nproc-per-node"):
+            if w.startswith(f"--{key}"):
+                value = w.split("=", 1)[1] if "=" in w else (before[i + 1] if i + 1 < len(before) else "")
+                launcher[key.replace("-", "_")] = value
+    return after, launcher
+
+
+def args_file_words(text: str) -> tuple[list[str], dict, str | None]:
+    """Words of an args file, its `# not written: NAME=VALUE: why` notes and the recipe id in its header."""
+    notes, rid = {}, None
+    words: list[str] = []
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"^# not written: ([A-Za-z_][\w{}]*)=(.*?): ", s)
+        if m:
+            try:
+                notes[m.group(1)] = json.loads(m.group(2))
+            except json.JSONDecodeError:
+                pass
+            continue
+        m = re.match(r"^# Megatron-LM pretrain_gpt.py arguments for (\S+?):", s)
+        if m:
+            rid = m.group(1)
+        if s and not s.startswith("#"):
+            try:
+                words += shlex.split(s, comments=True)
+            except ValueError as exc:
+                raise ImportError_(f"cannot split {s[:80]!r}: {exc}") from None
+    return words, notes, rid
+
+
+def functional_test_words(text: str) -> tuple[list[str], dict]:
+    data = yaml.safe_load(text)
+    words: list[str] = []
+    for key, value in data["MODEL_ARGS"].items():
+        flag = str(key) if str(key).startswith("-") else f"--{key}"
+        if value is True:
+            words.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, *shlex.split(str(value))]
+    env = data.get("ENV_VARS") if isinstance(data.get("ENV_VARS"), dict) else {}
+    return words, {"env": {str(k): str(v) for k, v in env.items()}}
+
+
+# ----------------------------------------------------------------------- flags -> dests
+
+def parse_flags(words: list[str]) -> tuple[dict, list]:
+    """dest -> value (strings; True/False for switches; a list for nargs flags) and [(text, why)]
+    for what Megatron-LM's parser does not know or refuses."""
+    options = lm_parser()["options"]
+    dests: dict = {}
+    bad: list = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if not w.startswith("--"):
+            bad.append((w, "a word that is not a flag's value"))
+            continue
+        flag, eq, inline = w.partition("=")
+        values = [inline] if eq else []
+        if not eq:
+            while i < len(words) and not (words[i].startswith("--") or re.match(r"^-[A-Za-z]", words[i])):
+                values.append(words[i])
+                i += 1
+        entry = options.get(flag) or options.get(flag.replace("_", "-"))
+        text = " ".join([flag, *values])
+        if entry is None:
+            bad.append((text, "not an argument of Megatron-LM " + lm_parser()["release"]))
+            continue
+        kind, dest = entry["kind"], entry["dest"]
+        if kind in ("store_true", "store_false"):
+            if values:
+                bad.append((text, f"{flag} takes no value"))
+                continue
+            dests[dest] = kind == "store_true"
+        elif kind == "value":
+            if len(values) != 1:
+                bad.append((text, f"{flag} takes one value"))
+                if not values:
+                    continue
+            if entry.get("choices") and values[0] not in entry["choices"]:
+                bad.append((text, f"not one of {', '.join(map(str, entry['choices']))}"))
+                continue
+            dests[dest] = values[0]
+        else:
+            if not values:
+                bad.append((text, f"{flag} takes values"))
+                continue
+            dests[dest] = values
+        dests.setdefault("__flags__", {})[dest] = text
+    return dests, bad
+
+
+# ----------------------------------------------------------------------- dests -> recipe and model
