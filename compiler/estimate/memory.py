@@ -285,6 +285,13 @@ def states(counts: dict, plan: dict, lay: Layout) -> tuple[int, int, int, dict]:
         "optimizer": f"{state} B x (non-expert {total - expert} / dp {dp} + expert {expert} / edp {edp})"}
 
 
+def capacity_bytes(plan: dict) -> int:
+    """A GPU's memory as the estimate is compared with it: platform gpu.memory_gb read as GiB.
+    Vendors' HBM "GB" are close to binary units (H100 80 GB: nvidia-smi reports 81559 MiB =
+    79.6 GiB); the few hundred MiB below memory_gb GiB are inside the allowance."""
+    return int(plan["platform"]["gpu"]["memory_gb"] * GIB)
+
+
 def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, str]:
     """Peak activation bytes on a rank of pipeline stage ``pp_rank`` (compiler/estimate/
     activations.py): every model chunk's per-micro-batch bytes (its decoder layers, MTP layers,
