@@ -26,11 +26,15 @@ def _heads(tc):
     return h, a, tc.get("kv_channels") or h // a, tc.get("num_query_groups") or a
 
 
-def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, linear: bool) -> dict:
-    """One layer's attention block (with its input norm)."""
+def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, linear: bool,
+                    scores: float = 0) -> dict:
+    """One layer's attention block (with its input norm).  ``scores``: the s x s attention
+    probabilities per token and head when the attention is not flash (megatron-core's local
+    DotProductAttention saves its softmax output for the bmm with v); 0 with TE."""
     h, a, d, g = _heads(tc)
-    out = {"norm": 2 * ACT * t_h * h}  # input norm: input + normed output (TELayerNormColumnParallelLinear
-    # saves inputmat and ln_out, the SP-local shard; transformer_engine/pytorch/module/layernorm_linear.py)
+    # input norm: its input and normed output (TELayerNormColumnParallelLinear keeps both for backward;
+    # with SP the local [s/tp] shard, gathered again in backward)
+    out = {"norm": 2 * ACT * t_h * h}
     if linear:
         # Gated DeltaNet (megatron/core/ssm/gated_delta_net.py): in_proj output (q,k,v,z,b,a), the
         # causal conv output (q,k,v), the chunked delta-rule kernel's q,k,v (normed) and fp32 g/beta,
@@ -52,20 +56,20 @@ def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, l
             # recompute "mla_up_proj" discards them (multi_latent_attention.py: qkv_up_checkpoint
             # .discard_output_and_register_recompute(core_attn_out))
             out["qkv"] = ACT * t * a * (2 * (qk + pos) + vd) / tp
-        out["core_attn"] = (ACT * t * a * vd + FP32 * t * a) / tp  # output (= linear_proj input) + softmax lse
+        out["core_attn"] = (ACT * t * a * vd + FP32 * t * a + ACT * t * a * scores) / tp  # output + lse
         if "core_attn" in modules:
-            out["core_attn"] = FP32 * t * a / tp
+            out["core_attn"] = (ACT * t * a * vd + FP32 * t * a) / tp
         return out
     q = a * d * (2 if tc.get("attention_output_gate") else 1)
     # linear_qkv output (kept alive by the value view), then q and k after qk-norm/RoPE (new tensors
     # saved by TE DotProductAttention: attention.py get_query_key_value_tensors, fused RoPE)
     out["qkv"] = ACT * t * (q + 2 * g * d) / tp + ACT * t * (a * d + g * d) / tp
     # attention output (shared with linear_proj's saved input) + fp32 softmax lse (flash/cuDNN)
-    out["core_attn"] = (ACT * t * a * d + FP32 * t * a) / tp
+    out["core_attn"] = (ACT * t * a * d + FP32 * t * a + ACT * t * a * scores) / tp
     if tc.get("attention_output_gate"):
         out["core_attn"] += ACT * t * a * d / tp  # the gated output is a second tensor
-    # recompute "core_attn" keeps q/k/v (its inputs) and the output (linear_proj's saved input):
-    # with flash attention there is nothing left to save
+    if "core_attn" in modules:  # checkpointed: q/k/v are its inputs, the output linear_proj's input
+        out["core_attn"] = (ACT * t * a * d + FP32 * t * a) / tp
     return out
 
 
@@ -96,7 +100,8 @@ def mlp_bytes(tc: dict, t: int, t_h: float, tp: int, etp: int, moe: bool, module
     # pre_mlp_layernorm (TENorm): input + output (router and shared expert input); recompute
     # "layernorm" discards the output (transformer_layer.py pre_mlp_norm_checkpoint)
     out = {"norm": (1 if "layernorm" in modules else 2) * ACT * t_h * h,
-           "router": 2 * FP32 * t_h * tc["num_moe_experts"]}  # fp32 logits and probs (router.py)
+           # router logits and probs (router.py gating: moe_router_dtype, else bf16; fp32 as the bound)
+           "router": 2 * FP32 * t_h * tc["num_moe_experts"]}
     rows, _ = routed_rows(tc, t_h, etp)
     f = tc.get("moe_ffn_hidden_size") or tc["ffn_hidden_size"]
     # TEGroupedMLP (experts.py forward): fc1 input (the dispatched tokens), fc1 output (saved by the
@@ -111,11 +116,11 @@ def mlp_bytes(tc: dict, t: int, t_h: float, tp: int, etp: int, moe: bool, module
 
 
 def layer_bytes(tc: dict, t: int, t_h: float, tp: int, etp: int, moe: bool, linear: bool,
-                recompute: str | None, modules: frozenset) -> dict:
-    """Bytes one decoder layer keeps for one micro-batch, itemised."""
+                recompute: str | None, modules: frozenset, scores: float = 0) -> dict:
+    """Bytes one decoder layer keeps for one micro-batch, itemised (``scores``: attention_bytes)."""
     if recompute == "full":  # transformer_block.py _checkpointed_forward: the layer input only
         return {"layer_input": ACT * t_h * tc["hidden_size"]}
-    items = {f"attn.{k}": v for k, v in attention_bytes(tc, t, t_h, tp, modules, linear).items()}
+    items = {f"attn.{k}": v for k, v in attention_bytes(tc, t, t_h, tp, modules, linear, scores).items()}
     items.update({f"mlp.{k}": v for k, v in mlp_bytes(tc, t, t_h, tp, etp, moe, modules).items()})
     if (tc.get("hidden_dropout") or 0) > 0:  # two bias-dropout-add masks (1 B per element)
         items["dropout_masks"] = 2 * t_h * tc["hidden_size"]

@@ -303,11 +303,14 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     t_h = t / lay.tp if sp else t
     recompute = tc.get("recompute_granularity")
     modules = frozenset(tc.get("recompute_modules") or ()) if recompute == "selective" else frozenset()
+    # without Transformer Engine (the CPU platform's local spec) attention is not flash: s x s scores
+    te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
+    scores = 0 if te else tr["seq_length"] // lay.cp
     items: dict = {}
 
     def layer(number: int) -> float:
         parts = A.layer_bytes(tc, t, t_h, lay.tp, lay.expert_tp, is_moe_layer(tc, number),
-                              is_linear_attention_layer(tc, number), recompute, modules)
+                              is_linear_attention_layer(tc, number), recompute, modules, scores)
         for k, v in parts.items():
             items[k] = items.get(k, 0) + v
         return sum(parts.values())
@@ -316,14 +319,15 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     for chunk in stage_contents(tc, lay, pp_rank):
         sizes = [layer(n) for n in chunk["layers"]]
         for _ in range(chunk["mtp"]):  # an MTP layer: enorm, hnorm, eh_proj inputs + one decoder layer
-            sizes.append(layer(tc["num_layers"]) + 5 * A.ACT * t_h * tc["hidden_size"])
+            mtp_inputs = 5 * A.ACT * t_h * tc["hidden_size"]
+            items["mtp.inputs"] = items.get("mtp.inputs", 0) + mtp_inputs
+            sizes.append(layer(tc["num_layers"]) + mtp_inputs)
         extra = 0.0
         if chunk["output"]:
             output = A.logits_bytes(tc, model, t, t_h, lay.tp)
             extra = sum(output.values()) * (1 + chunk["mtp"])  # MTP computes its own logits
         layer_peak = max([layer_peak, *sizes])
         chunk_bytes.append(sum(sizes) + extra)
-    counts = {k: v for k, v in items.items()}  # summed over the stage's layers, per micro-batch
     held, schedule = A.schedule_peak(chunk_bytes, lay.pp, pp_rank, lay.vpp, tr["num_microbatches"],
                                      bool(tc.get("overlap_moe_expert_parallel_comm")), layer_peak)
     total = int(held + layer_peak)
@@ -331,7 +335,7 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
                f"{[round(c / GIB, 3) for c in chunk_bytes]} GiB, t={t}, t_h={t_h:g}, recompute={recompute}"
                f"{'/' + ','.join(sorted(modules)) if modules else ''}) + backward working set "
                f"{layer_peak / GIB:.2f} GiB (the largest layer)")
-    per_mb = {k: int(v) for k, v in sorted(counts.items())}
+    per_mb = {k: int(v) for k, v in sorted(items.items())}  # summed over the stage's layers
     per_mb.update({f"output.{k}": int(v) for k, v in output.items()})
     return total, per_mb, formula
 

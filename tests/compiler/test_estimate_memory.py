@@ -189,3 +189,12 @@ def test_sequence_parallel_shards_the_routed_tokens():
     assert two == one // 2
     unbalanced = M.estimate(_tiny_plan(sequence_parallel=True), Layout(world_size=8, ep=8), 0)
     assert unbalanced.activation_items["mlp.experts"] == one * A.EP_IMBALANCE_BOUND
+
+
+def test_local_attention_keeps_the_scores():
+    """Without TE (the CPU platform's local spec) attention saves its s x s softmax output."""
+    plan = _tiny_plan()
+    flash = M.estimate(plan, Layout(world_size=8, ep=8), 0).activation_items["attn.core_attn"]
+    plan["runtime"] = {"transformer_impl": "local"}
+    local = M.estimate(plan, Layout(world_size=8, ep=8), 0).activation_items["attn.core_attn"]
+    assert local - flash == 8 * 2 * 16 * 4096 * 4096  # layers x bf16 x heads x s x s
