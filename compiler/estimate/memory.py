@@ -23,8 +23,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Memory torch.cuda.max_memory_allocated does not see, per rank: the CUDA context and loaded
 # kernels (~0.5-1 GiB on H100), NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB per channel and
 # peer: EP and DP groups span nodes), cuBLAS/TE workspaces and caching-allocator fragmentation
-# (reduced, not removed, by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which every
-# Megatron-Bridge perf recipe sets).  A stated allowance, not a measurement: the calibration run
+# (reduced, not removed, by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which the
+# Megatron-Bridge perf recipes set, e.g. perf_recipes/qwen/h100/qwen3_moe.py).  A stated allowance, not a measurement: the calibration run
 # reported only allocated memory (docs/memory-model.md).
 ALLOWANCE_BYTES = 5 * GIB
 ALLOWANCE_FORMULA = ("5 GiB stated allowance: CUDA context, NCCL buffers, cuBLAS/TE workspaces, "
