@@ -1,4 +1,5 @@
-"""Analytic estimates for the layout planner: per-rank parameters and memory (memory.py).
+"""Analytic estimates for the layout planner: per-rank parameters and memory (memory.py, with the
+activation terms and the pipeline schedule in activations.py; docs/memory-model.md).
 
 Pure Python over a compiled plan's transformer_config/model sections and a compiler/layout.py
 Layout; never imports torch or megatron.  Parameter counts are checked against what

@@ -5,9 +5,10 @@ compiler/plan.py writes them) and a compiler/layout.py Layout.  Parameters are c
 megatron-core shards them (tensor_parallel ColumnParallelLinear / RowParallelLinear,
 VocabParallelEmbedding, MoE experts over EP x ETP), split like runtime/model.count_parameters:
 ``embedding`` (input embedding and output layer), ``expert`` (routed experts), ``dense`` (the
-rest).  Activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models" (arXiv:2205.05198), per layer and micro-batch, held for the schedule's
-warm-up depth.  Every number is returned with its formula (Estimate.formulas).
+rest).  Activations are what megatron-core 0.19 keeps for backward, term by term
+(compiler/estimate/activations.py), walked through the pipeline schedule.  Every number is
+returned with its formula (Estimate.formulas); docs/memory-model.md has the calibration against a
+measured run and the comparison with Megatron-LM's theoretical_memory_usage.py.
 """
 from __future__ import annotations
 
@@ -15,13 +16,19 @@ import re
 from dataclasses import dataclass, field
 
 from ..layout import Layout
+from . import activations as A
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# CUDA context, NCCL communicators and buffers, cuBLAS/TE workspaces and allocator fragmentation:
-# not modelled term by term. A stated allowance, per rank (rough: an H100 CUDA context with
-# NCCL and TE is 1-3 GiB in practice; fragmentation of the caching allocator adds more).
+# Memory torch.cuda.max_memory_allocated does not see, per rank: the CUDA context and loaded
+# kernels (~0.5-1 GiB on H100), NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB per channel and
+# peer: EP and DP groups span nodes), cuBLAS/TE workspaces and caching-allocator fragmentation
+# (reduced, not removed, by PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which the
+# Megatron-Bridge perf recipes set, e.g. perf_recipes/qwen/h100/qwen3_moe.py).  A stated allowance, not a measurement: the calibration run
+# reported only allocated memory (docs/memory-model.md).
 ALLOWANCE_BYTES = 5 * GIB
+ALLOWANCE_FORMULA = ("5 GiB stated allowance: CUDA context, NCCL buffers, cuBLAS/TE workspaces, "
+                     "allocator fragmentation (not in torch.cuda.max_memory_allocated)")
 
 
 # ------------------------------------------------------------------------ parameters
@@ -239,10 +246,23 @@ class Estimate:
     activations: int
     allowance: int
     formulas: dict = field(default_factory=dict)
+    activation_items: dict = field(default_factory=dict)  # bytes per micro-batch, summed over the stage
 
     @property
     def total(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.activations + self.allowance
+
+    @property
+    def allocated(self) -> int:
+        """What torch.cuda.max_memory_allocated can see: everything but the allowance."""
+        return self.total - self.allowance
+
+    def breakdown(self) -> dict:
+        """name -> bytes, the five terms first, then the activation items per micro-batch."""
+        out = {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+               "activations": self.activations, "allowance": self.allowance}
+        out.update({f"activations/mb.{k}": v for k, v in self.activation_items.items()})
+        return out
 
     def headroom(self, capacity_bytes: int) -> int:
         return capacity_bytes - self.total
@@ -265,85 +285,71 @@ def states(counts: dict, plan: dict, lay: Layout) -> tuple[int, int, int, dict]:
         "optimizer": f"{state} B x (non-expert {total - expert} / dp {dp} + expert {expert} / edp {edp})"}
 
 
-def layer_activation_bytes(tc: dict, s: int, b: int, lay: Layout, moe: bool, sp: bool, flash: bool,
-                           recompute: str | None, modules: frozenset) -> float:
-    """Bytes one layer keeps for backward for one micro-batch of s (= seq/cp) tokens, on one rank.
-
-    Korthikanti et al. 2022, eq. 2 with flash attention (no s^2 score/softmax terms) and GQA:
-    attention 2sbh (LN in) + 2sb(q+k+v) + 2sbh (proj in) + sbh (dropout mask); MLP
-    2sbh (LN in) + 2sbh (fc1 in) + 2sbf*glu (act in) + 2sbf (fc2 in) + sbh (mask); MoE: the
-    fc-side terms for top-k routed copies spread evenly over EP, plus the shared expert.
-    TP divides the per-head/ffn terms; SP divides the sbh terms by TP too.  Full recompute
-    keeps only the layer input (2sbh).  Selective recompute drops the modules it names.
-    """
-    h, a, d, g = _heads(tc)
-    tp, glu = lay.tp, _glu(tc)
-    if recompute == "full":
-        return 2 * s * b * h / (tp if sp else 1)
-    sbh_div = tp if sp else 1
-    sbh = s * b * h
-    if tc.get("multi_latent_attention"):
-        qkv = 2 * s * b * a * (tc["qk_head_dim"] + tc["qk_pos_emb_head_dim"]) * 2 + 2 * s * b * a * tc["v_head_dim"]
-    else:
-        qkv = 2 * s * b * (a * d + 2 * g * d)
-    attn = (2 * sbh + 2 * sbh + sbh) / sbh_div + qkv / tp
-    attn += (2 * s * b * a * d + 4 * a * s * b) / tp if flash else 5 * a * s * s * b / tp
-    if "core_attn" in modules:
-        attn -= (2 * s * b * a * d + 4 * a * s * b) / tp if flash else 5 * a * s * s * b / tp
-    if not moe:
-        f = tc["ffn_hidden_size"]
-        mlp = 5 * sbh / sbh_div + (2 * s * b * f * glu + 2 * s * b * f) / tp
-    else:
-        k = tc["moe_router_topk"]
-        f = tc.get("moe_ffn_hidden_size") or tc["ffn_hidden_size"]
-        routed = k * (2 * sbh + 2 * s * b * f * glu + 2 * s * b * f) / lay.expert_tp
-        if "moe_act" in modules:
-            routed -= k * 2 * s * b * f * glu / lay.expert_tp
-        mlp = 5 * sbh / sbh_div + routed
-        fs = tc.get("moe_shared_expert_intermediate_size") or 0
-        if fs:
-            mlp += (2 * s * b * fs * glu + 2 * s * b * fs) / tp
-    if "layernorm" in modules:
-        attn -= 2 * sbh / sbh_div
-        mlp -= 2 * sbh / sbh_div
-    return attn + mlp
+def capacity_bytes(plan: dict) -> int:
+    """A GPU's memory as the estimate is compared with it: platform gpu.memory_gb read as GiB.
+    Vendors' HBM "GB" are close to binary units (H100 80 GB: nvidia-smi reports 81559 MiB =
+    79.6 GiB); the few hundred MiB below memory_gb GiB are inside the allowance."""
+    return int(plan["platform"]["gpu"]["memory_gb"] * GIB)
 
 
-def in_flight(lay: Layout, pp_rank: int, microbatches: int, combined: bool) -> float:
-    """Micro-batches whose activations a pipeline rank holds at the peak (1F1B warm-up depth).
+def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, str]:
+    """Peak activation bytes on a rank of pipeline stage ``pp_rank`` (compiler/estimate/
+    activations.py): every model chunk's per-micro-batch bytes (its decoder layers, MTP layers,
+    the output stage's final norm and logits), walked through the pipeline schedule, plus the
+    backward working set (the gradients of one layer's activations, alive next to them)."""
+    tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]
+    t = tr["seq_length"] // lay.cp * tr["micro_batch_size"]
+    sp = bool(tc.get("sequence_parallel"))
+    t_h = t / lay.tp if sp else t
+    recompute = tc.get("recompute_granularity")
+    modules = frozenset(tc.get("recompute_modules") or ()) if recompute == "selective" else frozenset()
+    # without Transformer Engine (the CPU platform's local spec) attention is not flash: s x s scores
+    te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
+    scores = 0 if te else tr["seq_length"] // lay.cp
+    items: dict = {}
 
-    1F1B: pp - rank; interleaved: ((pp-rank-1)*2 + (vpp-1)*pp + 1) chunk-micro-batches of 1/vpp of
-    the layers (megatron-core schedules.get_pp_rank_microbatches); combined-1F1B (EP overlap) holds
-    one more. Never more than the micro-batches there are."""
-    extra = 1 if combined else 0
-    if lay.pp > 1 and lay.vpp:
-        return min(microbatches * lay.vpp, (lay.pp - pp_rank - 1) * 2 + (lay.vpp - 1) * lay.pp + 1 + extra) / lay.vpp
-    return min(microbatches, lay.pp - pp_rank + extra)
+    def layer(number: int) -> float:
+        parts = A.layer_bytes(tc, t, t_h, lay.tp, lay.expert_tp, is_moe_layer(tc, number),
+                              is_linear_attention_layer(tc, number), recompute, modules, scores)
+        for k, v in parts.items():
+            items[k] = items.get(k, 0) + v
+        return sum(parts.values())
+
+    chunk_bytes, layer_peak, output = [], 0.0, {}
+    for chunk in stage_contents(tc, lay, pp_rank):
+        sizes = [layer(n) for n in chunk["layers"]]
+        for _ in range(chunk["mtp"]):  # an MTP layer: enorm, hnorm, eh_proj inputs + one decoder layer
+            mtp_inputs = 5 * A.ACT * t_h * tc["hidden_size"]
+            items["mtp.inputs"] = items.get("mtp.inputs", 0) + mtp_inputs
+            sizes.append(layer(tc["num_layers"]) + mtp_inputs)
+        extra = 0.0
+        if chunk["output"]:
+            output = A.logits_bytes(tc, model, t, t_h, lay.tp)
+            extra = sum(output.values()) * (1 + chunk["mtp"])  # MTP computes its own logits
+        layer_peak = max([layer_peak, *sizes])
+        chunk_bytes.append(sum(sizes) + extra)
+    held, schedule = A.schedule_peak(chunk_bytes, lay.pp, pp_rank, lay.vpp, tr["num_microbatches"],
+                                     bool(tc.get("overlap_moe_expert_parallel_comm")), layer_peak)
+    total = int(held + layer_peak)
+    formula = (f"schedule peak {held / GIB:.2f} GiB ({schedule}; per micro-batch per chunk "
+               f"{[round(c / GIB, 3) for c in chunk_bytes]} GiB, t={t}, t_h={t_h:g}, recompute={recompute}"
+               f"{'/' + ','.join(sorted(modules)) if modules else ''}) + backward working set "
+               f"{layer_peak / GIB:.2f} GiB (the largest layer)")
+    per_mb = {k: int(v) for k, v in sorted(items.items())}  # summed over the stage's layers
+    per_mb.update({f"output.{k}": int(v) for k, v in output.items()})
+    return total, per_mb, formula
 
 
 def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0) -> Estimate:
     """One rank's memory for a compiled plan (its layout unless ``lay`` is given)."""
-    tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]
+    tc, model = plan["transformer_config"], plan["model"]
     lay = lay or Layout.from_plan(plan["layout"])
     te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
     counts = rank_parameters(tc, model, lay, pp_rank, te)
     weights, grads, opt, formulas = states(counts, plan, lay)
-    s, b = tr["seq_length"] // lay.cp, tr["micro_batch_size"]
-    sp = bool(tc.get("sequence_parallel")) or lay.tp == 1
-    flash = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
-    recompute = tc.get("recompute_granularity")
-    modules = frozenset(tc.get("recompute_modules") or ()) if recompute == "selective" else frozenset()
-    per_mb = sum(layer_activation_bytes(tc, s, b, lay, is_moe_layer(tc, n), sp, flash, recompute, modules)
-                 for n in counts["decoder_layers"])
-    chunks = stage_contents(tc, lay, pp_rank)
-    if any(c["output"] for c in chunks):
-        per_mb += 4 * s * b * model["vocab_size"] / lay.tp  # fp32 logits
-    depth = in_flight(lay, pp_rank, tr["num_microbatches"], bool(tc.get("overlap_moe_expert_parallel_comm")))
-    activations = int(per_mb * depth)
-    formulas["activations"] = (f"{per_mb:.0f} B per micro-batch ({len(counts['decoder_layers'])} layers, "
-                               f"s={s}, b={b}, recompute={recompute}) x {depth:g} in flight")
-    formulas["allowance"] = "CUDA context, NCCL, workspaces, fragmentation (stated allowance)"
-    return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas)
+    activations, per_mb, formulas["activations"] = activation_bytes(plan, lay, pp_rank)
+    formulas["allowance"] = ALLOWANCE_FORMULA
+    return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas, per_mb)
 
 
 def peak(plan: dict, lay: Layout | None = None) -> tuple[Estimate, int]:
