@@ -189,7 +189,8 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
             if chosen is None:
                 hint[(group, overlap)] = len(options)
                 if est is not None:
-                    ev = Evaluated(probe, lay, est, rank, feasible=False)
+                    full = space.replace(probe, recompute=options[-1][0], modules=options[-1][1])
+                    ev = Evaluated(full, lay, est, rank, feasible=False)
                     ev.reasons.append(f"memory {est.total / GIB:.1f} GB > {s.capacity_gb:g} GB even with full "
                                       f"recompute (pp rank {rank})")
                     rejected.append(ev)
