@@ -11,7 +11,7 @@ import yaml
 from .search import GIB, Evaluated
 from .space import Setting
 
-          "# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
+HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
           "# The estimate in the description comes from compiler/estimate (memory, step time).\n")
 
 
