@@ -61,6 +61,7 @@ class Result:
     rejected: list          # rule- or memory-rejected, with reasons
     considered: int         # (layout, mbs, dispatcher, overlap, recompute) combinations estimated
     kept: int               # of those, within memory
+    estimated: list = field(default_factory=list)   # every candidate within memory, fastest estimate first
 
 
 # ------------------------------------------------------------------------ documents
@@ -233,7 +234,7 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
             measure(ev, real, s.capacity_gb)
             (ranked if ev.feasible else rejected).append(ev)
         ranked.sort(key=lambda e: (e.step_s, e.cand.key()))
-        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept))
+        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept)
     finally:
         comp.close()
 

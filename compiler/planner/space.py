@@ -103,6 +103,8 @@ class Candidate:
             par["pipeline_layout"] = self.split
         moe = {"dispatcher": self.dispatcher, "flex_backend": self.backend,
                "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}}
+        if (s.plat.get("software") or {}).get("grouped_gemm"):
+            moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
         doc = {"schema": "moeforge/recipe/v3", "revision": 1,
                "name": f"{s.model}-{s.platform}-x{s.gpus}-planned",
                "description": description or f"{s.model} on {s.gpus} x {s.platform}: {self.describe()}, "
@@ -160,9 +162,9 @@ def pipeline_split(arch: dict, pp: int, vpp: int | None) -> str | None:
     mtp = arch.get("mtp_num_layers") or 0
     if pp == 1:
         return "even" if vpp is None else None
-    if n % stages == 0 and not mtp:
-        return "even"
-    if (n + 2) % stages == 0 and not mtp:
+    if n % stages == 0:
+        return "even"      # MTP, where the model has it, goes on the last stage
+    if (n + 2) % stages == 0:
         return "account"
     slots = ["E"] + ["t"] * n + ["m"] * mtp + ["L"]
     if len(slots) % stages:
