@@ -24,6 +24,7 @@ NVLINK_BPS = 450e9         # H100 NVLink 4: 900 GB/s bidirectional per GPU (data
 IB_BPS = 50e9              # one ConnectX-7 NDR 400 Gb/s per GPU (DGX H100 datasheet)
 EP_OVERLAP_HIDDEN = 0.7    # PROVISIONAL guess: share of the EP all-to-all hidden by overlap_moe_expert_parallel_comm
 OVERHEAD_S = 0.05          # PROVISIONAL guess: per-step launch/optimizer bookkeeping
+PROVISIONAL = True        # the planner's validation test expects failures while this placeholder is in place
 KEYS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
 
 

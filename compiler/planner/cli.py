@@ -56,9 +56,10 @@ def _run(args) -> int:
     s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs)
     result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
     if not result.ranked:
+        why = (f"none of {result.considered} candidates fits in {s.capacity_gb:g} GB per GPU" if not result.kept else
+               f"{result.kept} of {result.considered} candidates fit in memory, none of those tried passed the rules")
         raise search.PlannerError(f"no feasible layout for {s.model} on {s.gpus} x {s.platform} (seq {s.seq}, GBS "
-                                  f"{s.gbs}): {result.kept} of {result.considered} candidates fit in memory, none "
-                                  "passed the rules; try more GPUs, a smaller --gbs or --all for the reasons")
+                                  f"{s.gbs}): {why}; try more GPUs or a shorter --seq, and --all for the reasons")
     if args.format == "json":
         print(report.as_json(result))
     else:

@@ -48,7 +48,7 @@ def _mem(ev: Evaluated, cap: float | None) -> str:
 
 def table(result: Result) -> str:
     s, cap = result.setting, result.setting.capacity_gb
-    head = (f"{s.model} on {s.gpus} x {s.platform} ({s.nodes} nodes), seq {s.seq}, GBS {s.gbs}: "
+    head = (f"{s.model} on {s.gpus} x {s.platform} ({s.nodes} node{'s' if s.nodes > 1 else ''}), seq {s.seq}, GBS {s.gbs}: "
             f"{result.considered} candidates estimated, {result.kept} within memory, "
             f"{len(result.ranked)} confirmed by the rules")
     cols = ("#", "layout", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s", "tok/s/GPU",

@@ -62,6 +62,7 @@ class Result:
     considered: int         # (layout, mbs, dispatcher, overlap, recompute) combinations estimated
     kept: int               # of those, within memory
     estimated: list = field(default_factory=list)   # every candidate within memory, fastest estimate first
+    compiles: int = 0       # pipeline compiles spent (the baseline and the confirmations)
 
 
 # ------------------------------------------------------------------------ documents
@@ -234,7 +235,7 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
             measure(ev, real, s.capacity_gb)
             (ranked if ev.feasible else rejected).append(ev)
         ranked.sort(key=lambda e: (e.step_s, e.cand.key()))
-        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept)
+        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count)
     finally:
         comp.close()
 
