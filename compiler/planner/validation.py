@@ -67,8 +67,9 @@ def table(results: list[dict]) -> str:
     for v in results:
         mem = f"{v['memory_gb']:.1f}" if v.get("memory_gb") is not None else "-"
         num = (lambda x, f: f.format(x) if x is not None else "-")
-        lines.append(f"| {v['row']} | {v['layout']} | {'yes' if v['legal'] else 'no'} | {mem}"
-                     f"{'' if v['within_memory'] else ' (over)'} | {num(v['rank'], '{}')} | "
+        over = " (over)" if v.get("memory_gb") is not None and not v["within_memory"] else ""
+        lines.append(f"| {v['row']} | {v['layout']} | {'yes' if v['legal'] else 'no'} | {mem}{over} | "
+                     f"{num(v['rank'], '{}')} | "
                      f"{num(v['tuned_s'], '{:.2f}')} | {num(v['best_s'], '{:.2f}')} | {num(v['ratio'], '{:.2f}')} | "
                      f"{'yes' if passes(v) else 'no'} |")
     return "\n".join(lines)

