@@ -100,7 +100,8 @@ def estimate(plan: dict, lay: Layout | None = None) -> StepTime:
     moe_layers = sum(memory.is_moe_layer(tc, n) for n in range(1, tc["num_layers"] + 1)) / lay.pp
     a2a = 0.0
     if lay.ep > 1:
-        a2a = 4 * moe_layers * local_tokens / lay.tp * tc["moe_router_topk"] * h * bytes_ * (lay.ep - 1) / lay.ep / ep_bw
+        routed = local_tokens / lay.tp * tc["moe_router_topk"] * h * bytes_
+        a2a = 4 * moe_layers * routed * (lay.ep - 1) / lay.ep / ep_bw
     hidden_a2a = a2a * EP_OVERLAP_HIDDEN if tc.get("overlap_moe_expert_parallel_comm") else 0.0
     if tc.get("moe_token_dispatcher_type") == "flex":
         a2a *= 0.8  # PROVISIONAL guess: fused dispatch kernels

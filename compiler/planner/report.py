@@ -48,7 +48,8 @@ def _mem(ev: Evaluated, cap: float | None) -> str:
 
 def table(result: Result) -> str:
     s, cap = result.setting, result.setting.capacity_gb
-    head = (f"{s.model} on {s.gpus} x {s.platform} ({s.nodes} node{'s' if s.nodes > 1 else ''}), seq {s.seq}, GBS {s.gbs}: "
+    nodes = f"{s.nodes} node{'s' if s.nodes > 1 else ''}"
+    head = (f"{s.model} on {s.gpus} x {s.platform} ({nodes}), seq {s.seq}, GBS {s.gbs}: "
             f"{result.considered} candidates estimated, {result.kept} within memory, "
             f"{len(result.ranked)} confirmed by the rules")
     cols = ("#", "layout", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s", "tok/s/GPU",
@@ -80,8 +81,8 @@ def explain(ev: Evaluated, capacity_gb: float | None, title: str) -> str:
     for name in ("weights", "gradients", "optimizer", "activations", "allowance"):
         value = getattr(m, name)
         lines.append(f"    {name:<12} {value / GIB:8.2f}   {m.formulas.get(name, '')}")
-    lines.append(f"    {'total':<12} {m.total / GIB:8.2f}" + (f"   of {capacity_gb:g} (headroom "
-                                                                f"{capacity_gb - m.total / GIB:+.2f})" if capacity_gb else ""))
+    room = f"   of {capacity_gb:g} (headroom {capacity_gb - m.total / GIB:+.2f})" if capacity_gb else ""
+    lines.append(f"    {'total':<12} {m.total / GIB:8.2f}{room}")
     lines.append("  step time, exposed seconds per step:")
     for name, value in t.items.items():
         hidden = t.hidden.get(name)

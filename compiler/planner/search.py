@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -154,12 +154,12 @@ def _fits(cand, lay, s, base) -> tuple[bool, memory.Estimate, int]:
 def _lightest_recompute(cand, lay, s, base, options, start: int = 0):
     """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
     with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate."""
-    heaviest = space.replace(cand, recompute=options[-1][0], modules=options[-1][1])
+    heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
     ok, est, rank = _fits(heaviest, lay, s, base)
     if not ok:
         return None, est, rank, len(options)
     for i in range(start, len(options) - 1):
-        c = space.replace(cand, recompute=options[i][0], modules=options[i][1])
+        c = replace(cand, recompute=options[i][0], modules=options[i][1])
         ok, est2, rank2 = _fits(c, lay, s, base)
         if ok:
             return c, est2, rank2, i
@@ -179,8 +179,8 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
             progress.update(1)
         group = cand.key()[:-1]
         for overlap in (False, True) if cand.ep > 1 else (False,):
-            probe = space.replace(cand, ep_overlap=overlap)
-            start = hint.get((group, overlap), hint.get((group, False), 0)) if overlap else hint.get((group, False), 0)
+            probe = replace(cand, ep_overlap=overlap)
+            start = max(hint.get((group, False), 0), hint.get((group, True), 0) if overlap else 0)
             variants = [v for v in space.variants(s, cand) if v.ep_overlap == overlap]
             considered += len(variants)
             if start >= len(options):
@@ -191,14 +191,14 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
             if chosen is None:
                 hint[(group, overlap)] = len(options)
                 if est is not None:
-                    full = space.replace(probe, recompute=options[-1][0], modules=options[-1][1])
+                    full = replace(probe, recompute=options[-1][0], modules=options[-1][1])
                     ev = Evaluated(full, lay, est, rank, feasible=False)
                     ev.reasons.append(f"memory {est.total / GIB:.1f} GB > {s.capacity_gb:g} GB even with full "
                                       f"recompute (pp rank {rank})")
                     rejected.append(ev)
                 continue
             for v in variants:
-                v = space.replace(v, recompute=chosen.recompute, modules=chosen.modules)
+                v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
                 ev = Evaluated(v, lay, est, rank)
                 ev.time = steptime.estimate(v.patched_plan(base, s, lay), lay)
                 kept.append(ev)
@@ -246,7 +246,7 @@ def _progress_bar(wanted: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(desc="layouts", unit="layout", file=sys.stderr, leave=False)
+    return tqdm(desc="layouts", unit="layout", file=sys.stderr, leave=False, delay=1.0)  # only a long search shows it
 
 
 def evaluate_recipe(recipe: str) -> Evaluated:

@@ -104,7 +104,8 @@ def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
     par = doc["parallelism"]
     assert {k: par[k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")} == \
         {k: best["layout"][k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
-    assert doc["training"]["micro_batch_size"] == best["layout"]["mbs"] and doc["moe"]["dispatcher"] == best["dispatcher"]
+    assert doc["training"]["micro_batch_size"] == best["layout"]["mbs"]
+    assert doc["moe"]["dispatcher"] == best["dispatcher"]
     assert f"{best['step_time_s']:.2f} s/step" in doc["description"]
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]   # no temporary left behind
     rc, out, err = run("--root", str(root), "compile", str(target), "--out", str(tmp_path / "build"))
