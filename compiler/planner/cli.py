@@ -47,7 +47,7 @@ def main(argv) -> int:
 def _run(args) -> int:
     if args.evaluate:
         return _evaluate(args)
-    missing = [n for n, v in (("MODEL", args.model), ("--platform", args.platform), ("--gpus", args.gpus)) if not v]
+    missing = [n for n, v in (("MODEL", args.model), ("--platform", args.platform), ("--gpus", args.gpus)) if v is None]
     if missing:
         raise search.PlannerError(f"missing {', '.join(missing)}: moeforge plan-layout MODEL --platform P --gpus N "
                                   "(or --evaluate RECIPE)")

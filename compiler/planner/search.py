@@ -79,19 +79,20 @@ def document(kind: str, name: str) -> tuple[dict, Path]:
 
 
 def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: int | None = None) -> space.Setting:
+    for name, value in (("--gpus", gpus), ("--seq", seq), ("--gbs", gbs)):
+        if value is not None and value < 1:
+            raise PlannerError(f"{name} must be a positive integer, got {value}")
     mdoc, _ = document("model", model)
     pdoc, _ = document("platform", platform)
     per_node = pdoc.get("gpus_per_node") or 1
-    if gpus < 1 or (gpus > per_node and gpus % per_node):
+    if gpus > per_node and gpus % per_node:
         raise PlannerError(f"--gpus {gpus} is not a whole number of {platform} nodes of {per_node} GPUs: "
                            f"use a multiple of {per_node}")
     arch = dict(mdoc.get("architecture") or {})
     arch.update({k: v for k, v in (mdoc.get("moe") or {}).items() if k in ("num_experts", "router_topk")})
     arch["mtp_num_layers"] = mdoc.get("mtp_num_layers")
-    seq = seq or space.DEFAULT_SEQ
-    gbs = gbs or space.DEFAULT_SEQS_PER_GPU * gpus
-    if seq < 1 or gbs < 1:
-        raise PlannerError("--seq and --gbs must be positive integers")
+    seq = space.DEFAULT_SEQ if seq is None else seq
+    gbs = space.DEFAULT_SEQS_PER_GPU * gpus if gbs is None else gbs
     return space.Setting(model, platform, gpus, seq, gbs, arch, pdoc)
 
 

@@ -140,6 +140,8 @@ def test_evaluate_a_catalogue_recipe():
     (["qwen3-30b-a3b", "--platform", "tpu9", "--gpus", "16"], "unknown platform 'tpu9'"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "12"], "not a whole number of h100 nodes of 8 GPUs"),
     (["qwen3-30b-a3b", "--gpus", "16"], "missing --platform"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--seq", "-1"], "--seq must be a positive integer"),
     (["deepseek-v3", "--platform", "h100", "--gpus", "8"], "no feasible layout for deepseek-v3 on 8 x h100"),
 ])
 def test_bad_input_is_one_line(argv, words):
