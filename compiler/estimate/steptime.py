@@ -12,7 +12,7 @@ only; the real model reads plan["platform"]["performance"]).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..layout import Layout
 from . import memory
@@ -37,7 +37,6 @@ class StepTime:
     tokens_per_step: int
     world_size: int
     peak_flops: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
