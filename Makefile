@@ -37,7 +37,7 @@ BRIDGE_DEPS := transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.1 einops==0
 	pyyaml==6.0.3 packaging jsonschema==4.26.0
 CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort))
 
-.PHONY: help setup setup312 demo test check compile compile-all launch matrix fuzz bench golden clean
+.PHONY: help setup setup312 demo test check compile compile-all launch plan-layout matrix fuzz bench golden clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -108,6 +108,9 @@ launch: compile ## launch RECIPE with TARGET=local|slurm|print (print: the exact
 		$(MAKE) --no-print-directory setup312; \
 	fi
 	@$(MOEFORGE) launch --target $(TARGET) build/$(RECIPE)
+
+plan-layout: $(STAMP) ## rank layouts: MODEL=<model> PLATFORM=<platform> GPUS=<n> [SEQ=] [GBS=]
+	$(MOEFORGE) plan-layout $(MODEL) --platform $(PLATFORM) --gpus $(GPUS) $(if $(SEQ),--seq $(SEQ)) $(if $(GBS),--gbs $(GBS))
 
 matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
 	$(MOEFORGE) matrix --html build/matrix.html

@@ -1,4 +1,4 @@
-"""`moeforge`: compile, check, explain, rules, lint-config, diff, matrix, migrate, launch, dryrun, init, new,
+"""`moeforge`: compile, check, explain, rules, lint-config, plan-layout, diff, matrix, migrate, launch, dryrun, init, new,
 import, data prepare.
 
 The project root (recipes/, build/) is found from the current directory upward (a moeforge.toml
@@ -67,6 +67,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
     c = sub.add_parser("lint-config", help="check a flat Megatron config (YAML/JSON); see moeforge lint-config --help")
     c.add_argument("rest", nargs=argparse.REMAINDER, help="FILE and lint-config's own options")
+    c = sub.add_parser("plan-layout", help="rank the layouts for MODEL on N GPUs of a platform; see "
+                                           "moeforge plan-layout --help")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --platform P --gpus N and plan-layout's own options")
     c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance "
                                     "(exit 1 when they differ, as diff(1) does)")
     c.add_argument("a", help="recipe id or path, build/<recipe> directory, or plan.json")
@@ -156,6 +159,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
         from .lintconfig import main_lint_config
         return main_lint_config(argv[1:])
+    if argv[:1] == ["plan-layout"]:  # its options are its own
+        from .planner.cli import main as plan_layout
+        return plan_layout(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
         return cmd_data_prepare(argv[2:])
     args = _plain_check(argv)

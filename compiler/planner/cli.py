@@ -1,0 +1,93 @@
+"""`moeforge plan-layout`: its options are its own (compiler/cli.py forwards everything after the
+command here).  Exit codes as moeforge's: 0 an answer, 1 bad input or no feasible layout (one line
+on stderr), 2 usage."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..diagnostics import CompileError
+from . import emit, report, search
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="moeforge plan-layout",
+        description="Rank the layouts (TP, PP, VPP, CP, EP, ETP, MBS, dispatcher, overlap, recompute) a model can "
+                    "run with on N GPUs of a platform: legal by the rule catalogue (the same rules as check), "
+                    "within memory, fastest estimated step first.")
+    p.add_argument("model", nargs="?", help="model name (a file in recipes/models/, e.g. qwen3-30b-a3b)")
+    p.add_argument("--platform", help="platform name (a file in recipes/platforms/, e.g. h100)")
+    p.add_argument("--gpus", type=int, help="number of GPUs (a whole number of nodes)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default 4096)")
+    p.add_argument("--gbs", type=int, default=None, help="global batch size in sequences (default 16 per GPU)")
+    p.add_argument("--top", type=int, default=10, help="how many confirmed layouts to list (default 10)")
+    p.add_argument("--all", action="store_true", help="also list rejected candidates with their reasons")
+    p.add_argument("--explain", nargs="?", type=int, const=1, default=None, metavar="RANK",
+                   help="print the memory and time breakdown of the candidate at RANK (default 1, the winner)")
+    p.add_argument("--emit", metavar="FILE", help="write the winner as a recipe to FILE (put it under recipes/ "
+                                                  "to compile it: moeforge compile FILE)")
+    p.add_argument("--evaluate", metavar="RECIPE", help="estimate one given recipe instead of searching")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
+    return p
+
+
+def main(argv) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    try:
+        return _run(args)
+    except search.PlannerError as exc:
+        print(f"moeforge plan-layout: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    if args.evaluate:
+        return _evaluate(args)
+    missing = [n for n, v in (("MODEL", args.model), ("--platform", args.platform), ("--gpus", args.gpus)) if v is None]
+    if missing:
+        raise search.PlannerError(f"missing {', '.join(missing)}: moeforge plan-layout MODEL --platform P --gpus N "
+                                  "(or --evaluate RECIPE)")
+    if args.top < 1:
+        raise search.PlannerError(f"--top must be at least 1, got {args.top}")
+    s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs)
+    result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
+    if not result.ranked:
+        why = (f"none of {result.considered} candidates fits in {s.capacity_gb:g} GB per GPU" if not result.kept else
+               f"{result.kept} of {result.considered} candidates fit in memory, none of those tried passed the rules")
+        raise search.PlannerError(f"no feasible layout for {s.model} on {s.gpus} x {s.platform} (seq {s.seq}, GBS "
+                                  f"{s.gbs}): {why}; try more GPUs or a shorter --seq, and --all for the reasons")
+    if args.format == "json":
+        print(report.as_json(result))
+    else:
+        print(report.table(result))
+    if args.explain is not None:
+        if not 1 <= args.explain <= len(result.ranked):
+            raise search.PlannerError(f"--explain {args.explain}: there are {len(result.ranked)} ranked layouts")
+        print("\n" + report.explain(result.ranked[args.explain - 1], s.capacity_gb, f"rank {args.explain}"),
+              file=sys.stderr if args.format == "json" else sys.stdout)
+    if args.emit:
+        path = emit.write(args.emit, emit.recipe_text(result.ranked[0], s))
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _evaluate(args) -> int:
+    try:
+        ev = search.evaluate_recipe(args.evaluate)
+    except CompileError as exc:
+        from ..diagnostics import render_all
+
+        print(render_all(exc.diagnostics, "text"))
+        return 1
+    cap = (ev.plan["platform"].get("gpu") or {}).get("memory_gb")
+    if args.format == "json":
+        import json
+
+        print(json.dumps(report.record(ev, cap), indent=2))
+    else:
+        print(report.explain(ev, cap, args.evaluate))
+    return 0

@@ -1,0 +1,44 @@
+"""Writing the winner as a recipe: the very document the rules confirmed, plus the estimate in its
+description, written atomically (a temporary file in the same directory, then os.replace)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from .search import GIB, Evaluated
+from .space import Setting
+
+HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
+          "# The estimate in the description comes from compiler/estimate (memory, step time).\n")
+
+
+def description(ev: Evaluated, s: Setting) -> str:
+    t = ev.time
+    cap = f" of {s.capacity_gb:g}" if s.capacity_gb else ""
+    return (f"{s.model} on {s.gpus} x {s.platform}, planned by moeforge plan-layout: {ev.cand.describe()}, "
+            f"{ev.cand.dispatcher_text()}, overlap {ev.cand.overlap_text()}, recompute {ev.cand.recompute_text()}. "
+            f"Estimate: {ev.mem.total / GIB:.1f} GB{cap} per rank, {t.total_s:.2f} s/step, "
+            f"{t.tokens_per_s_per_gpu:.0f} tokens/s/GPU, MFU {t.mfu:.1%}, dominant cost {t.dominant}.")
+
+
+def recipe_text(ev: Evaluated, s: Setting) -> str:
+    doc = ev.cand.recipe(s, description(ev, s))
+    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=110)
+
+
+def write(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path

@@ -1,0 +1,96 @@
+"""Printing plan-layout's answers: the ranked table, JSON (field names fixed: checks read them), and
+the full breakdown of one candidate (--explain) so a user can redo the arithmetic."""
+from __future__ import annotations
+
+import json
+
+from .search import GIB, Evaluated, Result
+
+# The dominant cost's words in the table, from compiler/estimate/steptime.py's item keys.
+COST_WORDS = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
+              "pp_bubble": "PP bubble", "pp_p2p": "PP p2p", "dp_reduce": "DP reduce", "optimizer": "optimizer",
+              "overhead": "overhead"}
+
+
+def record(ev: Evaluated, capacity_gb: float | None) -> dict:
+    """One candidate as JSON: layout, dispatcher, overlap, recompute, memory_gb, step_time_s, mfu,
+    feasible, reasons (and the derived figures the table shows)."""
+    c, lay = ev.cand, ev.lay
+    out = {"layout": {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "etp": c.etp, "dp": lay.dp,
+                      "mbs": c.mbs},
+           "dispatcher": c.dispatcher, "flex_backend": c.backend,
+           "overlap": {"ep_comm": c.ep_overlap, "delay_wgrad": c.delay_wgrad},
+           "recompute": {"granularity": c.recompute, "modules": list(c.modules)},
+           "memory_gb": round(ev.mem.total / GIB, 2) if ev.mem else None,
+           "capacity_gb": capacity_gb,
+           "step_time_s": round(ev.time.total_s, 4) if ev.time else None,
+           "tokens_per_s_per_gpu": round(ev.time.tokens_per_s_per_gpu, 1) if ev.time else None,
+           "mfu": round(ev.time.mfu, 4) if ev.time else None,
+           "dominant": ev.time.dominant if ev.time else None,
+           "feasible": ev.feasible, "confirmed": ev.confirmed, "reasons": list(ev.reasons)}
+    return out
+
+
+def as_json(result: Result) -> str:
+    cap = result.setting.capacity_gb
+    s = result.setting
+    return json.dumps({"model": s.model, "platform": s.platform, "gpus": s.gpus, "seq_length": s.seq,
+                       "global_batch_size": s.gbs, "considered": result.considered, "kept": result.kept,
+                       "candidates": [record(e, cap) for e in result.ranked + result.rejected]}, indent=2)
+
+
+def _mem(ev: Evaluated, cap: float | None) -> str:
+    if ev.mem is None:
+        return "-"
+    used = ev.mem.total / GIB
+    return f"{used:5.1f}/{cap:g} ({cap - used:+.1f})" if cap else f"{used:5.1f}"
+
+
+def table(result: Result) -> str:
+    s, cap = result.setting, result.setting.capacity_gb
+    nodes = f"{s.nodes} node{'s' if s.nodes > 1 else ''}"
+    head = (f"{s.model} on {s.gpus} x {s.platform} ({nodes}), seq {s.seq}, GBS {s.gbs}: "
+            f"{result.considered} candidates estimated, {result.kept} within memory, "
+            f"{len(result.ranked)} confirmed by the rules")
+    cols = ("#", "layout", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s", "tok/s/GPU",
+            "MFU", "dominant")
+    rows = [(cols, None)] + [(_row(str(i), ev, cap), None) for i, ev in enumerate(result.ranked, 1)]
+    rows += [(_row("x", ev, cap), "     rejected: " + "; ".join(ev.reasons[:2])) for ev in result.rejected]
+    widths = [max(len(r[i]) for r, _ in rows) for i in range(len(cols))]
+    lines = [head, ""]
+    for r, note in rows:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        if note:
+            lines.append(note)
+    return "\n".join(lines)
+
+
+def _row(num: str, ev: Evaluated, cap) -> tuple:
+    c, t = ev.cand, ev.time
+    return (num, c.describe(), c.dispatcher_text(), c.overlap_text(), c.recompute_text(), _mem(ev, cap),
+            f"{t.total_s:.2f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
+            f"{t.mfu:.1%}" if t else "-", COST_WORDS.get(t.dominant, t.dominant) if t else "-")
+
+
+def explain(ev: Evaluated, capacity_gb: float | None, title: str) -> str:
+    """Every memory and time item with its formula."""
+    m, t = ev.mem, ev.time
+    lines = [f"{title}: {ev.cand.describe()}, {ev.cand.dispatcher_text()}, overlap {ev.cand.overlap_text()}, "
+             f"recompute {ev.cand.recompute_text()}", f"  layout: {ev.lay.folding()} (tp*cp*dp*pp = etp*ep*edp*pp)",
+             f"  memory per rank (largest: pp rank {ev.pp_rank}), GB = bytes/2^30:"]
+    for name in ("weights", "gradients", "optimizer", "activations", "allowance"):
+        value = getattr(m, name)
+        lines.append(f"    {name:<12} {value / GIB:8.2f}   {m.formulas.get(name, '')}")
+    room = f"   of {capacity_gb:g} (headroom {capacity_gb - m.total / GIB:+.2f})" if capacity_gb else ""
+    lines.append(f"    {'total':<12} {m.total / GIB:8.2f}{room}")
+    lines.append("  step time, exposed seconds per step:")
+    for name, value in t.items.items():
+        hidden = t.hidden.get(name)
+        extra = f"  (+{hidden:.3f} hidden)" if hidden else ""
+        lines.append(f"    {name:<12} {value:8.3f}{extra}   {t.formulas.get(name, '')}")
+    lines.append(f"    {'total':<12} {t.total_s:8.3f}   dominant: {COST_WORDS.get(t.dominant, t.dominant)}")
+    lines.append(f"  model FLOPs/step {t.model_flops:.4g}, tokens/step {t.tokens_per_step}, "
+                 f"{t.tokens_per_s_per_gpu:.0f} tokens/s/GPU, MFU {t.mfu:.1%} (peak {t.peak_flops:.4g} FLOP/s)")
+    if ev.reasons:
+        lines.append("  rejected: " + "; ".join(ev.reasons))
+    return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""Ranking: estimate every candidate analytically, then confirm the fastest through the pipeline.
+
+The analytic pass patches one compiled base plan per candidate (space.Candidate.patched_plan) and
+runs compiler/estimate's memory.peak and steptime.estimate on it: sub-millisecond, so thousands of
+candidates fit in the time budget.  The confirmation compiles the fastest candidates' recipes with
+compiler/pipeline.py, the same rules and solver as `moeforge check` (the planner has no rules of its
+own), and re-estimates each from its real plan: the numbers printed are the compiled plan's.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from .. import plan as plan_mod
+from .. import project
+from ..diagnostics import CompileError
+from ..estimate import memory, steptime
+from ..layout import Layout
+from ..pipeline import load, resolve
+from ..resources import BUILTIN_RECIPES
+from . import space
+
+GIB = memory.GIB
+CONFIRM_BUDGET = 150     # pipeline compiles per search at most (~16 ms each on this machine)
+
+
+class PlannerError(Exception):
+    """Bad input or no answer: one line for the user, exit 1."""
+
+
+@dataclass
+class Evaluated:
+    cand: space.Candidate
+    lay: Layout
+    mem: memory.Estimate | None = None
+    pp_rank: int = 0
+    time: steptime.StepTime | None = None
+    feasible: bool = True
+    confirmed: bool = False
+    reasons: list = field(default_factory=list)
+    plan: dict | None = None
+
+    @property
+    def memory_gb(self) -> float:
+        return self.mem.total / GIB
+
+    @property
+    def step_s(self) -> float:
+        return self.time.total_s if self.time else float("inf")
+
+
+@dataclass
+class Result:
+    setting: space.Setting
+    ranked: list            # confirmed legal and within memory, best first
+    rejected: list          # rule- or memory-rejected, with reasons
+    considered: int         # (layout, mbs, dispatcher, overlap, recompute) combinations estimated
+    kept: int               # of those, within memory
+    estimated: list = field(default_factory=list)   # every candidate within memory, fastest estimate first
+    compiles: int = 0       # pipeline compiles spent (the baseline and the confirmations)
+
+
+# ------------------------------------------------------------------------ documents
+def document(kind: str, name: str) -> tuple[dict, Path]:
+    """A platform or model document: the project's recipes/<kind>s/ first, then the built-in catalogue."""
+    for top in (project.recipes(), BUILTIN_RECIPES):
+        path = top / f"{kind}s" / f"{name}.yaml"
+        if path.is_file():
+            return yaml.safe_load(path.read_text()) or {}, path
+    known = sorted({p.stem for top in (project.recipes(), BUILTIN_RECIPES) if (top / f"{kind}s").is_dir()
+                    for p in (top / f"{kind}s").glob("*.yaml")})
+    raise PlannerError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(known)} "
+                       f"(files in recipes/{kind}s/)")
+
+
+def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: int | None = None) -> space.Setting:
+    for name, value in (("--gpus", gpus), ("--seq", seq), ("--gbs", gbs)):
+        if value is not None and value < 1:
+            raise PlannerError(f"{name} must be a positive integer, got {value}")
+    mdoc, _ = document("model", model)
+    pdoc, _ = document("platform", platform)
+    per_node = pdoc.get("gpus_per_node") or 1
+    if gpus > per_node and gpus % per_node:
+        raise PlannerError(f"--gpus {gpus} is not a whole number of {platform} nodes of {per_node} GPUs: "
+                           f"use a multiple of {per_node}")
+    arch = dict(mdoc.get("architecture") or {})
+    arch.update({k: v for k, v in (mdoc.get("moe") or {}).items() if k in ("num_experts", "router_topk")})
+    arch["mtp_num_layers"] = mdoc.get("mtp_num_layers")
+    seq = space.DEFAULT_SEQ if seq is None else seq
+    gbs = space.DEFAULT_SEQS_PER_GPU * gpus if gbs is None else gbs
+    return space.Setting(model, platform, gpus, seq, gbs, arch, pdoc)
+
+
+class Compiler:
+    """Compiles candidate recipes in a scratch project holding copies of the model and platform."""
+
+    def __init__(self, s: space.Setting):
+        self.setting = s
+        self.dir = Path(tempfile.mkdtemp(prefix="moeforge-plan-"))
+        for kind, name in (("model", s.model), ("platform", s.platform)):
+            _, path = document(kind, name)
+            (self.dir / f"{kind}s").mkdir()
+            shutil.copyfile(path, self.dir / f"{kind}s" / f"{name}.yaml")
+        self.cache: dict = {}
+        self.count = 0
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def compile(self, doc: dict) -> dict:
+        """The plan of a recipe document; CompileError when the rules reject it."""
+        text = yaml.safe_dump(doc, sort_keys=False)
+        if text in self.cache:
+            hit = self.cache[text]
+            if isinstance(hit, CompileError):
+                raise hit
+            return hit
+        self.count += 1
+        path = self.dir / "candidate.yaml"
+        path.write_text(text)
+        try:
+            out = plan_mod.build(resolve(load(path, (), self.dir), explain_errors=False))
+        except CompileError as exc:
+            self.cache[text] = exc
+            raise
+        self.cache[text] = out
+        return out
+
+
+def reasons_of(exc: CompileError) -> list[str]:
+    return [f"{d.code}: {d.message}" for d in exc.diagnostics if d.is_error] or [str(exc)]
+
+
+def measure(ev: Evaluated, plan: dict, capacity_gb: float | None) -> Evaluated:
+    """Memory and step time of a plan; over capacity -> infeasible with the numbers as the reason."""
+    ev.mem, ev.pp_rank = memory.peak(plan, ev.lay)
+    ev.time = steptime.estimate(plan, ev.lay)
+    if capacity_gb and ev.mem.total > capacity_gb * GIB:
+        ev.feasible = False
+        ev.reasons.append(f"memory {ev.memory_gb:.1f} GB > {capacity_gb:g} GB (pp rank {ev.pp_rank})")
+    return ev
+
+
+# ------------------------------------------------------------------------ the search
+def _fits(cand, lay, s, base) -> tuple[bool, memory.Estimate, int]:
+    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay)
+    return (not s.capacity_gb or est.total <= s.capacity_gb * GIB), est, rank
+
+
+def _lightest_recompute(cand, lay, s, base, options, start: int = 0):
+    """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
+    with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate."""
+    heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
+    ok, est, rank = _fits(heaviest, lay, s, base)
+    if not ok:
+        return None, est, rank, len(options)
+    for i in range(start, len(options) - 1):
+        c = replace(cand, recompute=options[i][0], modules=options[i][1])
+        ok, est2, rank2 = _fits(c, lay, s, base)
+        if ok:
+            return c, est2, rank2, i
+    return heaviest, est, rank, len(options) - 1
+
+
+def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, int]:
+    """Every candidate within memory, estimated; one memory-rejected entry per layout that cannot fit.
+
+    Memory grows with the micro-batch size and with EP overlap (one more micro-batch in flight), so
+    the search for a recompute option starts where the smaller configuration of the layout ended."""
+    options = space.recompute_options(s)
+    kept, rejected, considered = [], [], 0
+    hint: dict = {}
+    for cand, lay in space.layouts(s):
+        if progress is not None:
+            progress.update(1)
+        group = cand.key()[:-1]
+        for overlap in (False, True) if cand.ep > 1 else (False,):
+            probe = replace(cand, ep_overlap=overlap)
+            start = max(hint.get((group, False), 0), hint.get((group, True), 0) if overlap else 0)
+            variants = [v for v in space.variants(s, cand) if v.ep_overlap == overlap]
+            considered += len(variants)
+            if start >= len(options):
+                chosen = None
+                est, rank = None, 0
+            else:
+                chosen, est, rank, hint[(group, overlap)] = _lightest_recompute(probe, lay, s, base, options, start)
+            if chosen is None:
+                hint[(group, overlap)] = len(options)
+                if est is not None:
+                    full = replace(probe, recompute=options[-1][0], modules=options[-1][1])
+                    ev = Evaluated(full, lay, est, rank, feasible=False)
+                    ev.reasons.append(f"memory {est.total / GIB:.1f} GB > {s.capacity_gb:g} GB even with full "
+                                      f"recompute (pp rank {rank})")
+                    rejected.append(ev)
+                continue
+            for v in variants:
+                v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
+                ev = Evaluated(v, lay, est, rank)
+                ev.time = steptime.estimate(v.patched_plan(base, s, lay), lay)
+                kept.append(ev)
+    kept.sort(key=lambda e: (e.step_s, e.cand.key()))
+    return kept, rejected, considered
+
+
+def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progress: bool = False) -> Result:
+    comp = Compiler(s)
+    try:
+        try:
+            base = comp.compile(space.Candidate().recipe(s))
+        except CompileError as exc:
+            raise PlannerError(f"{s.model} on {s.gpus} x {s.platform}: the baseline recipe does not compile: "
+                               + "; ".join(reasons_of(exc)[:2])) from None
+        bar = _progress_bar(progress)
+        try:
+            kept, rejected, considered = analytic(s, base, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        ranked = []
+        for ev in kept:
+            if len(ranked) >= top or comp.count >= CONFIRM_BUDGET:
+                break
+            try:
+                real = comp.compile(ev.cand.recipe(s))
+            except CompileError as exc:
+                ev.feasible, ev.confirmed = False, True
+                ev.reasons = reasons_of(exc)
+                rejected.append(ev)
+                continue
+            ev.confirmed, ev.plan = True, real
+            measure(ev, real, s.capacity_gb)
+            (ranked if ev.feasible else rejected).append(ev)
+        ranked.sort(key=lambda e: (e.step_s, e.cand.key()))
+        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count)
+    finally:
+        comp.close()
+
+
+def _progress_bar(wanted: bool):
+    """tqdm on stderr, only for an interactive terminal."""
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="layouts", unit="layout", file=sys.stderr, leave=False, delay=1.0)  # only a long search shows it
+
+
+def evaluate_recipe(recipe: str) -> Evaluated:
+    """The estimate of one given recipe (`plan-layout --evaluate`)."""
+    plan = plan_mod.build(resolve(load(recipe)))
+    lay = Layout.from_plan(plan["layout"])
+    tc, tr = plan["transformer_config"], plan["training"]
+    mods = tuple(tc.get("recompute_modules") or ()) if tc.get("recompute_granularity") == "selective" else ()
+    cand = space.Candidate(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, etp=lay.expert_tp,
+                           mbs=tr["micro_batch_size"], dispatcher=tc.get("moe_token_dispatcher_type") or "alltoall",
+                           backend=tc.get("moe_flex_dispatcher_backend")
+                           if tc.get("moe_token_dispatcher_type") == "flex" else None,
+                           ep_overlap=bool(tc.get("overlap_moe_expert_parallel_comm")),
+                           delay_wgrad=bool(tc.get("delay_wgrad_compute")),
+                           recompute=tc.get("recompute_granularity"), modules=mods)
+    ev = Evaluated(cand, lay, confirmed=True, plan=plan)
+    return measure(ev, plan, (plan["platform"].get("gpu") or {}).get("memory_gb"))

@@ -1,0 +1,239 @@
+"""The candidate space: every layout worth estimating, as recipe documents.
+
+A candidate is built as the recipe it stands for (Candidate.recipe), so the legality check, the
+emitted file and the estimate all see the same document.  Only arithmetic prunes here (sizes that
+do not fold: compiler/layout.py LayoutError; a batch that does not split into micro-batches);
+legality is the rule catalogue's, through the pipeline (search.py).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+from .. import knobs as K
+from ..layout import Layout, LayoutError
+
+POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MBS = (1, 2, 4)
+VPP = (2, 4, 8)
+# Bridge-like defaults when --seq/--gbs are not given: Megatron-Bridge perf recipes train MoE models
+# at seq 4096 and GBS = 16 sequences per GPU for the smaller rows (shared/reference/
+# bridge-perf-configs-subset.md: qwen3_30b_a3b h100 64 GPUs GBS 4096 = 64 per GPU; deepseek_v3 h100
+# 64 GPUs GBS 1024 = 16 per GPU); we take the conservative 16 per GPU.
+DEFAULT_SEQ = 4096
+DEFAULT_SEQS_PER_GPU = 16
+# Selective recompute module sets, cheapest first: Megatron-Bridge perf recipes' sets (same file:
+# gpt_oss [layernorm,moe_act]; deepseek_v3 [mla_up_proj] and [mla_up_proj,mlp]; qwen3_next
+# [layernorm,moe,moe_act]).  Full recompute last (megatron-core: granularity full, uniform, 1 layer).
+SELECTIVE = (("layernorm", "moe_act"), ("mla_up_proj",), ("mla_up_proj", "mlp"), ("layernorm", "moe", "moe_act"))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the user asked for, and the model/platform facts the space needs."""
+
+    model: str
+    platform: str
+    gpus: int
+    seq: int
+    gbs: int
+    arch: dict          # the model document's architecture + moe + mtp_num_layers
+    plat: dict          # the platform document
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.plat.get("gpus_per_node") or 1
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.gpus // self.gpus_per_node)
+
+    @property
+    def capacity_gb(self) -> float | None:
+        return ((self.plat.get("gpu") or {}).get("memory_gb")) or None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    mbs: int = 1
+    split: str = "even"          # even | account (embedding and loss count as layers) | a pipeline layout
+    dispatcher: str = "alltoall"
+    backend: str | None = None   # flex backend: deepep | hybridep
+    ep_overlap: bool = False
+    delay_wgrad: bool = False
+    recompute: str | None = None  # None | selective | full
+    modules: tuple = ()
+
+    def layout(self, s: Setting) -> Layout:
+        return Layout(world_size=s.gpus, tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=self.etp,
+                      vpp=self.vpp, gpus_per_node=s.gpus_per_node,
+                      num_layers=s.arch["num_layers"] if self.split == "even" else None)
+
+    def key(self) -> tuple:
+        return (self.tp, self.pp, self.vpp or 1, self.cp, self.ep, self.etp, self.mbs)
+
+    def describe(self) -> str:
+        text = f"TP{self.tp} PP{self.pp}" + (f" VP{self.vpp}" if self.vpp else "") + f" CP{self.cp} EP{self.ep}"
+        return text + f" ETP{self.etp} MBS{self.mbs}"
+
+    def dispatcher_text(self) -> str:
+        return self.dispatcher + (f"/{self.backend}" if self.backend else "")
+
+    def overlap_text(self) -> str:
+        return "+".join(n for n, on in (("ep", self.ep_overlap), ("wgrad", self.delay_wgrad)) if on) or "-"
+
+    def recompute_text(self) -> str:
+        if self.recompute == "selective":
+            return "sel[" + ",".join(self.modules) + "]"
+        return self.recompute or "none"
+
+    def recipe(self, s: Setting, description: str | None = None) -> dict:
+        """The recipe document (schemas/recipe.v3.json) this candidate stands for."""
+        par = {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "vpp": self.vpp,
+               "sp": self.tp > 1}
+        if self.split == "account":
+            par.update(account_for_embedding=True, account_for_loss=True)
+        elif self.split != "even":
+            par["pipeline_layout"] = self.split
+        moe = {"dispatcher": self.dispatcher, "flex_backend": self.backend,
+               "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}}
+        if (s.plat.get("software") or {}).get("grouped_gemm"):
+            moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
+        doc = {"schema": "moeforge/recipe/v3", "revision": 1,
+               "name": f"{s.model}-{s.platform}-x{s.gpus}-planned",
+               "description": description or f"{s.model} on {s.gpus} x {s.platform}: {self.describe()}, "
+                                             f"{self.dispatcher_text()}, overlap {self.overlap_text()}, "
+                                             f"recompute {self.recompute_text()} (moeforge plan-layout)",
+               "platform": s.platform, "model": s.model, "resources": {"nodes": s.nodes},
+               "parallelism": par, "precision": {"dtype": "bf16"}, "moe": moe}
+        if self.recompute == "full":
+            doc["recompute"] = {"granularity": "full", "method": "uniform", "num_layers": 1}
+        elif self.recompute == "selective":
+            doc["recompute"] = {"granularity": "selective", "modules": list(self.modules)}
+        doc["training"] = {"micro_batch_size": self.mbs, "global_batch_size": s.gbs, "seq_length": s.seq}
+        return doc
+
+    def patched_plan(self, base: dict, s: Setting, lay: Layout) -> dict:
+        """A compiled plan with this candidate's recipe values written in, through the knob table
+        (compiler/knobs.py), for the fast analytic estimate; the best are compiled for real."""
+        plan = dict(base)
+        tc = dict(base["transformer_config"])
+        for key in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers",
+                    "pipeline_model_parallel_layout"):
+            tc.pop(key, None)
+        doc = self.recipe(s)
+        for path, value in _flat(doc).items():
+            knob = K.BY_PATH.get(path)
+            if knob is not None and knob.section == "tc":
+                tc[knob.field] = copy.copy(value)
+        tc["expert_tensor_parallel_size"] = self.etp
+        tc["virtual_pipeline_model_parallel_size"] = self.vpp
+        plan["transformer_config"] = tc
+        plan["layout"] = lay.plan_section()
+        plan["training"] = dict(base["training"], micro_batch_size=self.mbs,
+                                num_microbatches=s.gbs // (self.mbs * lay.dp))
+        return plan
+
+
+def _flat(doc: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# ------------------------------------------------------------------------ enumeration
+def pipeline_split(arch: dict, pp: int, vpp: int | None) -> str | None:
+    """How num_layers splits over pp x vpp virtual stages: evenly; with the embedding and the loss
+    counted as one layer each (Megatron-Bridge's account_for_* for Qwen3-235B: 94 + 2 = 96); or an
+    explicit pipeline layout where E, every t, every m and L take one slot each (DeepSeek-V3: 61 + E
+    + m + L = 64 slots, Megatron-Bridge set_deepseek_v3_pipeline_model_parallel_layout).  None: no
+    split of equal stages exists."""
+    n, stages = arch["num_layers"], pp * (vpp or 1)
+    mtp = arch.get("mtp_num_layers") or 0
+    if pp == 1:
+        return "even" if vpp is None else None
+    if n % stages == 0:
+        return "even"      # MTP, where the model has it, goes on the last stage
+    if (n + 2) % stages == 0:
+        return "account"
+    slots = ["E"] + ["t"] * n + ["m"] * mtp + ["L"]
+    if len(slots) % stages:
+        return None
+    per = len(slots) // stages
+    parts = ["".join(slots[i:i + per]) for i in range(0, len(slots), per)]
+    if any("t" not in p and "m" not in p for p in parts):
+        return None
+    return "|".join(parts)
+
+
+def _tp_options(s: Setting) -> list[int]:
+    a = s.arch
+    heads = [a["num_attention_heads"], a.get("num_query_groups") or a["num_attention_heads"]]
+    heads += [a[k] for k in ("linear_num_key_heads", "linear_num_value_heads") if a.get(k)]
+    domain = s.plat.get("nvlink_domain") or 1
+    return [t for t in POW2 if t <= min(domain, s.gpus, 8) and all(h % t == 0 for h in heads)]
+
+
+def _cp_options(s: Setting) -> list[int]:
+    """CP only where each rank keeps at least 4096 tokens (shorter sequences: CP's exchange is not
+    worth it; Megatron-Bridge uses CP only for long-context recipes)."""
+    return [c for c in POW2 if c == 1 or (s.seq % (2 * c) == 0 and s.seq // c >= 4096)]
+
+
+def _dispatchers(s: Setting, ep: int) -> list[tuple[str, str | None]]:
+    if ep == 1:
+        return [("alltoall", None)]
+    sw = s.plat.get("software") or {}
+    out = [("alltoall", None)]
+    out += [("flex", b) for b, flag in (("deepep", "deep_ep"), ("hybridep", "hybrid_ep")) if sw.get(flag)]
+    return out
+
+
+def layouts(s: Setting):
+    """(Candidate with the layout fields set, its Layout) for every size combination that folds and
+    splits the batch; yields also the number tried (for the progress count)."""
+    experts = s.arch.get("num_experts") or 1
+    for tp in _tp_options(s):
+        for cp in _cp_options(s):
+            for pp in (p for p in POW2 if p <= s.arch["num_layers"] and s.gpus % p == 0):
+                for vpp in (None,) + (VPP if pp > 1 else ()):
+                    split = pipeline_split(s.arch, pp, vpp)
+                    if split is None:
+                        continue
+                    for ep in (e for e in POW2 if experts % e == 0):
+                        for etp in sorted({1, tp}):
+                            for mbs in MBS:
+                                cand = Candidate(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, split=split)
+                                try:
+                                    lay = cand.layout(s)
+                                except LayoutError:
+                                    continue
+                                if s.gbs % (mbs * lay.dp):
+                                    continue
+                                yield cand, lay
+
+
+def recompute_options(s: Setting) -> list[tuple[str | None, tuple]]:
+    """None, the selective sets whose modules this model has, full: cheapest first."""
+    mla = bool(s.arch.get("multi_latent_attention"))
+    sets = [m for m in SELECTIVE if ("mla_up_proj" in m) == mla]
+    return [(None, ())] + [("selective", m) for m in sets] + [("full", ())]
+
+
+def variants(s: Setting, cand: Candidate) -> list[Candidate]:
+    """The time-only choices for one layout: dispatcher and backend, EP overlap, delayed wgrad."""
+    out = []
+    for disp, backend in _dispatchers(s, cand.ep):
+        for overlap, wgrad in ((False, False), (True, False), (True, True)) if cand.ep > 1 else ((False, False),):
+            out.append(replace(cand, dispatcher=disp, backend=backend, ep_overlap=overlap, delay_wgrad=wgrad))
+    return out

@@ -1,0 +1,80 @@
+"""The planner against tuned Megatron-Bridge configurations (issue 15's acceptance check).
+
+For each tuned row (tests/data/bridge_tuned_layouts.json, parsed from the Megatron-Bridge perf
+recipes): plan-layout with the same model, platform, GPU count, sequence length and GBS must
+(a) find the tuned layout legal (compiled through the pipeline) and within memory, and (b) rank it
+in its top RANK_LIMIT or estimate it within RATIO_LIMIT of its own best.  Run as a module to print
+the table for the README:  python -m compiler.planner.validation tests/data/bridge_tuned_layouts.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..diagnostics import CompileError
+from ..layout import LayoutError
+from . import search, space
+
+RANK_LIMIT = 10       # issue 15: "rank it in its top 10
+RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
+
+
+def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
+    split = space.pipeline_split(s.arch, row["pp"], row["vpp"]) or "even"
+    return space.Candidate(tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
+                           mbs=row["mbs"], split=split, dispatcher=row["dispatcher"], backend=row["flex_backend"],
+                           ep_overlap=row["ep_overlap"], delay_wgrad=row["delay_wgrad"], recompute=row["recompute"],
+                           modules=tuple(row["recompute_modules"]) if row["recompute"] == "selective" else ())
+
+
+def validate(row: dict) -> dict:
+    """rank (1 + analytic candidates estimated faster: an upper bound), the tuned and best estimates."""
+    s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"])
+    cand = tuned_candidate(row, s)
+    out = {"row": f"{row['model']} {row['gpu']} x{row['ngpu']}", "layout": cand.describe(), "legal": False,
+           "within_memory": False, "rank": None, "tuned_s": None, "best_s": None, "ratio": None, "reasons": []}
+    try:
+        lay = cand.layout(s)
+    except LayoutError as exc:
+        out["reasons"] = [f"layout: {exc}"]
+        return out
+    comp = search.Compiler(s)
+    try:
+        ev = search.Evaluated(cand, lay)
+        try:
+            plan = comp.compile(cand.recipe(s))
+        except CompileError as exc:
+            out["reasons"] = search.reasons_of(exc)
+            return out
+        search.measure(ev, plan, s.capacity_gb)
+    finally:
+        comp.close()
+    result = search.search(s, top=1)
+    best = min([e.step_s for e in result.ranked[:1]] + [ev.step_s])
+    out.update(legal=True, within_memory=ev.feasible, reasons=ev.reasons, tuned_s=ev.step_s, best_s=best,
+               ratio=ev.step_s / best, memory_gb=ev.memory_gb,
+               rank=1 + sum(e.step_s < ev.step_s for e in result.estimated))
+    return out
+
+
+def passes(v: dict) -> bool:
+    return v["legal"] and v["within_memory"] and (v["rank"] <= RANK_LIMIT or v["ratio"] <= RATIO_LIMIT)
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| tuned configuration | layout | legal | memory GB | rank | tuned s | best s | ratio | pass |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for v in results:
+        mem = f"{v['memory_gb']:.1f}" if v.get("memory_gb") is not None else "-"
+        num = (lambda x, f: f.format(x) if x is not None else "-")
+        over = " (over)" if v.get("memory_gb") is not None and not v["within_memory"] else ""
+        lines.append(f"| {v['row']} | {v['layout']} | {'yes' if v['legal'] else 'no'} | {mem}{over} | "
+                     f"{num(v['rank'], '{}')} | "
+                     f"{num(v['tuned_s'], '{:.2f}')} | {num(v['best_s'], '{:.2f}')} | {num(v['ratio'], '{:.2f}')} | "
+                     f"{'yes' if passes(v) else 'no'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    rows = json.load(open(sys.argv[1]))["rows"]
+    print(table([validate(r) for r in rows]))

@@ -1,0 +1,173 @@
+"""Issue 15: `moeforge plan-layout` - the JSON fields checks read, --emit/--evaluate/--all/--explain, bad
+input as one line, and legality judged by the rule catalogue (never by the planner)."""
+import io
+import json
+import shutil
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler.cli import main
+from compiler.diagnostics import CompileError
+from compiler.estimate import memory
+from compiler.planner import search, space
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {"layout", "dispatcher", "overlap", "recompute", "memory_gb", "step_time_s", "mfu", "feasible", "reasons"}
+LAYOUT_FIELDS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs"}
+
+
+def run(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def qwen16():
+    rc, out, err = run("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "3",
+                       "--all", "--format", "json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_json_fields_best_first(qwen16):
+    cands = qwen16["candidates"]
+    ranked = [c for c in cands if c["feasible"]]
+    assert len(ranked) == 3 and cands[:3] == ranked          # the ranked ones first, then the rejected
+    for c in cands:
+        assert FIELDS <= c.keys() and LAYOUT_FIELDS == c["layout"].keys()
+    times = [c["step_time_s"] for c in ranked]
+    assert times == sorted(times)
+    for c in ranked:
+        lay = c["layout"]
+        assert lay["tp"] * lay["cp"] * lay["dp"] * lay["pp"] == 16
+        assert c["memory_gb"] <= 80 and 0 < c["mfu"] < 1 and c["reasons"] == []
+    assert qwen16["considered"] >= qwen16["kept"] > 0
+
+
+def test_all_gives_reasons(qwen16):
+    rejected = [c for c in qwen16["candidates"] if not c["feasible"]]
+    assert rejected and all(c["reasons"] for c in rejected)
+    over = [c for c in rejected if c["reasons"][0].startswith("memory ")]
+    assert over and all(c["memory_gb"] > 80 and "> 80 GB" in c["reasons"][0] for c in over)
+
+
+def test_legality_is_the_rule_catalogues():
+    """A candidate the rules reject comes back with the rule id: EP overlap with PP needs a virtual pipeline."""
+    s = search.setting("qwen3-30b-a3b", "h100", 16)
+    comp = search.Compiler(s)
+    try:
+        bad = space.Candidate(pp=2, ep=8, ep_overlap=True)
+        with pytest.raises(CompileError) as exc:
+            comp.compile(bad.recipe(s))
+        assert any(r.startswith("EP_OVERLAP_NEEDS_VPP: ") for r in search.reasons_of(exc.value))
+        comp.compile(space.Candidate(pp=2, vpp=2, ep=8, ep_overlap=True).recipe(s))   # with VPP: legal
+    finally:
+        comp.close()
+
+
+def test_text_table_and_explain():
+    rc, out, _ = run("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "2",
+                     "--explain", "2")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "candidates estimated" in lines[0]
+    assert lines[2].split()[:2] == ["#", "layout"] and lines[3].startswith("1  TP") and lines[4].startswith("2  TP")
+    explain = out[out.index("rank 2:"):]
+    for item in ("weights", "gradients", "optimizer", "activations", "allowance", "compute", "ep_a2a", "pp_bubble",
+                 "dp_reduce"):
+        assert f"    {item}" in explain
+    rc, _, err = run("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "2",
+                     "--explain", "5")
+    assert rc == 1 and "there are 2 ranked layouts" in err
+
+
+def _project(tmp_path: Path) -> Path:
+    for kind, name in (("models", "qwen3-30b-a3b"), ("platforms", "h100")):
+        (tmp_path / "recipes" / kind).mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "recipes" / kind / f"{name}.yaml", tmp_path / "recipes" / kind)
+    return tmp_path
+
+
+def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
+    root = _project(tmp_path)
+    target = root / "recipes" / "planned" / "qwen-h100-x16.yaml"
+    rc, out, err = run("--root", str(root), "plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16",
+                       "--top", "1", "--format", "json", "--emit", str(target))
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    doc = yaml.safe_load(target.read_text())
+    par = doc["parallelism"]
+    assert {k: par[k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")} == \
+        {k: best["layout"][k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
+    assert doc["training"]["micro_batch_size"] == best["layout"]["mbs"]
+    assert doc["moe"]["dispatcher"] == best["dispatcher"]
+    assert f"{best['step_time_s']:.2f} s/step" in doc["description"]
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]   # no temporary left behind
+    rc, out, err = run("--root", str(root), "compile", str(target), "--out", str(tmp_path / "build"))
+    assert rc == 0, out + err
+    plan = json.loads((tmp_path / "build" / "planned" / "qwen-h100-x16" / "plan.json").read_text())
+    assert plan["layout"]["ep"] == best["layout"]["ep"] and plan["layout"]["dp"] == best["layout"]["dp"]
+    rc, out, err = run("--root", str(root), "check", str(target))
+    assert rc == 0, out + err
+    # --evaluate on the emitted recipe reproduces the planner's estimate of it
+    rc, out, _ = run("--root", str(root), "plan-layout", "--evaluate", str(target), "--format", "json")
+    again = json.loads(out)
+    assert rc == 0 and again["step_time_s"] == best["step_time_s"] and again["memory_gb"] == best["memory_gb"]
+
+
+def test_evaluate_a_catalogue_recipe():
+    rc, out, err = run("plan-layout", "--evaluate", "qwen3-30b-a3b/h100-bf16", "--format", "json")
+    assert rc == 0, err
+    rec = json.loads(out)
+    assert FIELDS <= rec.keys()
+    assert rec["layout"] == {"tp": 1, "pp": 1, "vpp": None, "cp": 1, "ep": 16, "etp": 1, "dp": 16, "mbs": 1}
+    assert rec["dispatcher"] == "flex" and rec["flex_backend"] == "hybridep"
+    assert rec["overlap"] == {"ep_comm": True, "delay_wgrad": False}
+    assert rec["recompute"]["granularity"] is None and rec["step_time_s"] > 0
+    rc, out, _ = run("plan-layout", "--evaluate", "qwen3-30b-a3b/h100-bf16")
+    assert rc == 0 and "activations" in out and "ep_a2a" in out
+    rc, out, _ = run("plan-layout", "--evaluate", "no-such/recipe")
+    assert rc == 1 and "error[" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["no-such-model", "--platform", "h100", "--gpus", "16"], "unknown model 'no-such-model'"),
+    (["qwen3-30b-a3b", "--platform", "tpu9", "--gpus", "16"], "unknown platform 'tpu9'"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "12"], "not a whole number of h100 nodes of 8 GPUs"),
+    (["qwen3-30b-a3b", "--gpus", "16"], "missing --platform"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--seq", "-1"], "--seq must be a positive integer"),
+    (["deepseek-v3", "--platform", "h100", "--gpus", "8"], "no feasible layout for deepseek-v3 on 8 x h100"),
+])
+def test_bad_input_is_one_line(argv, words):
+    rc, out, err = run("plan-layout", *argv)
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err
+
+
+def test_usage_errors_exit_2():
+    assert run("plan-layout", "qwen3-30b-a3b", "--gpus", "many")[0] == 2
+    rc, out, _ = run("plan-layout", "--help")
+    assert rc == 0 and "usage: moeforge plan-layout" in out
+
+
+def test_pipeline_split_matches_megatron_bridge():
+    """DeepSeek-V3 PP8 x VP4: the slot split is Megatron-Bridge's layout 'Et|(tt|)*30mL'; Qwen3-235B PP8 counts
+    the embedding and the loss (94 + 2 = 96); Qwen3-30B splits evenly."""
+    ds = search.setting("deepseek-v3", "h100", 64).arch
+    assert space.pipeline_split(ds, 8, 4).split("|") == memory._expand_layout("Et|(tt|)*30mL")
+    assert space.pipeline_split(search.setting("qwen3-235b-a22b", "h100", 64).arch, 8, None) == "account"
+    assert space.pipeline_split(search.setting("qwen3-30b-a3b", "h100", 64).arch, 4, 2) == "even"
+    assert space.pipeline_split(ds, 1, 2) is None
+
+
+def test_tiny_moe_plans_on_cpu():
+    rc, out, err = run("plan-layout", "tiny-moe", "--platform", "cpu", "--gpus", "2", "--format", "json")
+    assert rc == 0, err
+    best = json.loads(out)["candidates"][0]
+    assert best["feasible"] and best["layout"]["tp"] * best["layout"]["pp"] * best["layout"]["dp"] == 2
