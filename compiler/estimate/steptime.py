@@ -1,0 +1,184 @@
+"""Step time of one optimizer step: compute, exposed communication, pipeline bubble, optimizer.
+
+The model (docs/layout-model.md writes it out with every assumption):
+
+  compute     executed FLOPs of the busiest pipeline stage (flops.py, plus recomputed forward
+              passes) / (platform peak x achievable fraction)
+  tp/cp/ep    bytes per GPU over the group's link (comm.py); what an overlap hides is subtracted
+  pp_bubble   (p-1)/(v*m) x the stage's per-step busy time (Narayanan et al. 2021, arXiv:2104.04473)
+  pp_p2p      activations and their gradients between stages, unless overlapped
+  dp_reduce   gradient reduce-scatter / parameter all-gather over DP and expert-DP, minus what
+              overlap_grad_reduce (last micro-batch's backward) and overlap_param_gather (first
+              micro-batch's forward) hide
+  optimizer   the Adam update, memory-bound over the rank's optimizer shard
+  overhead    costs of the EP-overlap schedule and of delayed weight gradients
+
+The exposed items sum to the step time.  Pure Python over a compiled plan: no torch, no megatron.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..layout import Layout
+from . import comm
+from .flops import KEYS, chunk_flops, model_flops_per_token
+from .memory import DTYPE_BYTES, _heads, is_linear_attention_layer, is_moe_layer, rank_parameters, stage_contents
+
+ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
+DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
+                  "pp_bubble": "PP bubble", "pp_p2p": "PP p2p", "dp_reduce": "DP reduce", "optimizer": "optimizer",
+                  "overhead": "overhead"}
+PERFORMANCE_FIELDS = ("bf16_dense_tflops", "achievable_fraction", "hbm_gbps", "nvlink_gbps", "internode_gbps",
+                      "collective_efficiency", "a2a_efficiency")
+
+# The combined-1F1B EP-overlap schedule (megatron-core pipeline_parallel/combined_1f1b) runs each
+# overlapped layer as sub-modules on two streams joined by events, with the communication kernels
+# taking SMs from the GEMMs: the overlapped micro-batches' layer compute runs this much slower.
+# Calibrated against two measurements together (docs/layout-model.md): the EP16 pair's 41.25 ->
+# 31.31 s saving and the EP4 pair's 4889 -> 5538 ms loss (seeds 000 and 004).
+EP_OVERLAP_SLOWDOWN = 0.25
+# delay_wgrad_compute launches every local expert's weight-gradient GEMM again from a callback
+# after the dispatch backward: a launch per local expert, MoE layer and micro-batch.  Calibrated
+# against the Qwen3-Next-80B-A3B EP8 pair (4686 -> 4912 ms, seeds 004), the only measurement that
+# separates it; the Qwen3-30B-A3B EP16 pair (31.31 vs 31.20 s, within noise) agrees within 1 %.
+DWG_LAUNCH_S = 4.5e-6
+# Grouped expert GEMMs with M tokens per local expert run at M / (M + EXPERT_HALF_TOKENS) of the
+# dense GEMMs' rate (a GEMM with few rows leaves SMs idle and is bound by reading the weights).
+# Calibrated jointly with the H100 achievable fraction against the EP16 runs (4096 tokens per
+# expert) and the EP4 runs (2048), whose per-micro-batch compute differs by more than their
+# all-to-all can explain (docs/layout-model.md).
+EXPERT_HALF_TOKENS = 2048
+# Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
+# exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
+# gradient-norm read for clipping (4 B) - megatron-core optimizer/distrib_optimizer.py step.
+ADAM_BYTES_PER_PARAM = 34
+
+
+class PerformanceError(ValueError):
+    """A platform without the fields the step-time model needs."""
+
+
+def performance(plan: dict) -> dict:
+    """The platform's performance block, every field present, or a one-line error naming the file."""
+    platform = plan.get("platform") or {}
+    perf = platform.get("performance") or {}
+    missing = [f for f in PERFORMANCE_FIELDS if perf.get(f) is None]
+    if missing:
+        name = platform.get("name", "?")
+        raise PerformanceError(f"platform {name!r} has no performance.{missing[0]}: add a performance block "
+                               f"to recipes/platforms/{name}.yaml (fields: {', '.join(PERFORMANCE_FIELDS)}; "
+                               "see schemas/platform.v1.json)")
+    return perf
+
+
+@dataclass
+class StepTime:
+    """One optimizer step, per GPU: exposed seconds per item, what overlap hid, and the arithmetic."""
+
+    items: dict[str, float]
+    hidden: dict[str, float]
+    formulas: dict[str, str]
+    model_flops: float
+    tokens_per_step: int
+    world_size: int
+    peak_flops: float
+    details: dict = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.items.values())
+
+    @property
+    def dominant(self) -> str:
+        return DOMINANT_NAMES[max(ITEMS, key=lambda k: self.items[k])]
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.total_s * self.peak_flops)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_step / self.total_s / self.world_size
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """What Megatron-LM logs as 'throughput per GPU (TFLOP/s/GPU)'."""
+        return self.model_flops / self.total_s / 1e12
+
+
+def _recompute_extra(tc: dict, per_layer: dict) -> tuple[float, float]:
+    """Forward FLOPs per token recomputed in backward (one third of a 3x training count): the
+    non-expert part and the routed experts' part."""
+    granularity = tc.get("recompute_granularity")
+    if granularity == "full":
+        return sum(per_layer[k] for k in KEYS if k not in ("logits", "mtp", "experts")) / 3, per_layer["experts"] / 3
+    if granularity != "selective":
+        return 0.0, 0.0
+    modules = set(tc.get("recompute_modules") or ["core_attn"])
+    extra = 0.0
+    if "core_attn" in modules:
+        extra += per_layer["core_attention"]
+    if "mlp" in modules:
+        extra += per_layer["dense_mlp"]
+    experts = per_layer["experts"] if "moe" in modules else 0.0
+    if "moe" in modules:
+        extra += per_layer["shared_expert"]
+    elif "shared_experts" in modules:
+        extra += per_layer["shared_expert"]
+    if "mla_up_proj" in modules and tc.get("multi_latent_attention"):
+        a = tc["num_attention_heads"]
+        up = (tc.get("q_lora_rank") or 0) * a * (tc["qk_head_dim"] + tc["qk_pos_emb_head_dim"]) \
+            + tc["kv_lora_rank"] * a * (tc["qk_head_dim"] + tc["v_head_dim"])
+        extra += 6 * up * per_layer["_mla_layers"]
+    return extra / 3, experts / 3  # layernorm, moe_act: element-wise, no GEMM FLOPs
+
+
+def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
+    """Per-token executed FLOPs of one pipeline rank's chunks, and its layer counts."""
+    tc, model, seq = plan["transformer_config"], plan["model"], plan["training"]["seq_length"]
+    per = dict.fromkeys(KEYS, 0.0)
+    moe_layers = attn_layers = mla_layers = layers = 0
+    for chunk in stage_contents(tc, lay, pp_rank):
+        for key, value in chunk_flops(tc, model["vocab_size"], seq, chunk, megatron=False).items():
+            per[key] += value
+        numbers = chunk["layers"] + [tc["num_layers"]] * chunk["mtp"]
+        layers += len(numbers)
+        moe_layers += sum(is_moe_layer(tc, n) for n in numbers)
+        attn_layers += sum(not is_linear_attention_layer(tc, n) for n in numbers)
+        mla_layers += len(numbers) if tc.get("multi_latent_attention") else 0
+    per["_mla_layers"] = mla_layers
+    per["recompute"], per["recompute_experts"] = _recompute_extra(tc, per)
+    del per["_mla_layers"]
+    return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
+
+
+def _busiest_stage(plan: dict, lay: Layout) -> tuple[int, dict]:
+    stages = [(r, _stage(plan, lay, r)) for r in range(lay.pp)]
+    return max(stages, key=lambda s: sum(s[1]["flops"].values()))
+
+
+def estimate(plan: dict, lay: Layout | None = None) -> StepTime:
+    """The step time of a compiled plan (its layout unless ``lay`` is given)."""
+    from .steptime_terms import assemble  # the terms live next door (module size)
+
+    perf = performance(plan)
+    lay = lay or Layout.from_plan(plan["layout"])
+    tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]
+    seq, mbs, gbs = tr["seq_length"], tr["micro_batch_size"], tr["global_batch_size"]
+    tokens = gbs * seq
+    peak = perf["bf16_dense_tflops"] * 1e12
+    model_flops = sum(model_flops_per_token(tc, model, seq).values()) * tokens / lay.world_size
+    pp_rank, stage = _busiest_stage(plan, lay)
+    counts = rank_parameters(tc, model, lay, pp_rank,
+                             (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine")
+    links = comm.Links(perf["nvlink_gbps"], perf["internode_gbps"], plan["platform"].get("nvlink_domain", 1),
+                       perf["collective_efficiency"], perf["a2a_efficiency"])
+    ctx = {"plan": plan, "lay": lay, "perf": perf, "links": links, "stage": stage, "counts": counts,
+           "microbatches": max(1, gbs // (mbs * lay.dp)), "tokens": tokens, "peak": peak,
+           "rate": peak * perf["achievable_fraction"], "heads": _heads(tc),
+           "grad_bytes": 4 if (plan.get("ddp_config") or {}).get("grad_reduce_in_fp32") else
+           DTYPE_BYTES.get(tc.get("params_dtype") or "bfloat16", 2)}
+    items, hidden, formulas, details = assemble(ctx)
+    details["pp_rank"] = pp_rank
+    return StepTime({k: items.get(k, 0.0) for k in ITEMS}, {k: hidden.get(k, 0.0) for k in ITEMS}, formulas,
+                    model_flops, tokens, lay.world_size, peak, details)
