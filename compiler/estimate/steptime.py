@@ -34,8 +34,9 @@ PERFORMANCE_FIELDS = ("bf16_dense_tflops", "achievable_fraction", "hbm_gbps", "n
 # The combined-1F1B EP-overlap schedule (megatron-core pipeline_parallel/combined_1f1b) runs each
 # overlapped layer as sub-modules on two streams joined by events, with the communication kernels
 # taking SMs from the GEMMs: the overlapped micro-batches' layer compute runs this much slower.
-# Calibrated against two measurements together (docs/layout-model.md): the EP16 pair's 41.25 ->
-# 31.31 s saving and the EP4 pair's 4889 -> 5538 ms loss (seeds 000 and 004).
+# Calibrated (docs/layout-model.md, section 6: one grid fit of this, EXPERT_HALF_TOKENS and the
+# platform's achievable_fraction / a2a_efficiency over all the seeds' H100 step times); the two
+# measurements that pin it are the EP16 saving (41.25 -> 31.31 s) and the EP4 loss (4889 -> 5538 ms).
 EP_OVERLAP_SLOWDOWN = 0.25
 # delay_wgrad_compute launches every local expert's weight-gradient GEMM again from a callback
 # after the dispatch backward: a launch per local expert, MoE layer and micro-batch.  Calibrated
@@ -44,9 +45,8 @@ EP_OVERLAP_SLOWDOWN = 0.25
 DWG_LAUNCH_S = 4.5e-6
 # Grouped expert GEMMs with M tokens per local expert run at M / (M + EXPERT_HALF_TOKENS) of the
 # dense GEMMs' rate (a GEMM with few rows leaves SMs idle and is bound by reading the weights).
-# Calibrated jointly with the H100 achievable fraction against the EP16 runs (4096 tokens per
-# expert) and the EP4 runs (2048), whose per-micro-batch compute differs by more than their
-# all-to-all can explain (docs/layout-model.md).
+# Calibrated in the same grid fit: the EP16 runs (4096 tokens per expert) and the EP4 runs (1024)
+# differ per micro-batch by more than their all-to-all explains (docs/layout-model.md, section 6).
 EXPERT_HALF_TOKENS = 2048
 # Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
 # exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
@@ -105,6 +105,23 @@ class StepTime:
         """What Megatron-LM logs as 'throughput per GPU (TFLOP/s/GPU)'."""
         return self.model_flops / self.total_s / 1e12
 
+    def summary(self) -> dict:
+        """The planner's columns."""
+        return {"step_time_s": self.total_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "dominant": self.dominant}
+
+    def explain(self) -> list[str]:
+        """Every item with its formula and what overlap hid, for plan-layout --explain."""
+        lines = [f"step time {self.total_s:.4g} s = sum of the exposed items below; "
+                 f"{self.tokens_per_step} tokens/step on {self.world_size} GPUs -> "
+                 f"{self.tokens_per_s_per_gpu:.4g} tokens/s/GPU; model FLOPs {self.model_flops:.4g}/GPU "
+                 f"(Megatron-LM's count) -> {self.tflops_per_gpu:.4g} TFLOP/s/GPU, MFU {self.mfu:.3f} "
+                 f"of {self.peak_flops / 1e12:g} TFLOP/s; dominant: {self.dominant}"]
+        for key in ITEMS:
+            hidden = f" (+{self.hidden[key]:.4g} s hidden by overlap)" if self.hidden.get(key) else ""
+            lines.append(f"  {key:10s} {self.items[key]:10.4g} s{hidden}  {self.formulas.get(key, '')}")
+        return lines
+
 
 def _recompute_extra(tc: dict, per_layer: dict) -> tuple[float, float]:
     """Forward FLOPs per token recomputed in backward (one third of a 3x training count): the
@@ -121,9 +138,7 @@ def _recompute_extra(tc: dict, per_layer: dict) -> tuple[float, float]:
     if "mlp" in modules:
         extra += per_layer["dense_mlp"]
     experts = per_layer["experts"] if "moe" in modules else 0.0
-    if "moe" in modules:
-        extra += per_layer["shared_expert"]
-    elif "shared_experts" in modules:
+    if modules & {"moe", "shared_experts"}:
         extra += per_layer["shared_expert"]
     if "mla_up_proj" in modules and tc.get("multi_latent_attention"):
         a = tc["num_attention_heads"]

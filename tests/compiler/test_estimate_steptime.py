@@ -28,7 +28,9 @@ EP16 = "qwen3-30b-a3b/h100-bf16-ep16-alltoall"
 # Seeds 000 (lines ~270-300): EP16 runs, iterations 3-8 steady window; 003 (~126): smoke run.
 # Seeds 004 (~70-145): Qwen3-30B-A3B EP4 alltoall on 2 H100 nodes, GBS 8 and 64, and
 # Qwen3-Next-80B-A3B EP8 alltoall on 8 nodes.  What the seeds leave open is read as below.
-EP4 = ["parallelism.ep=4", "resources.nodes=1"]  # 8 ranks; then split over 2 nodes of 4 (_two_nodes_of_four)
+# EP4: GBS 8 needs dp <= 8 and "no speedup at GBS 8" is one micro-batch per rank: 8 ranks, split
+# over 2 nodes of 4 (_two_nodes_of_four).  Doubt: the memory model puts it over 80 GB (docs).
+EP4 = ["parallelism.ep=4", "resources.nodes=1"]
 # Qwen3-Next: Megatron-Bridge's H100 recipe layout (TP1 PP4 EP8) on 8 nodes; EP overlap needs VPP
 # when PP > 1 and forbids recomputing "moe" (megatron-core 0.17+); GBS not given: 256.
 NEXT = ["resources.nodes=8", "parallelism.ep=8", "parallelism.pp=4", "parallelism.vpp=2", "moe.overlap.ep_comm=true",
