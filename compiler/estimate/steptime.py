@@ -23,6 +23,7 @@ from ..layout import Layout
 from . import comm
 from .flops import KEYS, chunk_flops, model_flops_per_token
 from .memory import DTYPE_BYTES, _heads, is_linear_attention_layer, is_moe_layer, rank_parameters, stage_contents
+from .steptime_terms import assemble
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
 DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
@@ -30,29 +31,6 @@ DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP com
                   "overhead": "overhead"}
 PERFORMANCE_FIELDS = ("bf16_dense_tflops", "achievable_fraction", "hbm_gbps", "nvlink_gbps", "internode_gbps",
                       "collective_efficiency", "a2a_efficiency")
-
-# The combined-1F1B EP-overlap schedule (megatron-core pipeline_parallel/combined_1f1b) runs each
-# overlapped layer as sub-modules on two streams joined by events, with the communication kernels
-# taking SMs from the GEMMs: the overlapped micro-batches' layer compute runs this much slower.
-# Calibrated (docs/layout-model.md, section 6: one grid fit of this, EXPERT_HALF_TOKENS and the
-# platform's achievable_fraction / a2a_efficiency over all the seeds' H100 step times); the two
-# measurements that pin it are the EP16 saving (41.25 -> 31.31 s) and the EP4 loss (4889 -> 5538 ms).
-EP_OVERLAP_SLOWDOWN = 0.25
-# delay_wgrad_compute launches every local expert's weight-gradient GEMM again from a callback
-# after the dispatch backward: a launch per local expert, MoE layer and micro-batch.  Calibrated
-# against the Qwen3-Next-80B-A3B EP8 pair (4686 -> 4912 ms, seeds 004), the only measurement that
-# separates it; the Qwen3-30B-A3B EP16 pair (31.31 vs 31.20 s, within noise) agrees within 1 %.
-DWG_LAUNCH_S = 4.5e-6
-# Grouped expert GEMMs with M tokens per local expert run at M / (M + EXPERT_HALF_TOKENS) of the
-# dense GEMMs' rate (a GEMM with few rows leaves SMs idle and is bound by reading the weights).
-# Calibrated in the same grid fit: the EP16 runs (4096 tokens per expert) and the EP4 runs (1024)
-# differ per micro-batch by more than their all-to-all explains (docs/layout-model.md, section 6).
-EXPERT_HALF_TOKENS = 2048
-# Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
-# exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
-# gradient-norm read for clipping (4 B) - megatron-core optimizer/distrib_optimizer.py step.
-ADAM_BYTES_PER_PARAM = 34
-
 
 class PerformanceError(ValueError):
     """A platform without the fields the step-time model needs."""
@@ -123,7 +101,7 @@ class StepTime:
         return lines
 
 
-def _recompute_extra(tc: dict, per_layer: dict) -> tuple[float, float]:
+def _recompute_extra(tc: dict, per_layer: dict, mla_layers: int) -> tuple[float, float]:
     """Forward FLOPs per token recomputed in backward (one third of a 3x training count): the
     non-expert part and the routed experts' part."""
     granularity = tc.get("recompute_granularity")
@@ -144,7 +122,7 @@ def _recompute_extra(tc: dict, per_layer: dict) -> tuple[float, float]:
         a = tc["num_attention_heads"]
         up = (tc.get("q_lora_rank") or 0) * a * (tc["qk_head_dim"] + tc["qk_pos_emb_head_dim"]) \
             + tc["kv_lora_rank"] * a * (tc["qk_head_dim"] + tc["v_head_dim"])
-        extra += 6 * up * per_layer["_mla_layers"]
+        extra += 6 * up * mla_layers
     return extra / 3, experts / 3  # layernorm, moe_act: element-wise, no GEMM FLOPs
 
 
@@ -161,9 +139,7 @@ def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
         moe_layers += sum(is_moe_layer(tc, n) for n in numbers)
         attn_layers += sum(not is_linear_attention_layer(tc, n) for n in numbers)
         mla_layers += len(numbers) if tc.get("multi_latent_attention") else 0
-    per["_mla_layers"] = mla_layers
-    per["recompute"], per["recompute_experts"] = _recompute_extra(tc, per)
-    del per["_mla_layers"]
+    per["recompute"], per["recompute_experts"] = _recompute_extra(tc, per, mla_layers)
     return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
 
 
@@ -174,8 +150,6 @@ def _busiest_stage(plan: dict, lay: Layout) -> tuple[int, dict]:
 
 def estimate(plan: dict, lay: Layout | None = None) -> StepTime:
     """The step time of a compiled plan (its layout unless ``lay`` is given)."""
-    from .steptime_terms import assemble  # the terms live next door (module size)
-
     perf = performance(plan)
     lay = lay or Layout.from_plan(plan["layout"])
     tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]

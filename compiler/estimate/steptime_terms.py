@@ -7,6 +7,7 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from . import comm
+from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, EXPERT_HALF_TOKENS
 
 
 def _fmt(x: float) -> str:
@@ -48,9 +49,7 @@ def expert_tokens(ctx: dict) -> float:
 
 def expert_gemm_efficiency(ctx: dict) -> float:
     """Grouped-GEMM efficiency relative to the dense GEMMs: M / (M + M_half) for M tokens per
-    local expert (a GEMM with few rows cannot fill the GPU; see steptime.EXPERT_HALF_TOKENS)."""
-    from .steptime import EXPERT_HALF_TOKENS
-
+    local expert (a GEMM with few rows cannot fill the GPU; see steptime_constants.EXPERT_HALF_TOKENS)."""
     m = expert_tokens(ctx)
     return m / (m + EXPERT_HALF_TOKENS) if m else 1.0
 
@@ -88,8 +87,6 @@ def _cp(ctx: dict, c: dict) -> tuple[float, float, str]:
 
 def _ep(ctx: dict, c: dict) -> tuple[float, float, float, str, dict]:
     """EP all-to-all: (total, hidden, schedule overhead, formula, details)."""
-    from .steptime import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN
-
     lay, tc, tr, links = ctx["lay"], ctx["plan"]["transformer_config"], ctx["plan"]["training"], ctx["links"]
     m, moe = ctx["microbatches"], ctx["stage"]["moe_layers"]
     if lay.ep == 1 or not moe:
@@ -162,8 +159,6 @@ def _dp(ctx: dict, c: dict) -> tuple[float, float, str]:
 
 
 def _optimizer(ctx: dict) -> tuple[float, str]:
-    from .steptime import ADAM_BYTES_PER_PARAM
-
     lay, plan, counts = ctx["lay"], ctx["plan"], ctx["counts"]
     ddp, opt = plan.get("ddp_config") or {}, plan.get("optimizer") or {}
     distributed = bool(opt.get("use_distributed_optimizer", ddp.get("use_distributed_optimizer")))

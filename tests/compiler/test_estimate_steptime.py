@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from compiler import pipeline, plan as planmod
-from compiler.estimate import comm, flops, steptime
+from compiler.estimate import comm, flops, steptime, steptime_constants
 from compiler.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,3 +190,17 @@ def test_platform_without_performance_is_a_one_line_error():
         steptime.estimate(plan)
     msg = str(err.value)
     assert "\n" not in msg and "recipes/platforms/cpu.yaml" in msg and "performance.bf16_dense_tflops" in msg
+
+
+def test_explain_shows_every_item_and_the_numbers_add_up():
+    est, _ = _case("ep16 overlap + delayed wgrad")
+    lines = est.explain()
+    assert len(lines) == 1 + len(steptime.ITEMS)
+    assert f"{est.total_s:.4g} s" in lines[0] and f"MFU {est.mfu:.3f}" in lines[0]
+    for key, line in zip(steptime.ITEMS, lines[1:]):
+        assert line.split()[0] == key and f"{est.items[key]:.4g} s" in line
+    assert "hidden by overlap" in lines[1 + steptime.ITEMS.index("ep_a2a")]
+    assert est.details["delay_wgrad_launch_s"] == pytest.approx(
+        steptime_constants.DWG_LAUNCH_S * (128 // 16) * 48 * 64)
+    assert est.summary() == {"step_time_s": est.total_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+                             "mfu": est.mfu, "dominant": est.dominant}
