@@ -9,6 +9,8 @@ recorded for every catalogue recipe in tests/data/megatron_flops.json (gen_megat
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 from compiler import pipeline, plan as planmod
 from compiler.estimate import comm, flops, steptime, steptime_constants
-from compiler.layout import Layout
+from compiler.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -204,3 +206,28 @@ def test_explain_shows_every_item_and_the_numbers_add_up():
         steptime_constants.DWG_LAUNCH_S * (128 // 16) * 48 * 64)
     assert est.summary() == {"step_time_s": est.total_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
                              "mfu": est.mfu, "dominant": est.dominant}
+
+
+@pytest.mark.parametrize("recipe", ["deepseek-v3/h100-bf16", "gpt-oss-120b/b200-bf16", "qwen3-235b-a22b/gb200-nvl72-bf16",
+                                    "qwen3-30b-a3b/h100-bf16", "qwen3-next-80b-a3b/h100-bf16"])
+def test_layouts_the_planner_may_try_all_get_finite_times(recipe):
+    """MLA, Gated DeltaNet, MTP, shared experts, NVL72: every folding of TP, CP, PP (with and
+    without VPP) and EP the model allows gives non-negative, finite items and an MFU below 1."""
+    plan = _golden(recipe)
+    tc = {k: v for k, v in plan["transformer_config"].items() if k not in (
+        "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")}
+    plan = {**plan, "transformer_config": tc}
+    world, tried = plan["layout"]["world_size"], 0
+    for tp, cp, pp, ep, vpp in itertools.product([1, 2, 4], [1, 2], [1, 2, 4], [1, 8, 16], [None, 2]):
+        try:
+            lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, ep=ep, vpp=vpp if pp > 1 else None,
+                         gpus_per_node=plan["layout"]["nproc_per_node"], num_layers=tc["num_layers"])
+        except LayoutError:
+            continue
+        if tc["num_moe_experts"] % ep:
+            continue
+        est = steptime.estimate(plan, lay)
+        assert all(math.isfinite(v) and v >= 0 for v in est.items.values()), (lay, est.items)
+        assert 0 < est.mfu < 1, lay
+        tried += 1
+    assert tried >= 20
