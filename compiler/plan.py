@@ -52,8 +52,10 @@ def _build(r: Resolved) -> dict:
         "moeforge_version": __version__,
         "recipe": {"id": r.composed.recipe_id, "name": data.get("name", r.composed.recipe_id.replace("/", "-")),
                    "path": r.composed.file, "revision": data.get("revision")},
-        "platform": {k: platform.get(k) for k in ("name", "device", "gpu", "gpus_per_node", "nvlink_domain",
-                                                  "distributed_backend", "software", "container_image")},
+        "platform": {**{k: platform.get(k) for k in ("name", "device", "gpu", "gpus_per_node", "nvlink_domain",
+                                                     "distributed_backend", "software", "container_image")},
+                     # the step-time model's inputs (compiler/estimate/steptime.py), where the platform has them
+                     **({"performance": platform["performance"]} if platform.get("performance") else {})},
         "layout": layout,
         "transformer_config": tc,
         "model": sections["model"],

@@ -1,42 +1,66 @@
-"""PROVISIONAL step-time model: a placeholder with the final interface, to be replaced at merge.
+"""Step time of one optimizer step: compute, exposed communication, pipeline bubble, optimizer.
 
-!!! PROVISIONAL (issue 15, planner branch): the calibrated model is written in parallel by another
-helper and replaces this file whole.  Nothing here is calibrated; do not tune against it and do not
-test its numbers.  It exists so the layout planner (compiler/planner/) can rank candidates today.
+The model (docs/layout-model.md writes it out with every assumption):
 
-Model: compute = 6 x active parameters x tokens / (world x peak x MFU_GUESS) (Kaplan et al. 2020,
-"Scaling Laws for Neural Language Models", arXiv:2001.08361, C ~= 6ND), recompute adds forward work
-again, a 1F1B bubble of (pp-1)/(m x vpp) of the compute (Narayanan et al. 2021, arXiv:2104.04473),
-and bandwidth-only communication terms.  H100 numbers are hard-coded for every platform (provisional
-only; the real model reads plan["platform"]["performance"]).
+  compute     executed FLOPs of the busiest pipeline stage (flops.py, plus recomputed forward
+              passes) / (platform peak x achievable fraction)
+  tp/cp/ep    bytes per GPU over the group's link (comm.py); what an overlap hides is subtracted
+  pp_bubble   (p-1)/(v*m) x the stage's per-step busy time (Narayanan et al. 2021, arXiv:2104.04473)
+  pp_p2p      activations and their gradients between stages, unless overlapped
+  dp_reduce   gradient reduce-scatter / parameter all-gather over DP and expert-DP, minus what
+              overlap_grad_reduce (last micro-batch's backward) and overlap_param_gather (first
+              micro-batch's forward) hide
+  optimizer   the Adam update, memory-bound over the rank's optimizer shard
+  overhead    costs of the EP-overlap schedule and of delayed weight gradients
+
+The exposed items sum to the step time.  Pure Python over a compiled plan: no torch, no megatron.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..layout import Layout
-from . import memory
+from . import comm
+from .flops import KEYS, chunk_flops, model_flops_per_token
+from .memory import DTYPE_BYTES, _heads, is_linear_attention_layer, is_moe_layer, rank_parameters, stage_contents
+from .steptime_terms import assemble
 
-# H100 SXM5 dense BF16 peak, NVIDIA H100 datasheet (https://www.nvidia.com/en-us/data-center/h100/).
-PEAK_FLOPS = 989e12
-MFU_GUESS = 0.4            # PROVISIONAL guess, the brief's "peak x 0.4"
-NVLINK_BPS = 450e9         # H100 NVLink 4: 900 GB/s bidirectional per GPU (datasheet), one direction
-IB_BPS = 50e9              # one ConnectX-7 NDR 400 Gb/s per GPU (DGX H100 datasheet)
-EP_OVERLAP_HIDDEN = 0.7    # PROVISIONAL guess: share of the EP all-to-all hidden by overlap_moe_expert_parallel_comm
-OVERHEAD_S = 0.05          # PROVISIONAL guess: per-step launch/optimizer bookkeeping
-PROVISIONAL = True        # the planner's validation test expects failures while this placeholder is in place
-KEYS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
+ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
+DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
+                  "pp_bubble": "PP bubble", "pp_p2p": "PP p2p", "dp_reduce": "DP reduce", "optimizer": "optimizer",
+                  "overhead": "overhead"}
+PERFORMANCE_FIELDS = ("bf16_dense_tflops", "achievable_fraction", "hbm_gbps", "nvlink_gbps", "internode_gbps",
+                      "collective_efficiency", "a2a_efficiency")
+
+class PerformanceError(ValueError):
+    """A platform without the fields the step-time model needs."""
+
+
+def performance(plan: dict) -> dict:
+    """The platform's performance block, every field present, or a one-line error naming the file."""
+    platform = plan.get("platform") or {}
+    perf = platform.get("performance") or {}
+    missing = [f for f in PERFORMANCE_FIELDS if perf.get(f) is None]
+    if missing:
+        name = platform.get("name", "?")
+        raise PerformanceError(f"platform {name!r} has no performance.{missing[0]}: add a performance block "
+                               f"to recipes/platforms/{name}.yaml (fields: {', '.join(PERFORMANCE_FIELDS)}; "
+                               "see schemas/platform.v1.json)")
+    return perf
 
 
 @dataclass
 class StepTime:
-    items: dict
-    hidden: dict
-    formulas: dict
+    """One optimizer step, per GPU: exposed seconds per item, what overlap hid, and the arithmetic."""
+
+    items: dict[str, float]
+    hidden: dict[str, float]
+    formulas: dict[str, str]
     model_flops: float
     tokens_per_step: int
     world_size: int
     peak_flops: float
+    details: dict = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -44,74 +68,106 @@ class StepTime:
 
     @property
     def dominant(self) -> str:
-        return max(self.items, key=self.items.get)
+        return DOMINANT_NAMES[max(ITEMS, key=lambda k: self.items[k])]
 
     @property
     def mfu(self) -> float:
-        return self.model_flops / (self.total_s * self.world_size * self.peak_flops)
+        return self.model_flops / (self.total_s * self.peak_flops)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens_per_step / self.total_s / self.world_size
 
+    @property
+    def tflops_per_gpu(self) -> float:
+        """What Megatron-LM logs as 'throughput per GPU (TFLOP/s/GPU)'."""
+        return self.model_flops / self.total_s / 1e12
 
-_ACTIVE: dict = {}
+    def summary(self) -> dict:
+        """The planner's columns."""
+        return {"step_time_s": self.total_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "dominant": self.dominant}
+
+    def explain(self) -> list[str]:
+        """Every item with its formula and what overlap hid, for plan-layout --explain."""
+        lines = [f"step time {self.total_s:.4g} s = sum of the exposed items below; "
+                 f"{self.tokens_per_step} tokens/step on {self.world_size} GPUs -> "
+                 f"{self.tokens_per_s_per_gpu:.4g} tokens/s/GPU; model FLOPs {self.model_flops:.4g}/GPU "
+                 f"(Megatron-LM's count) -> {self.tflops_per_gpu:.4g} TFLOP/s/GPU, MFU {self.mfu:.3f} "
+                 f"of {self.peak_flops / 1e12:g} TFLOP/s; dominant: {self.dominant}"]
+        for key in ITEMS:
+            hidden = f" (+{self.hidden[key]:.4g} s hidden by overlap)" if self.hidden.get(key) else ""
+            lines.append(f"  {key:10s} {self.items[key]:10.4g} s{hidden}  {self.formulas.get(key, '')}")
+        return lines
 
 
-def active_parameters(tc: dict, model: dict) -> float:
-    """Parameters one token passes through: every layer's dense part, top-k of its experts, the output layer."""
-    key = (id(model), tc["num_layers"], tc["hidden_size"], tc.get("num_moe_experts"))
-    if key not in _ACTIVE:
-        _ACTIVE[key] = _active(tc, model)
-    return _ACTIVE[key]
+def _recompute_extra(tc: dict, per_layer: dict, mla_layers: int) -> tuple[float, float]:
+    """Forward FLOPs per token recomputed in backward (one third of a 3x training count): the
+    non-expert part and the routed experts' part."""
+    granularity = tc.get("recompute_granularity")
+    if granularity == "full":
+        return sum(per_layer[k] for k in KEYS if k not in ("logits", "mtp", "experts")) / 3, per_layer["experts"] / 3
+    if granularity != "selective":
+        return 0.0, 0.0
+    modules = set(tc.get("recompute_modules") or ["core_attn"])
+    extra = 0.0
+    if "core_attn" in modules:
+        extra += per_layer["core_attention"]
+    if "mlp" in modules:
+        extra += per_layer["dense_mlp"]
+    experts = per_layer["experts"] if "moe" in modules else 0.0
+    if modules & {"moe", "shared_experts"}:
+        extra += per_layer["shared_expert"]
+    if "mla_up_proj" in modules and tc.get("multi_latent_attention"):
+        a = tc["num_attention_heads"]
+        up = (tc.get("q_lora_rank") or 0) * a * (tc["qk_head_dim"] + tc["qk_pos_emb_head_dim"]) \
+            + tc["kv_lora_rank"] * a * (tc["qk_head_dim"] + tc["v_head_dim"])
+        extra += 6 * up * mla_layers
+    return extra / 3, experts / 3  # layernorm, moe_act: element-wise, no GEMM FLOPs
 
 
-def _active(tc: dict, model: dict) -> float:
-    one = Layout(world_size=1)
-    total = 0.0
-    for n in range(1, tc["num_layers"] + 1 + (tc.get("mtp_num_layers") or 0)):
-        dense, expert = memory.layer_params(tc, min(n, tc["num_layers"]), one)
-        experts = tc.get("num_moe_experts") if memory.is_moe_layer(tc, min(n, tc["num_layers"])) else None
-        total += dense + (expert * tc["moe_router_topk"] / experts if experts else expert)
-    return total + model["vocab_size"] * tc["hidden_size"]
+def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
+    """Per-token executed FLOPs of one pipeline rank's chunks, and its layer counts."""
+    tc, model, seq = plan["transformer_config"], plan["model"], plan["training"]["seq_length"]
+    per = dict.fromkeys(KEYS, 0.0)
+    moe_layers = attn_layers = mla_layers = layers = 0
+    for chunk in stage_contents(tc, lay, pp_rank):
+        for key, value in chunk_flops(tc, model["vocab_size"], seq, chunk, megatron=False).items():
+            per[key] += value
+        numbers = chunk["layers"] + [tc["num_layers"]] * chunk["mtp"]
+        layers += len(numbers)
+        moe_layers += sum(is_moe_layer(tc, n) for n in numbers)
+        attn_layers += sum(not is_linear_attention_layer(tc, n) for n in numbers)
+        mla_layers += len(numbers) if tc.get("multi_latent_attention") else 0
+    per["recompute"], per["recompute_experts"] = _recompute_extra(tc, per, mla_layers)
+    return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
+
+
+def _busiest_stage(plan: dict, lay: Layout) -> tuple[int, dict]:
+    stages = [(r, _stage(plan, lay, r)) for r in range(lay.pp)]
+    return max(stages, key=lambda s: sum(s[1]["flops"].values()))
 
 
 def estimate(plan: dict, lay: Layout | None = None) -> StepTime:
-    """PROVISIONAL: seconds per step of a compiled plan (its layout unless ``lay`` is given)."""
-    tc, tr = plan["transformer_config"], plan["training"]
+    """The step time of a compiled plan (its layout unless ``lay`` is given)."""
+    perf = performance(plan)
     lay = lay or Layout.from_plan(plan["layout"])
-    tokens = tr["global_batch_size"] * tr["seq_length"]
-    flops = 6.0 * active_parameters(tc, plan["model"]) * tokens
-    compute = flops / (lay.world_size * PEAK_FLOPS * MFU_GUESS)
-    gran = tc.get("recompute_granularity")
-    recompute = {"full": 1 / 3, "selective": 0.05}.get(gran, 0.0)
-    compute *= 1 + recompute
-    m = tr.get("num_microbatches") or max(1, tr["global_batch_size"] // (tr["micro_batch_size"] * lay.dp))
-    bubble = compute * (lay.pp - 1) / (m * lay.chunks)
-    h, bytes_ = tc["hidden_size"], 2
-    local_tokens = tokens / lay.dp / lay.cp
-    layers = tc["num_layers"] / lay.pp
-    tp_bw = NVLINK_BPS
-    tp_comm = 0.0 if lay.tp == 1 else 8 * layers * local_tokens * h * bytes_ * (lay.tp - 1) / lay.tp / tp_bw
-    cp_comm = 0.0 if lay.cp == 1 else 4 * layers * local_tokens * h * bytes_ / NVLINK_BPS
-    domain = plan["platform"].get("nvlink_domain") or 1
-    ep_bw = NVLINK_BPS if lay.ep * lay.tp <= domain else IB_BPS
-    moe_layers = sum(memory.is_moe_layer(tc, n) for n in range(1, tc["num_layers"] + 1)) / lay.pp
-    a2a = 0.0
-    if lay.ep > 1:
-        routed = local_tokens / lay.tp * tc["moe_router_topk"] * h * bytes_
-        a2a = 4 * moe_layers * routed * (lay.ep - 1) / lay.ep / ep_bw
-    hidden_a2a = a2a * EP_OVERLAP_HIDDEN if tc.get("overlap_moe_expert_parallel_comm") else 0.0
-    if tc.get("moe_token_dispatcher_type") == "flex":
-        a2a *= 0.8  # PROVISIONAL guess: fused dispatch kernels
-    params = memory.rank_parameters(tc, plan["model"], lay, 0)["total"]
-    dp_reduce = 0.0 if lay.dp == 1 else 2 * 2 * params / (IB_BPS if lay.world_size > domain else NVLINK_BPS) * 0.2
-    pp_p2p = 0.0 if lay.pp == 1 else 2 * m * lay.chunks * (local_tokens / m) * h * bytes_ / lay.tp / IB_BPS
-    items = {"compute": compute, "tp_comm": tp_comm, "cp_comm": cp_comm, "ep_a2a": a2a - hidden_a2a,
-             "pp_bubble": bubble, "pp_p2p": pp_p2p, "dp_reduce": dp_reduce, "optimizer": 0.0, "overhead": OVERHEAD_S}
-    formulas = {"compute": f"PROVISIONAL 6 x active params x {tokens} tokens / ({lay.world_size} x peak x "
-                           f"{MFU_GUESS}) x (1 + recompute {recompute:g})",
-                "pp_bubble": f"PROVISIONAL compute x (pp-1)/(m x vpp) = x ({lay.pp}-1)/({m} x {lay.chunks})",
-                "ep_a2a": f"PROVISIONAL 4 x moe layers x tokens x topk x h x 2 B / {ep_bw / 1e9:g} GB/s",
-                "overhead": "PROVISIONAL fixed"}
-    return StepTime(items, {"ep_a2a": hidden_a2a}, formulas, flops, tokens, lay.world_size, PEAK_FLOPS)
+    tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]
+    seq, mbs, gbs = tr["seq_length"], tr["micro_batch_size"], tr["global_batch_size"]
+    tokens = gbs * seq
+    peak = perf["bf16_dense_tflops"] * 1e12
+    model_flops = sum(model_flops_per_token(tc, model, seq).values()) * tokens / lay.world_size
+    pp_rank, stage = _busiest_stage(plan, lay)
+    counts = rank_parameters(tc, model, lay, pp_rank,
+                             (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine")
+    links = comm.Links(perf["nvlink_gbps"], perf["internode_gbps"], plan["platform"].get("nvlink_domain", 1),
+                       perf["collective_efficiency"], perf["a2a_efficiency"])
+    ctx = {"plan": plan, "lay": lay, "perf": perf, "links": links, "stage": stage, "counts": counts,
+           "microbatches": max(1, gbs // (mbs * lay.dp)), "tokens": tokens, "peak": peak,
+           "rate": peak * perf["achievable_fraction"], "heads": _heads(tc),
+           "grad_bytes": 4 if (plan.get("ddp_config") or {}).get("grad_reduce_in_fp32") else
+           DTYPE_BYTES.get(tc.get("params_dtype") or "bfloat16", 2)}
+    items, hidden, formulas, details = assemble(ctx)
+    details["pp_rank"] = pp_rank
+    return StepTime({k: items.get(k, 0.0) for k in ITEMS}, {k: hidden.get(k, 0.0) for k in ITEMS}, formulas,
+                    model_flops, tokens, lay.world_size, peak, details)

@@ -1,0 +1,123 @@
+"""Training FLOPs per token, counted the way Megatron-LM reports TFLOP/s/GPU.
+
+Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py, 0.19.2 wheel)
+counts 2 FLOPs per multiply-add and 3 GEMMs per weight (forward, backward data gradient,
+backward weight gradient): every term below is ``6 x`` the forward multiply-adds per token.
+It counts no recompute, no norms, no softmax/activation element-wise work and no router; the
+core attention is counted causal (half of QK^T and of PV).  The step-time model uses the same
+counts for what a GPU must execute (plus the recomputed forward passes, steptime.py), so the
+model FLOPs it reports agree with what a Megatron-LM run logs (tests/data/megatron_flops.json,
+recorded from that function by tests/data/gen_megatron_flops.py).
+
+Layer structure (which layers are MoE, which are Gated DeltaNet, which layers a pipeline stage
+holds) comes from memory.py: one place.
+"""
+from __future__ import annotations
+
+from .memory import _glu, _heads, is_linear_attention_layer, is_moe_layer
+
+FWD_BWD = 3  # forward, backward dgrad, backward wgrad (Megatron-LM forward_backward_expansion_factor)
+FMA = 2      # one multiply-add is two FLOPs (Megatron-LM fma_expansion_factor)
+K = FWD_BWD * FMA
+
+
+def _linear_attention_megatron(tc: dict, index0: int) -> bool:
+    """Megatron-LM's FLOPs pattern over num_layers + MTP layers: 0-based layer i is Gated
+    DeltaNet unless (i + 1) % linear_attention_freq == 0.  For decoder layers this is
+    memory.is_linear_attention_layer; it also classifies the MTP layers (index >= num_layers)."""
+    if index0 < tc["num_layers"]:
+        return is_linear_attention_layer(tc, index0 + 1)
+    freq = tc.get("linear_attention_freq")
+    if tc.get("experimental_attention_variant") != "gated_delta_net" or isinstance(freq, list):
+        return False
+    return (index0 + 1) % (freq or 1) != 0
+
+
+def attention_flops(tc: dict, seq: int, linear: bool) -> tuple[float, float]:
+    """(token-linear projections, core attention) FLOPs per token of one layer's attention.
+
+    The core term is causal over the full sequence ``seq`` (CP splits the work, not the count)."""
+    h = tc["hidden_size"]
+    if linear:  # Gated DeltaNet: in_proj, conv1d, the delta rule (4 head-dim^2 products), out_proj
+        qk = tc["linear_key_head_dim"] * tc["linear_num_key_heads"]
+        nv, dv = tc["linear_num_value_heads"], tc["linear_value_head_dim"]
+        v = dv * nv
+        return K * (h * (2 * qk + 2 * v + 2 * nv) + tc.get("linear_conv_kernel_dim", 4) * (2 * qk + v)
+                    + nv * dv * dv * 4 + h * v), 0.0
+    _, a, d, g = _heads(tc)
+    if tc.get("multi_latent_attention"):
+        qk, pos, vd = tc["qk_head_dim"], tc["qk_pos_emb_head_dim"], tc["v_head_dim"]
+        qlr, kvlr = tc.get("q_lora_rank"), tc["kv_lora_rank"]
+        q = qlr * (h + a * (qk + pos) + 1) if qlr else h * a * (qk + pos)
+        proj = q + kvlr * (h + a * (qk + vd) + 1) + h * pos + a * vd * h
+        return K * proj, K * (a * (qk + pos) / 2 + a * vd / 2) * seq
+    q = a * d
+    gate = q if tc.get("attention_output_gate") else 0
+    return K * (h * (q + 2 * g * d + gate) + q * h), K * q * seq  # causal: /2, QK^T and PV: x2
+
+
+def ffn_gemms(tc: dict, megatron: bool = True) -> int:
+    """h x ffn GEMMs per MLP: fc1 (two with a gated linear unit) and fc2.  Megatron-LM's count
+    (``megatron``) knows only --swiglu as gated: a GLU with another activation (gpt-oss's
+    quick-GEGLU) is counted as 2 although it executes 3."""
+    if megatron:
+        return 3 if _glu(tc) == 2 and tc.get("activation_func", "silu") == "silu" else 2
+    return 1 + _glu(tc)
+
+
+def mlp_flops(tc: dict, moe: bool, megatron: bool = True) -> dict:
+    """FLOPs per token of one layer's MLP block: dense MLP, or routed experts (top-k) + shared expert."""
+    h, e = tc["hidden_size"], ffn_gemms(tc, megatron)
+    if not moe:
+        return {"dense_mlp": K * h * tc["ffn_hidden_size"] * e, "experts": 0.0, "shared_expert": 0.0}
+    f = tc.get("moe_ffn_hidden_size") or tc["ffn_hidden_size"]
+    shared = tc.get("moe_shared_expert_intermediate_size") or 0
+    return {"dense_mlp": 0.0, "experts": K * h * f * tc["moe_router_topk"] * e, "shared_expert": K * h * shared * e}
+
+
+def layer_flops(tc: dict, index0: int, seq: int, megatron: bool = True) -> dict:
+    """FLOPs per token of decoder layer ``index0`` (0-based; >= num_layers: an MTP layer, typed
+    like Megatron-LM's count: MoE when the last decoder layer is)."""
+    moe = is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1)
+    proj, core = attention_flops(tc, seq, _linear_attention_megatron(tc, index0))
+    return {"attention": proj, "core_attention": core, **mlp_flops(tc, moe, megatron)}
+
+
+def logits_flops(tc: dict, vocab: int) -> float:
+    """The output layer's FLOPs per token (one per MTP depth too)."""
+    return K * tc["hidden_size"] * vocab
+
+
+def mtp_extra_flops(tc: dict) -> float:
+    """An MTP depth's own projection (eh_proj 2h -> h) and norms, per token, as Megatron-LM counts them."""
+    h = tc["hidden_size"]
+    return K * (3 * h + 2 * h * h)
+
+
+def _add(total: dict, part: dict) -> None:
+    for key, value in part.items():
+        total[key] = total.get(key, 0.0) + value
+
+
+KEYS = ("attention", "core_attention", "dense_mlp", "experts", "shared_expert", "logits", "mtp")
+
+
+def chunk_flops(tc: dict, vocab: int, seq: int, chunk: dict, megatron: bool = True) -> dict:
+    """FLOPs per token of one model chunk (memory.stage_contents): its layers, MTP, output layer
+    (``megatron``: Megatron-LM's count; False: the GEMMs as executed, see ffn_gemms)."""
+    out = dict.fromkeys(KEYS, 0.0)
+    for number in chunk["layers"]:
+        _add(out, layer_flops(tc, number - 1, seq, megatron))
+    for depth in range(chunk["mtp"]):
+        _add(out, layer_flops(tc, tc["num_layers"] + depth, seq, megatron))
+        out["mtp"] += mtp_extra_flops(tc) + logits_flops(tc, vocab)
+    if chunk["output"]:
+        out["logits"] += logits_flops(tc, vocab)
+    return out
+
+
+def model_flops_per_token(tc: dict, model: dict, seq: int) -> dict:
+    """The whole model's training FLOPs per token, by component (Megatron-LM's count)."""
+    mtp = tc.get("mtp_num_layers") or 0
+    chunk = {"layers": list(range(1, tc["num_layers"] + 1)), "mtp": mtp, "output": True}
+    return chunk_flops(tc, model["vocab_size"], seq, chunk)

@@ -1,0 +1,236 @@
+"""compiler/estimate/steptime.py: the step-time model against measured runs, and its pieces.
+
+The calibration set is every measured step time in the seeds (docs/layout-model.md lists the
+readings): each point is compiled from the catalogue, estimated, and must land within 25 % of the
+measurement; every EP-overlap pair must move in the measured direction.  ``pytest -s`` prints the
+table.  The FLOPs count is checked against Megatron-LM's own num_floating_point_operations,
+recorded for every catalogue recipe in tests/data/megatron_flops.json (gen_megatron_flops.py).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from compiler import pipeline, plan as planmod
+from compiler.estimate import comm, flops, steptime, steptime_constants
+from compiler.layout import Layout, LayoutError
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+MEGATRON = json.loads((ROOT / "tests" / "data" / "megatron_flops.json").read_text())["recipes"]
+TOLERANCE = 0.25  # the issue's bound on |estimate / measured - 1|
+
+EP16 = "qwen3-30b-a3b/h100-bf16-ep16-alltoall"
+# Seeds 000 (lines ~270-300): EP16 runs, iterations 3-8 steady window; 003 (~126): smoke run.
+# Seeds 004 (~70-145): Qwen3-30B-A3B EP4 alltoall on 2 H100 nodes, GBS 8 and 64, and
+# Qwen3-Next-80B-A3B EP8 alltoall on 8 nodes.  What the seeds leave open is read as below.
+# EP4: GBS 8 needs dp <= 8 and "no speedup at GBS 8" is one micro-batch per rank: 8 ranks, split
+# over 2 nodes of 4 (_two_nodes_of_four).  Doubt: the memory model puts it over 80 GB (docs).
+EP4 = ["parallelism.ep=4", "resources.nodes=1"]
+# Qwen3-Next: Megatron-Bridge's H100 recipe layout (TP1 PP4 EP8) on 8 nodes; EP overlap needs VPP
+# when PP > 1 and forbids recomputing "moe" (megatron-core 0.17+); GBS not given: 256.
+NEXT = ["resources.nodes=8", "parallelism.ep=8", "parallelism.pp=4", "parallelism.vpp=2", "moe.overlap.ep_comm=true",
+        "recompute.modules=[layernorm,moe_act]", "training.global_batch_size=256"]
+CASES = {  # name: (recipe, overrides, 8 ranks as 2 nodes x 4, measured seconds per step)
+    "ep16 no overlap": (EP16, [], False, 41.25),
+    "ep16 EP overlap": (EP16 + "-overlap", [], False, 31.31),
+    "ep16 overlap + delayed wgrad": (EP16 + "-overlap", ["moe.overlap.delay_wgrad=true"], False, 31.20),
+    "ep16 smoke run (no overlap)": (EP16, [], False, 45.65),
+    "ep4 GBS 8 no overlap": (EP16, EP4 + ["training.global_batch_size=8"], True, 0.822),
+    "ep4 GBS 8 EP overlap": (EP16 + "-overlap", EP4 + ["training.global_batch_size=8"], True, 0.827),
+    "ep4 GBS 64 no overlap": (EP16, EP4 + ["training.global_batch_size=64"], True, 4.889),
+    "ep4 GBS 64 EP overlap": (EP16 + "-overlap", EP4 + ["training.global_batch_size=64"], True, 5.538),
+    "next EP overlap": ("qwen3-next-80b-a3b/h100-bf16", NEXT, False, 4.686),
+    "next overlap + delayed wgrad": ("qwen3-next-80b-a3b/h100-bf16", NEXT + ["moe.overlap.delay_wgrad=true"], False,
+                                     4.912),
+}
+# (baseline, variant, measured direction of the variant: +1 slower, -1 faster, 0 within noise)
+PAIRS = [("ep16 no overlap", "ep16 EP overlap", -1), ("ep4 GBS 64 no overlap", "ep4 GBS 64 EP overlap", +1),
+         ("ep4 GBS 8 no overlap", "ep4 GBS 8 EP overlap", 0), ("next EP overlap", "next overlap + delayed wgrad", +1),
+         ("ep16 EP overlap", "ep16 overlap + delayed wgrad", 0)]
+NOISE = 0.02  # "flat" / "no meaningful independent win": the modelled change stays under 2 %
+
+
+def _two_nodes_of_four(plan: dict) -> dict:
+    """The EP4 run's 8 ranks as 2 nodes x 4 GPUs: EP4 inside a node, expert-DP across the two."""
+    plan = copy.deepcopy(plan)
+    plan["platform"]["nvlink_domain"] = plan["layout"]["nproc_per_node"] = 4
+    plan["layout"]["nnodes"] = 2
+    return plan
+
+
+@lru_cache(maxsize=None)
+def _case(name: str) -> tuple[steptime.StepTime, float]:
+    recipe, overrides, split, measured = CASES[name]
+    plan = planmod.build(pipeline.resolve(pipeline.load(recipe, overrides)))
+    return steptime.estimate(_two_nodes_of_four(plan) if split else plan), measured
+
+
+def test_calibration_table():
+    rows = []
+    for name in CASES:
+        est, measured = _case(name)
+        rows.append((name, measured, est.total_s, est.total_s / measured, est.dominant, est.tflops_per_gpu))
+    print(f"\n{'case':34s} {'measured s':>10s} {'model s':>9s} {'ratio':>6s}  dominant        TFLOP/s/GPU")
+    for name, measured, model, ratio, dominant, tflops in rows:
+        print(f"{name:34s} {measured:10.3f} {model:9.3f} {ratio:6.3f}  {dominant:15s} {tflops:6.1f}")
+    worst = max(rows, key=lambda r: abs(r[3] - 1))
+    print(f"worst: {worst[0]} at {worst[3]:.3f} (bound 1 +- {TOLERANCE})")
+    assert all(abs(r[3] - 1) <= TOLERANCE for r in rows), [r[:4] for r in rows if abs(r[3] - 1) > TOLERANCE]
+
+
+@pytest.mark.parametrize("base,variant,direction", PAIRS)
+def test_overlap_effects_move_the_measured_way(base, variant, direction):
+    change = _case(variant)[0].total_s / _case(base)[0].total_s - 1
+    measured = CASES[variant][3] / CASES[base][3] - 1
+    print(f"\n{variant} vs {base}: model {change:+.3f}, measured {measured:+.3f}")
+    if direction:
+        assert change * direction > 0, (change, measured)
+    else:
+        assert abs(change) < NOISE, (change, measured)
+
+
+def test_smoke_run_tflops_are_megatrons_count():
+    """The smoke run logged 132.9 TFLOP/s/GPU at 45.65 s/step: Megatron-LM's FLOPs per step / 16 GPUs
+    / the step time.  The model's FLOPs at the measured step time must give the same rate."""
+    est, measured = _case("ep16 smoke run (no overlap)")
+    assert est.model_flops / measured / 1e12 == pytest.approx(132.9, rel=0.01)
+    print(f"\nsmoke run: model {est.tflops_per_gpu:.1f} TFLOP/s/GPU, logged 132.9")
+    assert abs(est.tflops_per_gpu / 132.9 - 1) <= TOLERANCE
+
+
+@pytest.mark.parametrize("recipe", sorted(MEGATRON))
+def test_model_flops_equal_megatron_lm(recipe):
+    plan = json.loads((GOLDEN / recipe / "plan.json").read_text())
+    tc, tr = plan["transformer_config"], plan["training"]
+    per_token = sum(flops.model_flops_per_token(tc, plan["model"], tr["seq_length"]).values())
+    assert per_token == pytest.approx(MEGATRON[recipe]["flops_per_token"], rel=1e-9)
+
+
+def test_flops_per_token_by_hand_qwen3_30b():
+    """Qwen3-30B-A3B: h 2048, 48 layers, 32 heads x 128, 4 KV groups, top-8 of 768-wide SwiGLU
+    experts, vocab 151936, seq 4096; 6 FLOPs per multiply-add trained."""
+    plan = json.loads((GOLDEN / EP16 / "plan.json").read_text())
+    got = flops.model_flops_per_token(plan["transformer_config"], plan["model"], 4096)
+    h, layers = 2048, 48
+    assert got["attention"] == 6 * layers * (h * (4096 + 2 * 512) + 4096 * h)
+    assert got["core_attention"] == 6 * layers * 4096 * 4096       # causal: half of QK^T and PV, each 2 x
+    assert got["experts"] == 6 * layers * h * 768 * 8 * 3
+    assert got["logits"] == 6 * h * 151936
+    assert got["dense_mlp"] == got["shared_expert"] == got["mtp"] == 0
+
+
+def _golden(recipe: str) -> dict:
+    return json.loads((GOLDEN / recipe / "plan.json").read_text())
+
+
+def test_bubble_is_p_minus_1_over_v_m():
+    plan = _golden("qwen3-30b-a3b/h100-bf16-x64")  # 48 layers, GBS 4096
+    for pp, vpp in ((4, None), (4, 2), (8, 3)):
+        lay = Layout(world_size=64, pp=pp, ep=8, vpp=vpp, gpus_per_node=8)
+        est = steptime.estimate(plan, lay)
+        m, v = est.details["microbatches"], vpp or 1
+        busy = sum(est.items[k] for k in ("compute", "tp_comm", "cp_comm", "ep_a2a", "overhead"))
+        assert est.items["pp_bubble"] == pytest.approx((pp - 1) / (v * m) * busy)
+        assert m == 4096 // (64 // pp) and est.items["pp_bubble"] > 0
+    assert steptime.estimate(plan, Layout(world_size=64, ep=8, gpus_per_node=8)).items["pp_bubble"] == 0
+
+
+def test_ep_overlap_hides_at_most_the_compute_it_overlaps():
+    """Each of a layer's four all-to-alls hides behind one compute window of the other micro-batch
+    (expert backward / forward, attention backward / forward): e + a per layer and overlapped
+    micro-batch in all.  On a fabric 100x slower the hidden time saturates exactly there."""
+    recipe, overrides, _, _ = CASES["ep16 EP overlap"]
+    plan = planmod.build(pipeline.resolve(pipeline.load(recipe, overrides)))
+    est = steptime.estimate(plan)
+    slow_plan = copy.deepcopy(plan)
+    slow_plan["platform"]["performance"]["internode_gbps"] /= 100
+    slow = steptime.estimate(slow_plan)
+    d, m = slow.details, slow.details["microbatches"]
+    bound = (d["expert_layer_mb_s"] + d["attn_layer_mb_s"]) * 48 * (m - 1)
+    assert slow.hidden["ep_a2a"] == pytest.approx(bound)
+    assert slow.items["ep_a2a"] > 10 * bound        # the rest stays exposed
+    assert est.hidden["ep_a2a"] <= bound
+    no_overlap, _ = _case("ep16 no overlap")
+    assert no_overlap.hidden["ep_a2a"] == 0
+
+
+def test_link_choice_nvlink_inside_the_domain_fabric_outside():
+    links = comm.Links(nvlink_gbps=450, internode_gbps=50, nvlink_domain=8, collective_efficiency=1,
+                       a2a_efficiency=1)
+    gb = 1e9
+    assert links.a2a_link(8, 1) == "nvlink" and links.a2a_s(4.5 * gb, 8, 1) == pytest.approx(0.01)
+    assert links.a2a_link(16, 1) == "inter-node"
+    # EP16 over two nodes: 8 of 15 peers are remote, their share crosses the 50 GB/s NIC
+    assert links.a2a_s(15 * gb, 16, 1) == pytest.approx(8 * gb / (50 * gb))
+    assert links.a2a_link(8, 2) == "inter-node"   # ETP 2 x EP 8 spans 16 ranks
+    assert links.ring_s(45 * gb, 8) == pytest.approx(0.1) and links.ring_s(5 * gb, 16) == pytest.approx(0.1)
+    nvl72 = comm.Links(900, 50, 72, 1, 1)
+    assert nvl72.a2a_link(64, 1) == "nvlink"
+
+
+def test_every_catalogue_plan_has_a_step_time():
+    for path in sorted(GOLDEN.rglob("plan.json")):
+        plan = json.loads(path.read_text())
+        if plan["platform"]["device"] == "cpu":
+            continue
+        est = steptime.estimate(plan)
+        assert set(est.items) == set(steptime.ITEMS) and min(est.items.values()) >= 0, path
+        assert est.total_s == pytest.approx(sum(est.items.values()))
+        assert 0 < est.mfu < 1 and est.tokens_per_s_per_gpu > 0, path
+        assert est.dominant in steptime.DOMINANT_NAMES.values()
+        assert set(est.formulas) >= set(steptime.ITEMS) - {"overhead"} | {"compute"}, path
+
+
+def test_platform_without_performance_is_a_one_line_error():
+    plan = _golden("tiny-moe/cpu")
+    with pytest.raises(steptime.PerformanceError) as err:
+        steptime.estimate(plan)
+    msg = str(err.value)
+    assert "\n" not in msg and "recipes/platforms/cpu.yaml" in msg and "performance.bf16_dense_tflops" in msg
+
+
+def test_explain_shows_every_item_and_the_numbers_add_up():
+    est, _ = _case("ep16 overlap + delayed wgrad")
+    lines = est.explain()
+    assert len(lines) == 1 + len(steptime.ITEMS)
+    assert f"{est.total_s:.4g} s" in lines[0] and f"MFU {est.mfu:.3f}" in lines[0]
+    for key, line in zip(steptime.ITEMS, lines[1:]):
+        assert line.split()[0] == key and f"{est.items[key]:.4g} s" in line
+    assert "hidden by overlap" in lines[1 + steptime.ITEMS.index("ep_a2a")]
+    assert est.details["delay_wgrad_launch_s"] == pytest.approx(
+        steptime_constants.DWG_LAUNCH_S * (128 // 16) * 48 * 64)
+    assert est.summary() == {"step_time_s": est.total_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+                             "mfu": est.mfu, "dominant": est.dominant}
+
+
+@pytest.mark.parametrize("recipe", ["deepseek-v3/h100-bf16", "gpt-oss-120b/b200-bf16",
+                                    "qwen3-235b-a22b/gb200-nvl72-bf16", "qwen3-30b-a3b/h100-bf16",
+                                    "qwen3-next-80b-a3b/h100-bf16"])
+def test_layouts_the_planner_may_try_all_get_finite_times(recipe):
+    """MLA, Gated DeltaNet, MTP, shared experts, NVL72: every folding of TP, CP, PP (with and
+    without VPP) and EP the model allows gives non-negative, finite items and an MFU below 1."""
+    plan = _golden(recipe)
+    tc = {k: v for k, v in plan["transformer_config"].items() if k not in (
+        "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")}
+    plan = {**plan, "transformer_config": tc}
+    world, tried = plan["layout"]["world_size"], 0
+    for tp, cp, pp, ep, vpp in itertools.product([1, 2, 4], [1, 2], [1, 2, 4], [1, 8, 16], [None, 2]):
+        try:
+            lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, ep=ep, vpp=vpp if pp > 1 else None,
+                         gpus_per_node=plan["layout"]["nproc_per_node"], num_layers=tc["num_layers"])
+        except LayoutError:
+            continue
+        if tc["num_moe_experts"] % ep:
+            continue
+        est = steptime.estimate(plan, lay)
+        assert all(math.isfinite(v) and v >= 0 for v in est.items.values()), (lay, est.items)
+        assert 0 < est.mfu < 1, lay
+        tried += 1
+    assert tried >= 20
