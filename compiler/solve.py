@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Position
+from .finite_solve import settle
 from .problem import _SPEC, _DERIVED, SOLVE_MS, _Problem, _fixed, derive
 from .rules import Preference, Rule
 from .rules import expr as E
@@ -61,21 +62,36 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
     values.update({f: v for f, (v, _) in problem.forced.items() if f in auto})
-    enc = terms = None
-    if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
-        enc = problem.encoding()
-        terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors,
-                           silent_rules)
-        if isinstance(chosen, Solution):
-            return chosen
-        values.update(chosen)
+    enc = terms = settled = None
+    if problem.free:  # something is left to choose: enumerated when small (finite_solve), else z3
+        settled = settle(problem, sorted(set(auto) & problem.free))
+        if settled is not None:
+            values.update(settled.values)
+        else:
+            enc, terms = _encode(problem)
+            chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors,
+                               silent_rules)
+            if isinstance(chosen, Solution):
+                return chosen
+            values.update(chosen)
     values.update(derive({**fixed, **values}))
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
+    if suspects and settled is not None:  # z3 only for the unsat cores of knobs really forced
+        suspects = settled.forced(suspects)
+        if suspects is None:
+            suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
+        if suspects:
+            enc, terms = _encode(problem)
     forced = _forcing_rules(enc, terms, suspects, values, problem.because) if enc and suspects else {}
     forced.update({f: list(why) for f, (_, why) in problem.forced.items() if f in auto})
     return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed, problem))
+
+
+def _encode(problem):
+    """The z3 encoding of the residual problem and its rules' terms (imports z3)."""
+    enc = problem.encoding()
+    return enc, {rid: enc.term(e) for rid, e in problem.residual.items()}
 
 
 def _unexplained(groups: list[list[Rule]]) -> list[Diagnostic]:
