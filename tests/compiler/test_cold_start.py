@@ -1,4 +1,6 @@
-"""Cold start: a recipe whose rules all fold to constants never imports z3 (issue: instant checks)."""
+"""Cold start: a recipe whose rules all fold to constants never imports z3, nor does one whose auto knobs
+the pure-Python solver settles (compiler/finite_solve.py); only a recipe that really needs z3 loads it
+(issue: instant checks)."""
 import json
 import shutil
 import subprocess
@@ -33,14 +35,14 @@ PROBE = textwrap.dedent("""\
     from pathlib import Path
     from compiler.pipeline import load, resolve
     from compiler.plan import build
-    r = resolve(load(sys.argv[1], root=Path(sys.argv[2])))
+    r = resolve(load(sys.argv[1], sys.argv[3:], root=Path(sys.argv[2])))
     plan = build(r)
     print(json.dumps({"z3": "z3" in sys.modules, "auto": sorted(r.auto), "tc": plan["transformer_config"]}))
     """)
 
 
-def _probe(recipe: str, root: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, recipe, str(root)], cwd=ROOT, capture_output=True,
+def _probe(recipe: str, root: Path, *sets: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, recipe, str(root), *sets], cwd=ROOT, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -53,8 +55,11 @@ def test_a_fully_pinned_recipe_is_checked_without_z3(tmp_path):
     pinned = _probe("tiny-moe/pinned", root)
     assert pinned["auto"] == [] and pinned["z3"] is False
     solved = _probe("tiny-moe/cpu", root)
-    assert solved["auto"] and solved["z3"] is True  # the same recipe with auto knobs does need it
+    assert solved["auto"] and solved["z3"] is False  # its auto knobs: settled without z3 (finite_solve)
     assert pinned["tc"] == solved["tc"]
+    # a VPP size left open where the rules allow several and none is preferred: which one is z3's choice
+    chosen = _probe("qwen3-235b-a22b/h100-bf16", root, "parallelism.vpp=auto")
+    assert chosen["z3"] is True and chosen["tc"]["virtual_pipeline_model_parallel_size"] is not None
 
 
 CHECK = textwrap.dedent("""\
@@ -125,7 +130,7 @@ def test_a_cold_check_of_a_pinned_recipe_imports_only_what_it_uses(tmp_path):
     again = _imported(argv, tmp_path, cache)
     assert not again & WARM, sorted(again & WARM)
     solved = _imported(["check", "recipes/tiny-moe/cpu.yaml"], tmp_path, cache)  # auto knobs: the solver runs
-    assert not solved & (NEVER - {"z3", "compiler.encoding"}), sorted(solved & NEVER)
+    assert "compiler.finite_solve" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
 
 
 def test_a_check_with_unusual_arguments_still_goes_through_argparse(tmp_path, capsys):
