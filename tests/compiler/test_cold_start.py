@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # tiny-moe/cpu with every `auto` knob pinned to what the solver chooses for it
@@ -102,13 +104,41 @@ def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
     valid_cache._directory.cache_clear()
 
 
+def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_path, monkeypatch):
+    """The parse cache (compiler.load): the same values and positions as PyYAML's parse; a changed file
+    or a file that does not parse is never read from it."""
+    from compiler import valid_cache
+    from compiler.diagnostics import CompileError
+    from compiler.load import load_text
+    from compiler.load_yaml import parse
+
+    monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
+    valid_cache._directory.cache_clear()
+    try:
+        text = (ROOT / "recipes" / "tiny-moe" / "cpu.yaml").read_text() + "extra: [1, 2.5e-4, null, {a: true}]\n"
+        fresh = load_text(text, "r.yaml")
+        assert list(tmp_path.rglob("parsed/*/*")), "the parse was stored"
+        again = load_text(text, "other.yaml")  # from the cache, under the name it is read by now
+        assert again.data == fresh.data == parse(text, "r.yaml").data
+        assert {p: (q.file, q.line, q.col) for p, q in again.positions.items()} == \
+            {p: ("other.yaml", q.line, q.col) for p, q in fresh.positions.items()}
+        changed = load_text(text.replace("seed: 1234", "seed: 1235"), "r.yaml")
+        assert changed.data["training"]["seed"] == 1235
+        bad = "a: 1\na: 2\n"
+        for _ in range(2):
+            with pytest.raises(CompileError):
+                load_text(bad, "bad.yaml")
+    finally:
+        valid_cache._directory.cache_clear()
+
+
 # What a cold `moeforge check` must never import: the solver for a recipe with nothing left to solve,
 # the other subcommands' modules (launch, emit and its templates), argparse (a plain check is read
 # without it), and, on a warm validity cache, jsonschema (and what only it pulls in). Asserted on what
 # is imported, never on how long it takes.
 NEVER = {"z3", "jinja2", "compiler.launch", "compiler.emit", "compiler.explain", "compiler.encoding",
          "compiler.conflicts", "argparse", "subprocess"}
-WARM = NEVER | {"jsonschema", "tempfile"}
+WARM = NEVER | {"jsonschema", "tempfile", "yaml", "compiler.load_yaml"}
 
 
 def _imported(argv: list[str], cwd: Path, cache: Path) -> set[str]:
