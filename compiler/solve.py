@@ -2,9 +2,11 @@
 
 Pins and facts are folded into the rules first (compiler.rules.fold): a rule that folds to
 true is satisfied, one that folds to false is violated by the pins alone, and only what
-still mentions an `auto` knob goes to z3 (compiler.encoding), together with the seeds'
-guidance as weighted soft constraints. What cannot be solved is explained by
-compiler.conflicts. Everything runs in catalogue order, so the results are deterministic.
+still mentions an `auto` knob is solved, together with the seeds' guidance as weighted soft
+constraints: by compiler.finite_solve where it can prove its answer is z3's (small domains,
+a unique optimum; no z3 import), else by z3 (compiler.encoding). What cannot be solved is
+explained by compiler.conflicts (z3). Everything runs in catalogue order, so the results are
+deterministic.
 """
 from __future__ import annotations
 
