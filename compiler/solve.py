@@ -80,9 +80,8 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
     if suspects and settled is not None:  # z3 only for the unsat cores of knobs really forced
-        suspects = settled.forced(suspects)
-        if suspects is None:
-            suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
+        really = settled.forced(suspects)
+        suspects = suspects if really is None else really
         if suspects:
             enc, terms = _encode(problem)
     forced = _forcing_rules(enc, terms, suspects, values, problem.because) if enc and suspects else {}
