@@ -73,7 +73,11 @@ def load_text(text: str | bytes, file: str) -> Document:
     entry = valid_cache.parse_key(PARSER, text)
     cached = valid_cache.recall(entry)
     if cached is not None:
-        return Document(file, cached["data"], {tuple(p): Position(file, line, col) for p, line, col in cached["positions"]})
+        try:
+            return Document(file, cached["data"], {tuple(p): Position(file, line, col)
+                                                   for p, line, col in cached["positions"]})
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry of another shape (not ours): parsed again, and overwritten
     from .load_yaml import parse
 
     doc = parse(text, file)

@@ -124,6 +124,9 @@ def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_pat
             {p: ("other.yaml", q.line, q.col) for p, q in fresh.positions.items()}
         changed = load_text(text.replace("seed: 1234", "seed: 1235"), "r.yaml")
         assert changed.data["training"]["seed"] == 1235
+        for entry in tmp_path.rglob("parsed/*/*"):
+            entry.write_text("[]")  # not an entry of ours: a miss, parsed again
+        assert load_text(text, "r.yaml").data == fresh.data
         bad = "a: 1\na: 2\n"
         for _ in range(2):
             with pytest.raises(CompileError):
