@@ -13,10 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from .diagnostics import CompileError, Position, error
-from .load import Document, YamlLoader, load_file
+from .load import Document, load_file
 from .migrate import upgrade_document
 from .project import BUILTIN_PREFIX
 from .resources import BUILTIN_RECIPES
@@ -263,6 +261,10 @@ def parse_override(text: str) -> tuple[tuple, object]:
     parts = tuple(key.strip().split("."))
     if not all(p.isidentifier() for p in parts):
         raise CompileError([error("E_OVERRIDE", f"override key '{key}' is not a dotted name", pos)])
+    import yaml  # only for --set values (a recipe file is read by compiler.load, from its cache when unchanged)
+
+    from .load_yaml import YamlLoader
+
     try:
         value = yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""
     except yaml.YAMLError:

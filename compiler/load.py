@@ -3,39 +3,33 @@
 PyYAML composes the node graph (libyaml when present); we build plain values from it
 ourselves so that we can refuse what a recipe never needs: tags beyond the YAML core
 schema, duplicate keys, non-string keys, alias bombs, deep nesting and huge documents.
+That half lives in compiler.load_yaml and is imported only for a document the parse cache
+(compiler.valid_cache) has not seen: an unchanged recipe is read back as JSON, without PyYAML.
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from . import valid_cache
 from .diagnostics import CompileError, Position, error
 
 MAX_BYTES = 1 << 20          # a recipe is a page, not a data set
 MAX_NODES = 50_000           # after alias expansion
 MAX_DEPTH = 64
 
-_CORE = "tag:yaml.org,2002:"
-_SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}
-
-
-class YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """PyYAML's safe loader (YAML 1.1) plus YAML 1.2's exponent floats: `lr: 3e-4` is a number, as
-    people write it (YAML 1.1 wants a dot: 3.0e-4). Recipes, --set values and lint-config share it."""
-
-
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
-_Loader = YamlLoader
-_construct = yaml.constructor.SafeConstructor()
-
 Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
 KEY = "\x00key"  # positions[path + (KEY,)] is where the key itself stands (for unknown-key errors)
+PARSER = "1"  # part of every parse-cache entry's key: bump when what load_yaml builds changes
+
+
+def __getattr__(name: str):
+    """compiler.load.YamlLoader, imported on first use (it needs PyYAML)."""
+    if name == "YamlLoader":
+        from .load_yaml import YamlLoader
+
+        return YamlLoader
+    raise AttributeError(name)
 
 
 @dataclass(frozen=True)
@@ -76,41 +70,20 @@ def load_text(text: str | bytes, file: str) -> Document:
     if len(text) > MAX_BYTES:
         raise CompileError([error("E_YAML_TOO_LARGE", f"document is larger than {MAX_BYTES} bytes",
                                   Position(file, 1, 1))])
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        pos = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
-        tab = _indent_tab(text, mark.line if mark else 0, "tab" in str(exc.problem))
-        if tab is not None:
-            raise CompileError([error("E_YAML_TAB", "a tab character in the indentation: YAML indents with "
-                                      "spaces only", Position(file, tab[0] + 1, tab[1] + 1),
-                                      help="replace the tab with spaces (set your editor to insert spaces "
-                                           "in YAML files)")]) from None
-        raise CompileError([error("E_YAML_SYNTAX", f"{exc.problem or exc.context}", pos)]) from None
-    except yaml.YAMLError as exc:  # e.g. reader errors on control characters
-        raise CompileError([error("E_YAML_SYNTAX", str(exc).splitlines()[0], Position(file, 1, 1))]) from None
-    if node is None:
-        return Document(file, {}, {(): Position(file, 1, 1)})
-    builder = _Builder(file)
-    data = builder.build(node, (), 0)
-    if builder.errors:
-        raise CompileError(builder.errors)
-    return Document(file, data, builder.positions)
+    entry = valid_cache.parse_key(PARSER, text)
+    cached = valid_cache.recall(entry)
+    if cached is not None:
+        try:
+            return Document(file, cached["data"], {tuple(p): Position(file, line, col)
+                                                   for p, line, col in cached["positions"]})
+        except (KeyError, TypeError, ValueError):
+            pass  # an entry of another shape (not ours): parsed again, and overwritten
+    from .load_yaml import parse
 
-
-def _indent_tab(text: str, line: int, scan: bool) -> tuple[int, int] | None:
-    """(line, column), 0-based, of a tab in the leading whitespace of the error's line (with scan: of any
-    line up to it, the first), where a YAML scanner error is really about a tab; else None."""
-    lines = text.splitlines()
-    for n in (range(line + 1) if scan else [line]):
-        if n >= len(lines):
-            break
-        stripped = lines[n].lstrip(" \t")
-        lead = lines[n][: len(lines[n]) - len(stripped)]
-        if "\t" in lead:
-            return n, lead.index("\t")
-    return None
+    doc = parse(text, file)
+    valid_cache.store(entry, {"data": doc.data, "positions": [[list(p), pos.line, pos.col]
+                                                              for p, pos in doc.positions.items()]})
+    return doc
 
 
 def load_file(path: Path, display: str | None = None) -> Document:
@@ -125,75 +98,3 @@ def load_file(path: Path, display: str | None = None) -> Document:
     except OSError as exc:
         raise CompileError([error("E_IO", f"cannot read: {exc.strerror}", Position(display))]) from None
     return load_text(raw, display)
-
-
-class _Builder:
-    def __init__(self, file: str):
-        self.file = file
-        self.positions: dict = {}
-        self.errors: list = []
-        self.count = 0
-
-    def _pos(self, node) -> Position:
-        return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
-
-    def build(self, node, path: tuple, depth: int):
-        self.count += 1
-        if self.count > MAX_NODES:
-            self._fail("E_YAML_TOO_MANY_NODES",
-                       f"more than {MAX_NODES} values after expanding aliases (an alias bomb?)",
-                       node, "remove the anchors/aliases that multiply the document")
-        if depth > MAX_DEPTH:
-            self._fail("E_YAML_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels", node,
-                       "flatten the document")
-        self.positions.setdefault(path, self._pos(node))
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, path, depth)
-        if isinstance(node, yaml.SequenceNode):
-            if node.tag != _CORE + "seq":
-                self._bad_tag(node)
-            return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
-        if node.tag not in _SCALAR_TAGS:
-            self._bad_tag(node)
-            return None
-        try:
-            value = _construct.construct_object(node, deep=True)
-        except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError) as exc:
-            self.errors.append(error("E_YAML_VALUE", f"{node.value[:40]!r} is not a valid {node.tag.rsplit(':', 1)[-1]}"
-                                     f" ({type(exc).__name__})", self._pos(node)))
-            return None
-        if isinstance(value, float) and not math.isfinite(value):
-            self.errors.append(error("E_NOT_FINITE", f"{node.value} is not a finite number", self._pos(node),
-                                     help="recipes hold finite numbers only (no .nan or .inf)"))
-        return value
-
-    def _mapping(self, node, path, depth):
-        if node.tag != _CORE + "map":
-            self._bad_tag(node)
-        out: dict = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == _CORE + "merge":
-                self._fail("E_YAML_MERGE_KEY", "merge keys (<<) are not supported", key_node,
-                           "use extends: to share values between recipes")
-                continue
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _CORE + "str":
-                self.errors.append(error("E_YAML_KEY", "mapping keys must be plain strings",
-                                         self._pos(key_node)))
-                continue
-            key = key_node.value
-            if key in out:
-                self.errors.append(error("E_YAML_DUPLICATE_KEY", f"duplicate key '{key}'",
-                                         self._pos(key_node),
-                                         help="each key may appear once in a mapping"))
-                continue
-            self.positions[path + (key, KEY)] = self._pos(key_node)
-            out[key] = self.build(value_node, path + (key,), depth + 1)
-        return out
-
-    def _bad_tag(self, node):
-        self._fail("E_YAML_TAG", f"tag '{node.tag}' is not allowed", node,
-                   "recipes use plain YAML values only (strings, numbers, booleans, null, lists, maps)")
-
-    def _fail(self, code, message, node, help_):
-        self.errors.append(error(code, message, self._pos(node), help=help_))
-        raise CompileError(self.errors)

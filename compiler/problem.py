@@ -2,7 +2,7 @@
 
 A _Problem is the rules (and preferences) specialised to what is fixed. When nothing stays free,
 this is the whole answer and z3 is never imported (a fully pinned recipe checks without it);
-otherwise compiler.encoding turns what is free into z3 terms. Query budgets live here too.
+otherwise compiler.finite_solve settles what is free, or compiler.encoding turns it into z3 terms. Query budgets live here too.
 """
 from __future__ import annotations
 

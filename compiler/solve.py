@@ -2,9 +2,11 @@
 
 Pins and facts are folded into the rules first (compiler.rules.fold): a rule that folds to
 true is satisfied, one that folds to false is violated by the pins alone, and only what
-still mentions an `auto` knob goes to z3 (compiler.encoding), together with the seeds'
-guidance as weighted soft constraints. What cannot be solved is explained by
-compiler.conflicts. Everything runs in catalogue order, so the results are deterministic.
+still mentions an `auto` knob is solved, together with the seeds' guidance as weighted soft
+constraints: by compiler.finite_solve where it can prove its answer is z3's (small domains,
+a unique optimum; no z3 import), else by z3 (compiler.encoding). What cannot be solved is
+explained by compiler.conflicts (z3). Everything runs in catalogue order, so the results are
+deterministic.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Position
+from .finite_solve import settle
 from .problem import _SPEC, _DERIVED, SOLVE_MS, _Problem, _fixed, derive
 from .rules import Preference, Rule
 from .rules import expr as E
@@ -61,21 +64,35 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
         return Solution({}, {}, explain(pins, rules, problem, silent_rules))
     values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
     values.update({f: v for f, (v, _) in problem.forced.items() if f in auto})
-    enc = terms = None
-    if problem.free:  # something is left to choose: z3 (never imported for a fully decided recipe)
-        enc = problem.encoding()
-        terms = {rid: enc.term(e) for rid, e in problem.residual.items()}
-        chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors,
-                           silent_rules)
-        if isinstance(chosen, Solution):
-            return chosen
-        values.update(chosen)
+    enc = terms = settled = None
+    if problem.free:  # something is left to choose: enumerated when small (finite_solve), else z3
+        settled = settle(problem, sorted(set(auto) & problem.free))
+        if settled is not None:
+            values.update(settled.values)
+        else:
+            enc, terms = _encode(problem)
+            chosen = _optimise(pins, rules, problem, enc, terms, sorted(set(auto) & problem.free), explain_errors,
+                               silent_rules)
+            if isinstance(chosen, Solution):
+                return chosen
+            values.update(chosen)
     values.update(derive({**fixed, **values}))
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
+    if suspects and settled is not None:  # z3 only for the unsat cores of knobs really forced
+        really = settled.forced(suspects)
+        suspects = suspects if really is None else really
+        if suspects:
+            enc, terms = _encode(problem)
     forced = _forcing_rules(enc, terms, suspects, values, problem.because) if enc and suspects else {}
     forced.update({f: list(why) for f, (_, why) in problem.forced.items() if f in auto})
     return Solution(values, _provenance(forced, {r.id: r for r in rules}, prefs, auto, values, fixed, problem))
+
+
+def _encode(problem):
+    """The z3 encoding of the residual problem and its rules' terms (imports z3)."""
+    enc = problem.encoding()
+    return enc, {rid: enc.term(e) for rid, e in problem.residual.items()}
 
 
 def _unexplained(groups: list[list[Rule]]) -> list[Diagnostic]:

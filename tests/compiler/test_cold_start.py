@@ -1,10 +1,14 @@
-"""Cold start: a recipe whose rules all fold to constants never imports z3 (issue: instant checks)."""
+"""Cold start: a recipe whose rules all fold to constants never imports z3, nor does one whose auto knobs
+the pure-Python solver settles (compiler/finite_solve.py); only a recipe that really needs z3 loads it
+(issue: instant checks)."""
 import json
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,14 +37,14 @@ PROBE = textwrap.dedent("""\
     from pathlib import Path
     from compiler.pipeline import load, resolve
     from compiler.plan import build
-    r = resolve(load(sys.argv[1], root=Path(sys.argv[2])))
+    r = resolve(load(sys.argv[1], sys.argv[3:], root=Path(sys.argv[2])))
     plan = build(r)
     print(json.dumps({"z3": "z3" in sys.modules, "auto": sorted(r.auto), "tc": plan["transformer_config"]}))
     """)
 
 
-def _probe(recipe: str, root: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, recipe, str(root)], cwd=ROOT, capture_output=True,
+def _probe(recipe: str, root: Path, *sets: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, recipe, str(root), *sets], cwd=ROOT, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -53,8 +57,11 @@ def test_a_fully_pinned_recipe_is_checked_without_z3(tmp_path):
     pinned = _probe("tiny-moe/pinned", root)
     assert pinned["auto"] == [] and pinned["z3"] is False
     solved = _probe("tiny-moe/cpu", root)
-    assert solved["auto"] and solved["z3"] is True  # the same recipe with auto knobs does need it
+    assert solved["auto"] and solved["z3"] is False  # its auto knobs: settled without z3 (finite_solve)
     assert pinned["tc"] == solved["tc"]
+    # a VPP size left open where the rules allow several and none is preferred: which one is z3's choice
+    chosen = _probe("qwen3-235b-a22b/h100-bf16", root, "parallelism.vpp=auto")
+    assert chosen["z3"] is True and chosen["tc"]["virtual_pipeline_model_parallel_size"] is not None
 
 
 CHECK = textwrap.dedent("""\
@@ -97,13 +104,44 @@ def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
     valid_cache._directory.cache_clear()
 
 
+def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_path, monkeypatch):
+    """The parse cache (compiler.load): the same values and positions as PyYAML's parse; a changed file
+    or a file that does not parse is never read from it."""
+    from compiler import valid_cache
+    from compiler.diagnostics import CompileError
+    from compiler.load import load_text
+    from compiler.load_yaml import parse
+
+    monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
+    valid_cache._directory.cache_clear()
+    try:
+        text = (ROOT / "recipes" / "tiny-moe" / "cpu.yaml").read_text() + "extra: [1, 2.5e-4, null, {a: true}]\n"
+        fresh = load_text(text, "r.yaml")
+        assert list(tmp_path.rglob("parsed/*/*")), "the parse was stored"
+        again = load_text(text, "other.yaml")  # from the cache, under the name it is read by now
+        assert again.data == fresh.data == parse(text, "r.yaml").data
+        assert {p: (q.file, q.line, q.col) for p, q in again.positions.items()} == \
+            {p: ("other.yaml", q.line, q.col) for p, q in fresh.positions.items()}
+        changed = load_text(text.replace("seed: 1234", "seed: 1235"), "r.yaml")
+        assert changed.data["training"]["seed"] == 1235
+        for entry in tmp_path.rglob("parsed/*/*"):
+            entry.write_text("[]")  # not an entry of ours: a miss, parsed again
+        assert load_text(text, "r.yaml").data == fresh.data
+        bad = "a: 1\na: 2\n"
+        for _ in range(2):
+            with pytest.raises(CompileError):
+                load_text(bad, "bad.yaml")
+    finally:
+        valid_cache._directory.cache_clear()
+
+
 # What a cold `moeforge check` must never import: the solver for a recipe with nothing left to solve,
 # the other subcommands' modules (launch, emit and its templates), argparse (a plain check is read
 # without it), and, on a warm validity cache, jsonschema (and what only it pulls in). Asserted on what
 # is imported, never on how long it takes.
 NEVER = {"z3", "jinja2", "compiler.launch", "compiler.emit", "compiler.explain", "compiler.encoding",
          "compiler.conflicts", "argparse", "subprocess"}
-WARM = NEVER | {"jsonschema", "tempfile"}
+WARM = NEVER | {"jsonschema", "tempfile", "yaml", "compiler.load_yaml"}
 
 
 def _imported(argv: list[str], cwd: Path, cache: Path) -> set[str]:
@@ -125,7 +163,7 @@ def test_a_cold_check_of_a_pinned_recipe_imports_only_what_it_uses(tmp_path):
     again = _imported(argv, tmp_path, cache)
     assert not again & WARM, sorted(again & WARM)
     solved = _imported(["check", "recipes/tiny-moe/cpu.yaml"], tmp_path, cache)  # auto knobs: the solver runs
-    assert not solved & (NEVER - {"z3", "compiler.encoding"}), sorted(solved & NEVER)
+    assert "compiler.finite_solve" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
 
 
 def test_a_check_with_unusual_arguments_still_goes_through_argparse(tmp_path, capsys):
