@@ -21,6 +21,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="number of GPUs (a whole number of nodes)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default 4096)")
     p.add_argument("--gbs", type=int, default=None, help="global batch size in sequences (default 16 per GPU)")
+    p.add_argument("--force-load-balancing", action="store_true",
+                   help="plan for benchmark routing (moe.router.force_load_balancing), as Megatron-Bridge perf runs use; "
+                        "default: learned routing, whose token imbalance the memory estimate bounds")
     p.add_argument("--top", type=int, default=10, help="how many confirmed layouts to list (default 10)")
     p.add_argument("--all", action="store_true", help="also list rejected candidates with their reasons")
     p.add_argument("--explain", nargs="?", type=int, const=1, default=None, metavar="RANK",
@@ -53,7 +56,7 @@ def _run(args) -> int:
                                   "(or --evaluate RECIPE)")
     if args.top < 1:
         raise search.PlannerError(f"--top must be at least 1, got {args.top}")
-    s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs)
+    s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs, args.force_load_balancing)
     result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
     if not result.ranked:
         why = (f"none of {result.considered} candidates fits in {s.capacity_gb:g} GB per GPU" if not result.kept else

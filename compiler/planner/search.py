@@ -78,7 +78,8 @@ def document(kind: str, name: str) -> tuple[dict, Path]:
                        f"(files in recipes/{kind}s/)")
 
 
-def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: int | None = None) -> space.Setting:
+def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: int | None = None,
+            force_balance: bool = False) -> space.Setting:
     for name, value in (("--gpus", gpus), ("--seq", seq), ("--gbs", gbs)):
         if value is not None and value < 1:
             raise PlannerError(f"{name} must be a positive integer, got {value}")
@@ -93,7 +94,7 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
     arch["mtp_num_layers"] = mdoc.get("mtp_num_layers")
     seq = space.DEFAULT_SEQ if seq is None else seq
     gbs = space.DEFAULT_SEQS_PER_GPU * gpus if gbs is None else gbs
-    return space.Setting(model, platform, gpus, seq, gbs, arch, pdoc)
+    return space.Setting(model, platform, gpus, seq, gbs, arch, pdoc, force_balance)
 
 
 class Compiler:

@@ -25,6 +25,11 @@ DEFAULT_SEQS_PER_GPU = 16
 # Selective recompute module sets, cheapest first: Megatron-Bridge perf recipes' sets (same file:
 # gpt_oss [layernorm,moe_act]; deepseek_v3 [mla_up_proj] and [mla_up_proj,mlp]; qwen3_next
 # [layernorm,moe,moe_act]).  Full recompute last (megatron-core: granularity full, uniform, 1 layer).
+# What every candidate pins besides its layout: Megatron-Bridge's MoE perf-recipe settings
+# (perf_recipes/_common.py _benchmark_common: ddp.grad_reduce_in_fp32 False; use_distributed_optimizer;
+# CommOverlapConfig turns on overlap_grad_reduce / overlap_param_gather with the distributed optimizer).
+TRAINING_DEFAULTS = {"optimizer": {"distributed": True, "grad_reduce_in_fp32": False},
+                     "overlap": {"grad_reduce": True, "param_gather": True}}
 SELECTIVE = (("layernorm", "moe_act"), ("mla_up_proj",), ("mla_up_proj", "mlp"), ("layernorm", "moe", "moe_act"))
 
 
@@ -39,6 +44,7 @@ class Setting:
     gbs: int
     arch: dict          # the model document's architecture + moe + mtp_num_layers
     plat: dict          # the platform document
+    force_balance: bool = False   # benchmark routing (moe_router_force_load_balancing), as Bridge perf runs use
 
     @property
     def gpus_per_node(self) -> int:
@@ -105,13 +111,18 @@ class Candidate:
                "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}}
         if (s.plat.get("software") or {}).get("grouped_gemm"):
             moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
+        if s.force_balance:
+            moe["router"] = {"force_load_balancing": True}
         doc = {"schema": "moeforge/recipe/v3", "revision": 1,
                "name": f"{s.model}-{s.platform}-x{s.gpus}-planned",
                "description": description or f"{s.model} on {s.gpus} x {s.platform}: {self.describe()}, "
                                              f"{self.dispatcher_text()}, overlap {self.overlap_text()}, "
                                              f"recompute {self.recompute_text()} (moeforge plan-layout)",
                "platform": s.platform, "model": s.model, "resources": {"nodes": s.nodes},
-               "parallelism": par, "precision": {"dtype": "bf16"}, "moe": moe}
+               "parallelism": par, "precision": {"dtype": "bf16"}, "moe": moe,
+               # Megatron-Bridge's training settings for these models (perf_recipes/_common.py): the distributed
+               # optimizer, gradients reduced in bf16, DP communication overlapped with compute
+               "optimizer": dict(TRAINING_DEFAULTS["optimizer"]), "overlap": dict(TRAINING_DEFAULTS["overlap"])}
         if self.recompute == "full":
             doc["recompute"] = {"granularity": "full", "method": "uniform", "num_layers": 1}
         elif self.recompute == "selective":

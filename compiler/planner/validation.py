@@ -29,7 +29,7 @@ def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
 
 def validate(row: dict) -> dict:
     """rank (1 + analytic candidates estimated faster: an upper bound), the tuned and best estimates."""
-    s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"])
+    s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"], row["force_load_balancing"])
     cand = tuned_candidate(row, s)
     out = {"row": f"{row['model']} {row['gpu']} x{row['ngpu']}", "layout": cand.describe(), "legal": False,
            "within_memory": False, "rank": None, "tuned_s": None, "best_s": None, "ratio": None, "reasons": []}

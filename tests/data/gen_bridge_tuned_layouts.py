@@ -37,7 +37,7 @@ def row(cells: dict) -> dict:
             "mbs": int(cells["MBS"]), "gbs": int(cells["GBS"]), "seq": int(cells["seq"]),
             "dispatcher": cells["disp"], "flex_backend": cells["backend"] if flex else None,
             "ep_overlap": _bool(cells["ep_ovl"]), "delay_wgrad": _bool(cells["dwg"]),
-            "recompute": granularity, "recompute_modules": modules}
+            "recompute": granularity, "recompute_modules": modules, "force_load_balancing": _bool(cells["flb"])}
 
 
 def parse(text: str) -> list[dict]:
