@@ -37,7 +37,7 @@ BRIDGE_DEPS := transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.1 einops==0
 	pyyaml==6.0.3 packaging jsonschema==4.26.0
 CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort))
 
-.PHONY: help setup setup312 demo test check compile compile-all launch plan-layout matrix fuzz bench golden clean
+.PHONY: help setup setup312 demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -112,14 +112,18 @@ launch: compile ## launch RECIPE with TARGET=local|slurm|print (print: the exact
 plan-layout: $(STAMP) ## rank layouts: MODEL=<model> PLATFORM=<platform> GPUS=<n> [SEQ=] [GBS=]
 	$(MOEFORGE) plan-layout $(MODEL) --platform $(PLATFORM) --gpus $(GPUS) $(if $(SEQ),--seq $(SEQ)) $(if $(GBS),--gbs $(GBS))
 
+validate-layouts: $(STAMP) ## plan-layout vs the tuned Megatron-Bridge layouts; rewrites README's validation table
+	PYTHONPATH=$(CURDIR) $(PY) -m compiler.planner.validation tests/data/bridge_tuned_layouts.json --update-readme
+
 matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
 	$(MOEFORGE) matrix --html build/matrix.html
 
 fuzz: $(STAMP) ## the long fuzz run (hypothesis, many examples)
 	MOEFORGE_FUZZ=long PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/fuzz tests/hostile
 
-bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold start vs megatron-core); rewrites README's table
+bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold start vs megatron-core, plan-layout); rewrites README's table
 	PYTHONPATH=$(CURDIR) $(PY) bench/bench.py --update-readme
+	PYTHONPATH=$(CURDIR) $(PY) bench/plan_layout_bench.py
 
 golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
 	MOEFORGE_UPDATE_GOLDEN=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/golden

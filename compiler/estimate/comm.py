@@ -56,6 +56,22 @@ class Links:
         inter = per_peer * (group - local) / (self.internode_gbps * GB)
         return max(intra, inter) / self.a2a_efficiency
 
+    def hierarchical_a2a_s(self, tokens: float, topk: int, hidden: int, group: int, stride: int) -> float:
+        """Seconds for one dispatch (or combine) of DeepEP's / HybridEP's inter-node kernels: a token
+        crosses the fabric once per remote NVLink domain holding any of its top-k experts, and is
+        forwarded inside that domain over NVLink (DeepEP README, "internode" normal kernels: RDMA
+        to the target node, then NVLink; HybridEP likewise).  With balanced routing over D domains,
+        a token reaches (D-1) x (1 - (1-1/D)^k) remote domains on average; the NVLink side carries
+        the local share of the top-k copies, as the flat all-to-all does."""
+        local = max(1, min(group, self.nvlink_domain // stride))
+        if local >= group:
+            return self.a2a_s(a2a_bytes(tokens, topk, hidden, group), group, stride)
+        domains = group / local
+        remote = (domains - 1) * (1 - (1 - 1 / domains) ** topk)
+        inter = tokens * hidden * BF16 * remote / (self.internode_gbps * GB)
+        intra = tokens * topk * hidden * BF16 * (local - 1) / group / (self.nvlink_gbps * GB)
+        return max(intra, inter) / self.a2a_efficiency
+
     def a2a_link(self, group: int, stride: int) -> str:
         return "nvlink" if self.nvlink_domain // stride >= group else "inter-node"
 

@@ -7,20 +7,15 @@ Adam step, the same on every machine.  docs/layout-model.md, section 6, has the 
 # The combined-1F1B EP-overlap schedule (megatron-core pipeline_parallel/combined_1f1b) runs each
 # overlapped layer as sub-modules on two streams joined by events, with the communication kernels
 # taking SMs from the GEMMs: the overlapped micro-batches' layer compute runs this much slower.
-# Calibrated (docs/layout-model.md, section 6: one grid fit of this, EXPERT_HALF_TOKENS and the
-# platform's achievable_fraction / a2a_efficiency over all the seeds' H100 step times); the two
-# measurements that pin it are the EP16 saving (41.25 -> 31.31 s) and the EP4 loss (4889 -> 5538 ms).
-EP_OVERLAP_SLOWDOWN = 0.25
+# Calibrated (docs/layout-model.md, section 6: one grid fit of this and the platform's
+# achievable_fraction over all the seeds' H100 step times); the two measurements that pin it are
+# the EP16 saving (41.25 -> 31.31 s) and the EP4 loss (4889 -> 5538 ms).
+EP_OVERLAP_SLOWDOWN = 0.15
 # delay_wgrad_compute launches every local expert's weight-gradient GEMM again from a callback
 # after the dispatch backward: a launch per local expert, MoE layer and micro-batch.  Calibrated
 # against the Qwen3-Next-80B-A3B EP8 pair (4686 -> 4912 ms, seeds 004), the only measurement that
 # separates it; the Qwen3-30B-A3B EP16 pair (31.31 vs 31.20 s, within noise) agrees within 1 %.
 DWG_LAUNCH_S = 4.5e-6
-# Grouped expert GEMMs with M tokens per local expert run at M / (M + EXPERT_HALF_TOKENS) of the
-# dense GEMMs' rate (a GEMM with few rows leaves SMs idle and is bound by reading the weights).
-# Calibrated in the same grid fit: the EP16 runs (4096 tokens per expert) and the EP4 runs (1024)
-# differ per micro-batch by more than their all-to-all explains (docs/layout-model.md, section 6).
-EXPERT_HALF_TOKENS = 2048
 # Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
 # exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
 # gradient-norm read for clipping (4 B) - megatron-core optimizer/distrib_optimizer.py step.

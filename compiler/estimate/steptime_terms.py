@@ -7,7 +7,7 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from . import comm
-from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, EXPERT_HALF_TOKENS
+from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN
 
 
 def _fmt(x: float) -> str:
@@ -48,10 +48,20 @@ def expert_tokens(ctx: dict) -> float:
 
 
 def expert_gemm_efficiency(ctx: dict) -> float:
-    """Grouped-GEMM efficiency relative to the dense GEMMs: M / (M + M_half) for M tokens per
-    local expert (a GEMM with few rows cannot fill the GPU; see steptime_constants.EXPERT_HALF_TOKENS)."""
+    """Grouped-GEMM efficiency relative to the dense GEMMs: M / (M + M_knee) for M tokens per
+    local expert.  An expert GEMM [M, K] x [K, N] does 2MKN FLOPs and reads its 2KN bytes of bf16
+    weights, so below M_knee = peak FLOP/s / HBM bytes/s rows it is bound by reading the weights
+    (the roofline's ridge point: Williams, Waterman & Patterson 2009, CACM 52(4)); M/(M+M_knee)
+    is compute time over compute + weight-read time."""
     m = expert_tokens(ctx)
-    return m / (m + EXPERT_HALF_TOKENS) if m else 1.0
+    return m / (m + expert_knee_tokens(ctx)) if m else 1.0
+
+
+def expert_knee_tokens(ctx: dict) -> float:
+    """The roofline ridge point in tokens: bf16 peak FLOP/s over HBM bytes/s (H100: 989e12 /
+    3.35e12 = 295; B200: 2.25e15 / 8e12 = 281)."""
+    perf = ctx["perf"]
+    return perf["bf16_dense_tflops"] * 1e12 / (perf["hbm_gbps"] * 1e9)
 
 
 def _tp(ctx: dict, c: dict) -> tuple[float, float, str]:
@@ -92,12 +102,19 @@ def _ep(ctx: dict, c: dict) -> tuple[float, float, float, str, dict]:
     if lay.ep == 1 or not moe:
         return 0.0, 0.0, 0.0, "ep = 1" if lay.ep == 1 else "no MoE layer on this stage", {}
     tokens = tr["seq_length"] // (lay.cp * lay.tp) * tr["micro_batch_size"]
-    one = links.a2a_s(comm.a2a_bytes(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep), lay.ep, lay.expert_tp)
+    hierarchical = (tc.get("moe_token_dispatcher_type") == "flex"
+                    and tc.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep"))
+    if hierarchical:  # one fabric crossing per remote NVLink domain, not per routed expert
+        one = links.hierarchical_a2a_s(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep, lay.expert_tp)
+    else:
+        one = links.a2a_s(comm.a2a_bytes(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep), lay.ep,
+                          lay.expert_tp)
     recompute_moe = tc.get("recompute_granularity") == "selective" and "moe" in (tc.get("recompute_modules") or [])
     per_layer_mb = 4 + (2 if recompute_moe else 0)  # dispatch + combine, forward and backward (+ recompute)
     total = one * per_layer_mb * moe * m
     formula = (f"{per_layer_mb} all-to-alls x {_fmt(one * 1e3)} ms x {moe} MoE layers x {m} mb over "
-               f"{links.a2a_link(lay.ep, lay.expert_tp)} (ep {lay.ep}, a2a efficiency {links.a2a_efficiency})")
+               f"{links.a2a_link(lay.ep, lay.expert_tp)} (ep {lay.ep}, a2a efficiency {links.a2a_efficiency}"
+               f"{', hierarchical: one fabric crossing per remote domain' if hierarchical else ''})")
     details = {"a2a_one_s": one, "expert_layer_mb_s": c["expert_layer_mb"], "attn_layer_mb_s": c["attn_layer_mb"]}
     hid = overhead = 0.0
     if tc.get("overlap_moe_expert_parallel_comm"):

@@ -85,6 +85,10 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
             raise PlannerError(f"{name} must be a positive integer, got {value}")
     mdoc, _ = document("model", model)
     pdoc, _ = document("platform", platform)
+    try:  # the step-time model needs the platform's performance block: say so before searching
+        steptime.performance({"platform": dict(pdoc, name=platform)})
+    except steptime.PerformanceError as exc:
+        raise PlannerError(str(exc)) from None
     per_node = pdoc.get("gpus_per_node") or 1
     if gpus > per_node and gpus % per_node:
         raise PlannerError(f"--gpus {gpus} is not a whole number of {platform} nodes of {per_node} GPUs: "
@@ -254,6 +258,10 @@ def _progress_bar(wanted: bool):
 def evaluate_recipe(recipe: str) -> Evaluated:
     """The estimate of one given recipe (`plan-layout --evaluate`)."""
     plan = plan_mod.build(resolve(load(recipe)))
+    try:
+        steptime.performance(plan)
+    except steptime.PerformanceError as exc:
+        raise PlannerError(str(exc)) from None
     lay = Layout.from_plan(plan["layout"])
     tc, tr = plan["transformer_config"], plan["training"]
     mods = tuple(tc.get("recompute_modules") or ()) if tc.get("recompute_granularity") == "selective" else ()

@@ -4,7 +4,8 @@ For each tuned row (tests/data/bridge_tuned_layouts.json, parsed from the Megatr
 recipes): plan-layout with the same model, platform, GPU count, sequence length and GBS must
 (a) find the tuned layout legal (compiled through the pipeline) and within memory, and (b) rank it
 in its top RANK_LIMIT or estimate it within RATIO_LIMIT of its own best.  Run as a module to print
-the table for the README:  python -m compiler.planner.validation tests/data/bridge_tuned_layouts.json
+the table (``--update-readme``: into README.md between its validation markers, as `make validate-layouts`
+does):  python -m compiler.planner.validation tests/data/bridge_tuned_layouts.json [--update-readme]
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
 
 
 def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
-    split = space.pipeline_split(s.arch, row["pp"], row["vpp"]) or "even"
+    split = row.get("pipeline_split") or space.pipeline_split(s.arch, row["pp"], row["vpp"]) or "even"
     return space.Candidate(tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
                            mbs=row["mbs"], split=split, dispatcher=row["dispatcher"], backend=row["flex_backend"],
                            ep_overlap=row["ep_overlap"], delay_wgrad=row["delay_wgrad"], recompute=row["recompute"],
@@ -75,6 +76,25 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+README_BEGIN, README_END = "<!-- validation:begin -->", "<!-- validation:end -->"
+
+
+def update_readme(text: str, results: list[dict]) -> str:
+    """README text with the table between the validation markers replaced (unchanged without them)."""
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        return text
+    passed = sum(passes(v) for v in results)
+    return (text[:begin + len(README_BEGIN)] + "\n" + table(results) + f"\n\n{passed} of {len(results)} rows pass "
+            "(written by `python -m compiler.planner.validation --update-readme`).\n" + text[end:])
+
+
 if __name__ == "__main__":
+    from pathlib import Path
+
     rows = json.load(open(sys.argv[1]))["rows"]
-    print(table([validate(r) for r in rows]))
+    results = [validate(r) for r in rows]
+    print(table(results))
+    if "--update-readme" in sys.argv[2:]:
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        readme.write_text(update_readme(readme.read_text(), results))

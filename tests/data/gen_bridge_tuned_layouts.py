@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "bridge_tuned_layouts.json"
 SOURCE = Path("/work/shared/reference/bridge-perf-configs-subset.md")
 PLATFORMS = {"h100": "h100", "b200": "b200", "gb200": "gb200-nvl72"}   # the row's gpu -> recipes/platforms/
+# The pipeline split each tuned row runs with, which the table does not list: Megatron-Bridge's
+# set_deepseek_v3_pipeline_model_parallel_layout (DeepSeek-V3: 61 layers + MTP do not split evenly)
+# by (PP, VP), and its qwen3_moe recipes' account_for_embedding/loss_in_pipeline_split (Qwen3-235B:
+# 94 + 2 = 96).  "even" elsewhere; the catalogue recipes carry the same values.
+PIPELINE_SPLITS = {("deepseek_v3", 16, None): "Et*4|(t*4|)*14tmL", ("deepseek_v3", 4, 4): "Et*4|(t*4|)*14tmL",
+                   ("deepseek_v3", 8, 4): "Et|(tt|)*30mL"}
 
 
 def _int(text: str) -> int | None:
@@ -37,7 +43,15 @@ def row(cells: dict) -> dict:
             "mbs": int(cells["MBS"]), "gbs": int(cells["GBS"]), "seq": int(cells["seq"]),
             "dispatcher": cells["disp"], "flex_backend": cells["backend"] if flex else None,
             "ep_overlap": _bool(cells["ep_ovl"]), "delay_wgrad": _bool(cells["dwg"]),
-            "recompute": granularity, "recompute_modules": modules, "force_load_balancing": _bool(cells["flb"])}
+            "recompute": granularity, "recompute_modules": modules, "force_load_balancing": _bool(cells["flb"]),
+            "pipeline_split": _split(cells)}
+
+
+def _split(cells: dict) -> str:
+    pp, vp = int(cells["PP"]), _int(cells["VP"])
+    if (cells["model"], pp, vp) in PIPELINE_SPLITS:
+        return PIPELINE_SPLITS[(cells["model"], pp, vp)]
+    return "account" if cells["model"] == "qwen3_235b_a22b" and pp > 1 else "even"
 
 
 def parse(text: str) -> list[dict]:

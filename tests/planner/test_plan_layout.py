@@ -166,8 +166,10 @@ def test_pipeline_split_matches_megatron_bridge():
     assert space.pipeline_split(ds, 1, 2) is None
 
 
-def test_tiny_moe_plans_on_cpu():
-    rc, out, err = run("plan-layout", "tiny-moe", "--platform", "cpu", "--gpus", "2", "--format", "json")
-    assert rc == 0, err
-    best = json.loads(out)["candidates"][0]
-    assert best["feasible"] and best["layout"]["tp"] * best["layout"]["pp"] * best["layout"]["dp"] == 2
+def test_a_platform_without_performance_numbers_is_one_clear_line():
+    """cpu.yaml has no performance block (no datasheet peak for a CPU): the planner says which file
+    and which fields, before searching, for a search and for --evaluate alike."""
+    for argv in (("tiny-moe", "--platform", "cpu", "--gpus", "2"), ("--evaluate", "tiny-moe/cpu")):
+        rc, out, err = run("plan-layout", *argv)
+        assert rc == 1 and "Traceback" not in err, err
+        assert "performance" in err and "recipes/platforms/cpu.yaml" in err and len(err.strip().splitlines()) == 1
