@@ -85,8 +85,9 @@ def update_readme(text: str, results: list[dict]) -> str:
     if begin < 0 or end < begin:
         return text
     passed = sum(passes(v) for v in results)
-    return (text[:begin + len(README_BEGIN)] + "\n" + table(results) + f"\n\n{passed} of {len(results)} rows pass "
-            "(written by `python -m compiler.planner.validation --update-readme`).\n" + text[end:])
+    folds = sum(not (v["reasons"] and v["reasons"][0].startswith("layout: ")) for v in results)
+    return (text[:begin + len(README_BEGIN)] + "\n" + table(results) + f"\n\n{passed} of the {folds} rows whose "
+            f"layout folds pass ({len(results)} rows; written by `make validate-layouts`).\n" + text[end:])
 
 
 if __name__ == "__main__":
