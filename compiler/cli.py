@@ -402,10 +402,25 @@ def cmd_launch(args) -> int:
 def cmd_dryrun(args) -> int:
     """`python -m runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
     of the compiler); a build directory stands for its plan.json."""
+    import json
+    import tempfile
+
+    from .dryrun_report import with_estimates
+
     plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
-    rest = [*plans, "--rank", args.rank, *(["--local-spec"] if args.local_spec else []),
-            *(["--out", args.out] if args.out else [])]
-    return _run_runtime("runtime.dryrun", rest, "moeforge dryrun")
+    with tempfile.TemporaryDirectory(prefix="moeforge-dryrun-") as tmp:
+        raw = Path(tmp) / "dryrun.json"
+        rest = [*plans, "--rank", args.rank, *(["--local-spec"] if args.local_spec else []), "--out", str(raw)]
+        rc = _run_runtime("runtime.dryrun", rest, "moeforge dryrun", quiet=True)
+        if not raw.is_file():
+            return rc
+        text = json.dumps(with_estimates(json.loads(raw.read_text())), indent=2) + "\n"
+    if args.out:
+        from .emit import write_file_atomically
+
+        write_file_atomically(Path(args.out), text)
+    sys.stdout.write(text)
+    return rc
 
 
 def cmd_data_prepare(rest: list[str]) -> int:
@@ -415,10 +430,10 @@ def cmd_data_prepare(rest: list[str]) -> int:
                         {"MOEFORGE_DATA_PREPARE_PROG": "moeforge data prepare"})
 
 
-def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None = None) -> int:
+def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None = None, quiet: bool = False) -> int:
     """`python -m MODULE REST` in this interpreter, as a subprocess. Termination signals are
     passed on, so the child removes its temporaries; its exit code is returned (128+N when a
-    signal N ended it)."""
+    signal N ended it). ``quiet``: its stdout is dropped (the caller reads what it wrote)."""
     import signal
     import subprocess
 
@@ -438,7 +453,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
         old = {s: signal.signal(s, forward) for s in handled}
     try:
         try:
-            child.append(subprocess.Popen(cmd, env=env))
+            child.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None))
         except (OSError, ValueError) as exc:  # ValueError: an argument with a NUL byte
             print(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
                   file=sys.stderr)

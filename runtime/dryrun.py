@@ -5,15 +5,16 @@ queued.  One process joins torch's fake process group as rank R of the plan's wo
 megatron-core's parallel state without gloo groups, and builds that rank's GPTModel chunks on the
 meta device (shapes and parameter counts are real, nothing is allocated, so a 671B layout fits in
 a laptop's memory).  It prints JSON: parameter counts (total, dense/attention, expert,
-embedding), the realised configuration, and a weights/gradients/optimizer/activation estimate
-with its formulas.  The backend gate runs first, as for training.
+embedding), the layers and the realised configuration: facts of the built shard.  The memory a
+step needs is an estimate, and moeforge has one memory model, the compiler's: `moeforge dryrun`
+adds it to this report per rank (compiler/dryrun_report.py).  The backend gate runs first, as for
+training.
 
 ``--local-spec`` builds a plan with megatron-core's local spec when Transformer Engine, DeepEP,
 HybridEP, grouped_gemm or APEX's CUDA extensions are absent: every plan value that only those
 backends can build is mapped to one the local spec builds with the same parameter shapes, and
 each mapping is listed in the report under ``substitutions`` (field, plan value, value used,
-why; the mappings and stand-ins are in ``local_spec.py``).  The memory estimate is always
-made for the plan as written.
+why; the mappings and stand-ins are in ``local_spec.py``).
 
 ``--rank`` takes a comma-separated list; negative ranks count from the end (``-1`` is the last
 rank of the plan's world).  Several plans can be given: each is dry-run in turn in this one
@@ -33,7 +34,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import gate, memory_estimate, model, realised
+from . import gate, model, realised
 from . import plan as plan_mod
 from .errors import BackendMissing, PlanError, RuntimeFailure, report_and_exit
 from .local_spec import kernels_for_construction, local_backend, spec_hook, substitute_local
@@ -86,11 +87,10 @@ def _unexpected(exc: BaseException, plan, rank: int) -> RuntimeFailure:
                           "megatron-core's traceback")
 
 
-def dry_run(plan, rank: int, substitutions: list, estimate_for=None) -> dict:
-    """Build rank ``rank``'s shard; memory is estimated for ``estimate_for`` (the plan as
-    written, when --local-spec substituted the implementation) or ``plan``."""
+def dry_run(plan, rank: int, substitutions: list) -> dict:
+    """Build rank ``rank``'s shard (``plan``: with --local-spec, the substituted plan)."""
     try:
-        return _dry_run(plan, rank, substitutions, estimate_for)
+        return _dry_run(plan, rank, substitutions)
     except RuntimeFailure:
         raise
     except Exception as exc:  # noqa: BLE001 - becomes one line, never a traceback
@@ -99,7 +99,7 @@ def dry_run(plan, rank: int, substitutions: list, estimate_for=None) -> dict:
         _cleanup()  # so the next rank (or plan) can be built in this process
 
 
-def _dry_run(plan, rank: int, substitutions: list, estimate_for=None) -> dict:
+def _dry_run(plan, rank: int, substitutions: list) -> dict:
     import torch
     from megatron.core import parallel_state
 
@@ -123,14 +123,8 @@ def _dry_run(plan, rank: int, substitutions: list, estimate_for=None) -> dict:
     ps = parallel_state
     pp_rank = ps.get_pipeline_model_parallel_rank()
     dp, edp = ps.get_data_parallel_world_size(), ps.get_expert_data_parallel_world_size()
-    has_output = any(getattr(c, "post_process", False) for c in chunks)
     layers = decoder_layers(chunks)
     kinds = [kind for _, kind in layers]
-    target = (estimate_for or plan).raw
-    mem = memory_estimate.weights_and_optimizer(counts, target, dp, edp)
-    mem.update(memory_estimate.activations(target, kinds, pp_rank, has_output))
-    mem["total_bytes"] = sum(v for k, v in mem.items() if k.endswith("_bytes"))
-    mem["total_gib"] = round(mem["total_bytes"] / 2**30, 3)
     return {
         "plan": str(plan.path),
         "rank": rank,
@@ -149,7 +143,6 @@ def _dry_run(plan, rank: int, substitutions: list, estimate_for=None) -> dict:
                                   if getattr(c, "mtp", None) is not None),
         "parameters": counts,
         "parameters_per_chunk": [model.count_parameters([c]) for c in chunks],
-        "memory_estimate": mem,
         "realised": checked,
         "substitutions": substitutions,
         "ignored_plan_fields": ignored,
@@ -171,7 +164,7 @@ def parse_ranks(text: str) -> list[int]:
 def run_plan(path: str, rank_args: list[int], local_spec: bool) -> dict:
     """Dry-run ``path`` for each of ``rank_args``; one result, or {"plan", "ranks"}."""
     plan = plan_mod.load(path)
-    written, subs = plan, []
+    subs: list = []
     if local_spec:
         plan, subs = substitute_local(plan)
     try:
@@ -182,7 +175,7 @@ def run_plan(path: str, rank_args: list[int], local_spec: bool) -> dict:
     world = plan.layout["world_size"]
     ranks = list(dict.fromkeys(resolve_rank(r, world) for r in rank_args))
     try:
-        results = [dry_run(plan, r, copy.deepcopy(subs), estimate_for=written) for r in ranks]
+        results = [dry_run(plan, r, copy.deepcopy(subs)) for r in ranks]
     except RuntimeFailure as err:
         if not local_spec and type(err) is RuntimeFailure:
             err.message += (" (--local-spec maps plan values that need TE/DeepEP/APEX to what "

@@ -87,10 +87,39 @@ def test_make_launch_calls_moeforge_launch():
 
 def test_dryrun_runs_the_runtime_in_a_subprocess_of_this_interpreter(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(cli, "_run_runtime", lambda module, rest, prog, env=None: seen.append((module, rest)) or 0)
+    monkeypatch.setattr(cli, "_run_runtime",
+                        lambda module, rest, prog, env=None, quiet=False: seen.append((module, rest, quiet)) or 0)
     (tmp_path / "plan.json").write_text("{}")
     assert main(["dryrun", str(tmp_path), "--rank", "0,-1", "--local-spec"]) == 0
-    assert seen == [("runtime.dryrun", [str(tmp_path / "plan.json"), "--rank", "0,-1", "--local-spec"])]
+    (module, rest, quiet), = seen
+    assert module == "runtime.dryrun" and quiet  # the runtime writes its JSON to --out; moeforge prints it
+    assert rest[:4] == [str(tmp_path / "plan.json"), "--rank", "0,-1", "--local-spec"] and rest[4] == "--out"
+
+
+def test_dryrun_report_carries_the_compilers_memory_estimate(tmp_path, monkeypatch, capsys):
+    """The runtime reports the shard it built; `moeforge dryrun` adds the one memory model's estimate."""
+    import json
+
+    plan = json.loads((ROOT / "tests" / "golden" / "qwen3-30b-a3b" / "h100-bf16" / "plan.json").read_text())
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    from compiler.estimate import memory
+    from compiler.layout import Layout
+
+    counts = memory.rank_parameters(plan["transformer_config"], plan["model"], Layout.from_plan(plan["layout"]), 0)
+    shard = {"plan": str(tmp_path / "plan.json"), "rank": 0, "coordinates": {"pp": 0},
+             "parameters": {"total": counts["total"]}}
+
+    def fake(module, rest, prog, env=None, quiet=False):
+        Path(rest[rest.index("--out") + 1]).write_text(json.dumps(shard))
+        return 0
+    monkeypatch.setattr(cli, "_run_runtime", fake)
+    assert main(["dryrun", str(tmp_path), "--out", str(tmp_path / "report.json")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "report.json").read_text())
+    mem = printed["memory_estimate"]
+    est, _ = memory.peak(plan)  # PP1: rank 0 is the only stage
+    assert mem["total_bytes"] == est.total and mem["parameters_match"]
+    assert mem["source"].startswith("compiler/estimate/memory.py")
 
 
 def test_the_compiler_never_imports_torch_for_dryrun():
