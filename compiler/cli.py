@@ -15,8 +15,7 @@ from pathlib import Path
 
 from . import __version__, project
 from .diagnostics import CompileError, error, render_all, shown
-
-ROOT = Path(__file__).resolve().parent.parent  # where the compiler and runtime packages are
+from .runtime_commands import _in_main_thread, cmd_data_prepare, cmd_dryrun
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -217,12 +216,6 @@ def _plain_check(argv: list[str]):
     return SimpleNamespace(**args)
 
 
-def _in_main_thread() -> bool:
-    """True in a real CLI run (threading is imported only when something already did)."""
-    threading = sys.modules.get("threading")
-    return threading is None or threading.current_thread() is threading.main_thread()
-
-
 def cmd_compile(args) -> int:
     from . import emit
     from .pipeline import load, resolve
@@ -397,72 +390,6 @@ def cmd_launch(args) -> int:
               "(compile it again with the overrides)", file=sys.stderr)
         return 2
     return launch.run(args)
-
-
-def cmd_dryrun(args) -> int:
-    """`python -m runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
-    of the compiler); a build directory stands for its plan.json."""
-    import json
-    import tempfile
-
-    from .dryrun_report import with_estimates
-
-    plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
-    with tempfile.TemporaryDirectory(prefix="moeforge-dryrun-") as tmp:
-        raw = Path(tmp) / "dryrun.json"
-        rest = [*plans, "--rank", args.rank, *(["--local-spec"] if args.local_spec else []), "--out", str(raw)]
-        rc = _run_runtime("runtime.dryrun", rest, "moeforge dryrun", quiet=True)
-        if not raw.is_file():
-            return rc
-        text = json.dumps(with_estimates(json.loads(raw.read_text())), indent=2) + "\n"
-    if args.out:
-        from .emit import write_file_atomically
-
-        write_file_atomically(Path(args.out), text)
-    sys.stdout.write(text)
-    return rc
-
-
-def cmd_data_prepare(rest: list[str]) -> int:
-    """Run `python -m runtime.data_prepare REST` in this interpreter, as a subprocess: tokenizing
-    needs megatron-core (and torch), which the compiler never imports."""
-    return _run_runtime("runtime.data_prepare", rest, "moeforge data prepare",
-                        {"MOEFORGE_DATA_PREPARE_PROG": "moeforge data prepare"})
-
-
-def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None = None, quiet: bool = False) -> int:
-    """`python -m MODULE REST` in this interpreter, as a subprocess. Termination signals are
-    passed on, so the child removes its temporaries; its exit code is returned (128+N when a
-    signal N ended it). ``quiet``: its stdout is dropped (the caller reads what it wrote)."""
-    import signal
-    import subprocess
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.update(extra_env or {})
-    cmd = [sys.executable, "-m", module, *rest]
-    child: list[subprocess.Popen] = []
-
-    def forward(signum, frame):
-        if child:
-            child[0].send_signal(signum)
-
-    handled = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    old = {}
-    if _in_main_thread():
-        old = {s: signal.signal(s, forward) for s in handled}
-    try:
-        try:
-            child.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None))
-        except (OSError, ValueError) as exc:  # ValueError: an argument with a NUL byte
-            print(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
-                  file=sys.stderr)
-            return 2
-        rc = child[0].wait()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return 128 - rc if rc < 0 else rc
 
 
 def cmd_init(args) -> int:

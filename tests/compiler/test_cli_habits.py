@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import cli
+from compiler import cli, runtime_commands
 from compiler import knobs as K
 from compiler.cli import main
 from compiler.diagnostics import CompileError
@@ -87,7 +87,7 @@ def test_make_launch_calls_moeforge_launch():
 
 def test_dryrun_runs_the_runtime_in_a_subprocess_of_this_interpreter(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(cli, "_run_runtime",
+    monkeypatch.setattr(runtime_commands, "_run_runtime",
                         lambda module, rest, prog, env=None, quiet=False: seen.append((module, rest, quiet)) or 0)
     (tmp_path / "plan.json").write_text("{}")
     assert main(["dryrun", str(tmp_path), "--rank", "0,-1", "--local-spec"]) == 0
@@ -112,7 +112,7 @@ def test_dryrun_report_carries_the_compilers_memory_estimate(tmp_path, monkeypat
     def fake(module, rest, prog, env=None, quiet=False):
         Path(rest[rest.index("--out") + 1]).write_text(json.dumps(shard))
         return 0
-    monkeypatch.setattr(cli, "_run_runtime", fake)
+    monkeypatch.setattr(runtime_commands, "_run_runtime", fake)
     assert main(["dryrun", str(tmp_path), "--out", str(tmp_path / "report.json")]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads((tmp_path / "report.json").read_text())
@@ -126,7 +126,7 @@ def test_the_compiler_never_imports_torch_for_dryrun():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom compiler import cli\ncli._run_runtime = lambda *a, **k: 0\n"
+    code = ("import sys\nfrom compiler import cli, runtime_commands\nruntime_commands._run_runtime = lambda *a, **k: 0\n"
             "cli.main(['dryrun', 'x/plan.json'])\nassert 'torch' not in sys.modules and 'megatron' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
