@@ -42,6 +42,9 @@ import time
 from collections import deque
 
 from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
+# absolute, not relative: spawned workers import this file as __mp_main__, outside its package
+from runtime.prepare_tokenizers import (DataError, Missing, interpreter_name, load_tokenizer, megatron_lm_tokenizer_args,
+                                        tokenizer_fingerprint, tokenizer_spec)
 
 EXIT_BAD_INPUT = EXIT_BAD_PLAN  # 2, as every moeforge command uses for bad input
 PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usage names it
@@ -50,16 +53,11 @@ PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usa
 TEST_DELAY_ENV = "MOEFORGE_DATA_PREPARE_TEST_DELAY"
 TEST_MARKER = "data prepare test hook: first batch written"
 
-BYTE_VOCAB_SIZE = 257
-BYTE_EOD = 256
 MAX_REPORTED = 20  # bad lines printed; the rest are counted
 BATCH_LINES = 1024  # a batch ends at this many lines or BATCH_BYTES, whichever comes first
 BATCH_BYTES = 1 << 20
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
-HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                      "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-                      "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
 
 DESCRIPTION = """\
 Tokenize a JSONL corpus into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx) with
@@ -92,14 +90,6 @@ tokenizer's library is not importable in this Python, 7 internal error, 130/143 
 example:
   moeforge data prepare corpus.jsonl --tokenizer byte --output data/corpus --workers 4
 """
-
-
-class DataError(Exception):
-    """Bad input or arguments: one message, exit 2, nothing written."""
-
-
-class Missing(Exception):
-    """A package this run needs is not importable in this interpreter: exit 3."""
 
 
 class Interrupted(BaseException):
@@ -150,114 +140,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 # --------------------------------------------------------------------------------------------
-# tokenizers: a spec (kind, path) travels to the workers, each loads its own
-
-
-def _interpreter() -> str:
-    return sys.executable or "this Python"
-
-
-def _load_tokenizer(spec: tuple[str, str | None]):
-    """(encode(text) -> list|ndarray of ids, vocab_size, eod_id) for ``spec``."""
-    kind, path = spec
-    if kind == "byte":
-        import numpy
-
-        def encode(text: str):
-            return numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8)
-        return encode, BYTE_VOCAB_SIZE, BYTE_EOD
-    if kind == "huggingface":
-        try:
-            from transformers import AutoTokenizer
-        except ImportError as exc:
-            raise Missing(f"--tokenizer {path} is a HuggingFace tokenizer directory, which needs the "
-                          f"`transformers` package, not importable in {_interpreter()} ({exc}): "
-                          f"pip install transformers, or use --tokenizer byte") from None
-        try:
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except Exception as exc:  # transformers raises many kinds for a directory it cannot read
-            raise DataError(f"--tokenizer {path}: transformers cannot load a tokenizer from this "
-                            f"directory: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
-                            f"(fix: point it at a directory with tokenizer.json/tokenizer_config.json, "
-                            f"as save_pretrained writes)") from None
-        if tok.eos_token_id is None:
-            raise DataError(f"--tokenizer {path}: the tokenizer has no eos_token, so there is no "
-                            f"end-of-document id to append (fix: set eos_token in its "
-                            f"tokenizer_config.json)")
-        tok.model_max_length = 1 << 62  # documents are longer than any context: no length warning
-
-        def encode(text: str):
-            return tok.encode(text, add_special_tokens=False)
-        return encode, len(tok), int(tok.eos_token_id)
-    if kind == "sentencepiece":
-        try:
-            import sentencepiece
-        except ImportError as exc:
-            raise Missing(f"--tokenizer {path} is a SentencePiece model, which needs the "
-                          f"`sentencepiece` package, not importable in {_interpreter()} ({exc}): "
-                          f"pip install sentencepiece, or use --tokenizer byte") from None
-        try:
-            sp = sentencepiece.SentencePieceProcessor(model_file=path)
-        except Exception as exc:
-            raise DataError(f"--tokenizer {path}: sentencepiece cannot load it: {exc} "
-                            f"(fix: give a SentencePiece .model file)") from None
-        if sp.eos_id() < 0:
-            raise DataError(f"--tokenizer {path}: the model has no eos piece, so there is no "
-                            f"end-of-document id to append (fix: train it with an eos piece)")
-
-        def encode(text: str):
-            return sp.encode(text)
-        return encode, sp.get_piece_size(), int(sp.eos_id())
-    raise AssertionError(kind)
-
-
-def tokenizer_spec(arg: str) -> tuple[str, str | None]:
-    if arg == "byte":
-        return ("byte", None)
-    path = os.path.abspath(arg)
-    if os.path.isdir(path):
-        return ("huggingface", path)
-    if os.path.isfile(path) and path.endswith(".model"):
-        return ("sentencepiece", path)
-    what = "is a file but not a SentencePiece .model" if os.path.isfile(path) else "does not exist"
-    raise DataError(f"--tokenizer {arg}: {what} (fix: --tokenizer byte, a HuggingFace tokenizer "
-                    f"directory, or a SentencePiece .model file)")
-
-
-def tokenizer_fingerprint(spec: tuple[str, str | None]) -> dict:
-    """sha256 of the files that define the tokenizer (for byte: none are needed)."""
-    kind, path = spec
-    if kind == "byte":
-        return {}
-    if kind == "sentencepiece":
-        return {"sha256": _sha256_file(path), "files": [os.path.basename(path)]}
-    files = sorted(f for f in os.listdir(path)
-                   if f in HF_TOKENIZER_FILES and os.path.isfile(os.path.join(path, f)))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.encode() + b"\0" + _sha256_file(os.path.join(path, f)).encode() + b"\n")
-    return {"sha256": h.hexdigest(), "files": files}
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def megatron_lm_tokenizer_args(spec: tuple[str, str | None], vocab_size: int, eod: int) -> list[str]:
-    kind, path = spec
-    if kind == "byte":
-        return ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(vocab_size),
-                "--null-tokenizer-eod-id", str(eod)]
-    if kind == "huggingface":
-        return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", path]
-    return ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", path]
-
-
-# --------------------------------------------------------------------------------------------
 # encoding one batch of lines (in a worker, or in this process for --workers 1)
 
 _W: dict = {}  # this process's encoder state, set by _init_worker
@@ -269,7 +151,7 @@ def _init_worker(spec, key: str, dtype_name: str, delay: float, in_pool: bool, l
     try:
         import numpy
 
-        encode, vocab, eod = loaded or _load_tokenizer(spec)
+        encode, vocab, eod = loaded or load_tokenizer(spec)
     except BaseException as exc:  # an initializer that raises makes Pool respawn it forever:
         _W["error"] = exc         # keep the error and raise it from the first batch instead
         return
@@ -394,7 +276,7 @@ def import_megatron():
             import megatron.core
             from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
     except ImportError as exc:
-        raise Missing(f"megatron-core is not importable in {_interpreter()} ({exc}); "
+        raise Missing(f"megatron-core is not importable in {interpreter_name()} ({exc}); "
                       f"run this in the project's runtime environment: `make setup`, then "
                       f".venv/bin/python -m compiler data prepare ...") from None
     return IndexedDatasetBuilder, DType, getattr(megatron.core, "__version__", "unknown")
@@ -408,7 +290,7 @@ def _progress_bar(show: bool | None, total: int, desc: str):
     try:
         from tqdm import tqdm
     except ImportError:
-        print(f"{_prog()}: no progress bar: tqdm is not installed in {_interpreter()} "
+        print(f"{_prog()}: no progress bar: tqdm is not installed in {interpreter_name()} "
               f"(`make setup` installs it)", file=sys.stderr, flush=True)
         return None
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
@@ -489,13 +371,13 @@ def prepare(args, sig: _Signals) -> int:
     try:
         import numpy  # noqa: F401  (megatron-core needs it too: reaching here means it is there)
     except ImportError as exc:  # pragma: no cover
-        raise Missing(f"numpy is not importable in {_interpreter()} ({exc}): `make setup`") from None
+        raise Missing(f"numpy is not importable in {interpreter_name()} ({exc}): `make setup`") from None
     delay = float(os.environ.get(TEST_DELAY_ENV) or 0)
     if args.workers > 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # our processes are the parallelism
 
     # the tokenizer is loaded here too: its vocabulary fixes the dtype, and a bad one fails early
-    loaded = _load_tokenizer(spec)
+    loaded = load_tokenizer(spec)
     _, vocab_size, eod = loaded
     dtype = numpy.dtype(DType.optimal_dtype(vocab_size))
     if eod >= vocab_size:
