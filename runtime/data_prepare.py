@@ -42,7 +42,8 @@ import time
 from collections import deque
 
 from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
-# absolute, not relative: spawned workers import this file as __mp_main__, outside its package
+# absolute imports: spawned workers load this file as __mp_main__, outside its package
+from runtime.prepare_encode import MAX_REPORTED, batches, encode_batch, init_worker, reset_worker
 from runtime.prepare_tokenizers import (DataError, Missing, interpreter_name, load_tokenizer, megatron_lm_tokenizer_args,
                                         tokenizer_fingerprint, tokenizer_spec)
 
@@ -53,9 +54,6 @@ PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usa
 TEST_DELAY_ENV = "MOEFORGE_DATA_PREPARE_TEST_DELAY"
 TEST_MARKER = "data prepare test hook: first batch written"
 
-MAX_REPORTED = 20  # bad lines printed; the rest are counted
-BATCH_LINES = 1024  # a batch ends at this many lines or BATCH_BYTES, whichever comes first
-BATCH_BYTES = 1 << 20
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
@@ -137,127 +135,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="progress bar on stderr (bytes read, rate, ETA; needs tqdm); default: "
                         "shown only when stderr is a terminal")
     return p
-
-
-# --------------------------------------------------------------------------------------------
-# encoding one batch of lines (in a worker, or in this process for --workers 1)
-
-_W: dict = {}  # this process's encoder state, set by _init_worker
-
-
-def _init_worker(spec, key: str, dtype_name: str, delay: float, in_pool: bool, loaded=None) -> None:
-    if in_pool:  # the parent handles Ctrl-C for everyone and terminates the pool
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import numpy
-
-        encode, vocab, eod = loaded or load_tokenizer(spec)
-    except BaseException as exc:  # an initializer that raises makes Pool respawn it forever:
-        _W["error"] = exc         # keep the error and raise it from the first batch instead
-        return
-    _W.update(encode=encode, vocab=vocab, eod=eod, key=key, dtype=numpy.dtype(dtype_name),
-              check_range=spec[0] != "byte", delay=delay, numpy=numpy)
-
-
-def _describe(value) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _check_line(raw: bytes, key: str):
-    """The document text of one non-empty line, or (problem, fix)."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, (f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
-                      "re-encode the file as UTF-8")
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return None, (f"not valid JSON: {exc.msg} at column {exc.colno}",
-                      f'write one JSON object per line, e.g. {{"{key}": "..."}}')
-    if not isinstance(obj, dict):
-        return None, (f"{_describe(obj)}, not a JSON object",
-                      f'write each document as an object, e.g. {{"{key}": "..."}}')
-    if key not in obj:
-        keys = ", ".join(json.dumps(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
-        strings = [k for k, v in obj.items() if isinstance(v, str)]
-        fix = (f"--json-key {strings[0]}" if len(strings) == 1 else "--json-key KEY") + \
-            f" to read another key, or add {json.dumps(key)} to this line"
-        return None, (f"no {json.dumps(key)} key (keys: {keys or 'none'})", fix)
-    text = obj[key]
-    if not isinstance(text, str):
-        return None, (f"{json.dumps(key)} is {_describe(text)}, not a string",
-                      f"make {json.dumps(key)} the document's text as one string")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return None, (f"{json.dumps(key)} holds an unpaired surrogate \\u{ord(text[exc.start]):04x}",
-                      "remove it or complete the \\uXXXX surrogate pair")
-    return text, None
-
-
-def _encode_batch(batch):
-    """``(first_lineno, [raw lines])`` -> (lengths, tokens, bad[:20], bad_count, empty, nbytes)."""
-    first, lines, delay_this = batch
-    if "error" in _W:
-        raise _W["error"]
-    if delay_this and _W["delay"]:
-        time.sleep(_W["delay"])
-    np = _W["numpy"]
-    dtype, eod, key = _W["dtype"], _W["eod"], _W["key"]
-    lengths, pieces, bad, bad_count, empty, nbytes = [], [], [], 0, 0, 0
-    for i, raw in enumerate(lines):
-        nbytes += len(raw)
-        if not raw.strip():
-            empty += 1
-            continue
-        text, problem = _check_line(raw, key)
-        if problem is not None:
-            bad_count += 1
-            if len(bad) < MAX_REPORTED:
-                bad.append((first + i, *problem))
-            continue
-        if bad_count:
-            continue  # nothing will be written: only look for more bad lines
-        ids = _W["encode"](text)
-        doc = np.empty(len(ids) + 1, dtype=dtype)
-        if _W["check_range"] and len(ids):
-            arr = np.asarray(ids, dtype=np.int64)
-            if arr.min() < 0 or arr.max() >= _W["vocab"]:
-                raise RuntimeError(f"line {first + i}: the tokenizer produced id {int(arr.max())} "
-                                   f"outside its vocabulary of {_W['vocab']}")
-        doc[:-1] = ids
-        doc[-1] = eod
-        pieces.append(doc)
-        lengths.append(doc.size)
-    tokens = np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
-    return lengths, tokens, bad, bad_count, empty, nbytes
-
-
-def _batches(f, delay: bool):
-    """``(first_lineno, lines, delay_this)`` batches of the binary file ``f`` (1-based lines)."""
-    lineno, lines, size = 1, [], 0
-    count = 0
-    for raw in f:
-        lines.append(raw)
-        size += len(raw)
-        if len(lines) >= BATCH_LINES or size >= BATCH_BYTES:
-            yield lineno, lines, delay and count > 0
-            count += 1
-            lineno += len(lines)
-            lines, size = [], 0
-    if lines:
-        yield lineno, lines, delay and count > 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,7 +260,7 @@ def prepare(args, sig: _Signals) -> int:
     if eod >= vocab_size:
         raise DataError(f"--tokenizer {args.tokenizer}: end-of-document id {eod} is outside the "
                         f"vocabulary of {vocab_size} (fix: use a consistent tokenizer)")
-    _W.clear()
+    reset_worker()
     total = os.path.getsize(path)
     created = []  # the directories this run creates, deepest last: removed again if it fails
     d = outdir
@@ -429,27 +306,27 @@ def prepare(args, sig: _Signals) -> int:
         with open(path, "rb") as f:
             def read():
                 nonlocal lines
-                for batch in _batches(f, delay > 0):
+                for batch in batches(f, delay > 0):
                     for raw in batch[1]:
                         sha.update(raw)
                     lines += len(batch[1])
                     yield batch
 
             if args.workers == 1:
-                _init_worker(spec, args.json_key, dtype.name, delay, in_pool=False, loaded=loaded)
+                init_worker(spec, args.json_key, dtype.name, delay, in_pool=False, loaded=loaded)
                 bar = _progress_bar(args.progress, total, name)
                 for batch in read():
-                    consume(_encode_batch(batch))
+                    consume(encode_batch(batch))
             else:
                 import multiprocessing
 
                 ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
-                with ctx.Pool(args.workers, initializer=_init_worker,
+                with ctx.Pool(args.workers, initializer=init_worker,
                               initargs=(spec, args.json_key, dtype.name, delay, True)) as pool:
                     bar = _progress_bar(args.progress, total, name)  # after the pool: no fork
                     pending: deque = deque()
                     for batch in read():
-                        pending.append(pool.apply_async(_encode_batch, (batch,)))
+                        pending.append(pool.apply_async(encode_batch, (batch,)))
                         if len(pending) >= 2 * args.workers:
                             consume(pending.popleft().get())
                     while pending:
@@ -570,7 +447,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run through the module's real name so the pool's workers find _encode_batch by it.
-    from runtime import data_prepare as _self
-
-    sys.exit(_self.main())
+    sys.exit(main())
