@@ -21,7 +21,6 @@ Flags nobody can map are listed (returned, printed, and written as comments), ne
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -30,8 +29,8 @@ from pathlib import Path
 import yaml
 
 from . import knobs as K
-from .launch_text import (ImportError_, args_file_words, detect, functional_test_words, launch_words,
-                          parse_flags)
+from .launch_text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
+                          knob_value, launch_words, parse_flags, platform_docs)
 from .megatron_args import DERIVED, RUNTIME_ONLY, lm_parser
 from .rules.expr import version_int
 
@@ -47,66 +46,6 @@ class Imported:
     platform_reason: str
     unmapped: list = field(default_factory=list)   # [(text, why)]
     notes: list = field(default_factory=list)      # what the importer decided on its own, for the header
-
-
-
-def _freq(text):
-    """Megatron-LM's moe_freq_type: an int, or a Python list expression such as ([0]*3+[1]*58)."""
-    if isinstance(text, int):
-        return text
-    s = str(text).strip()
-    if re.fullmatch(r"\d+", s):
-        return int(s)
-
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.List):
-            return [ev(e) for e in node.elts]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
-            a, b = ev(node.left), ev(node.right)
-            return a * b if isinstance(node.op, ast.Mult) else a + b
-        raise ValueError(s)
-    value = ev(ast.parse(s, mode="eval"))
-    if not isinstance(value, (int, list)):
-        raise ValueError(s)
-    return value
-
-
-def _convert(k: K.Knob, raw):
-    """A Megatron-LM string (or list) as the knob's value (ValueError when it is not one)."""
-    if isinstance(raw, bool):
-        return raw
-    if raw is None or raw == "None":
-        return None
-    if k.field in ("window_size",):
-        return [int(v) for v in str(raw).strip("()[]").split(",")]
-    if k.field in ("window_attn_skip_freq", "linear_attention_freq"):
-        return _freq(raw)
-    if k.kind == "set":
-        return None if raw in ([], None) else list(raw if isinstance(raw, list) else [raw])
-    if isinstance(raw, list):
-        if len(raw) == 1:
-            raw = raw[0]
-        elif k.field == "data_paths":
-            return raw
-        else:
-            raise ValueError(f"one value expected, got {len(raw)}")
-    if k.kind in ("int", "opt_int"):
-        f = float(raw)
-        if not f.is_integer():
-            raise ValueError(raw)
-        return int(f)
-    if k.kind == "float":
-        return float(raw)
-    if k.kind == "enum":
-        value = k.plan_value(raw)
-        if k.field not in K.OPEN_ENUMS and value not in k.domain:
-            raise ValueError(f"not one of {', '.join(str(d) for d in k.domain)}")
-        return value
-    return raw
 
 
 def _put(doc: dict, dotted: str, value) -> None:
@@ -155,11 +94,11 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         for dest in k.lm_dests(mcore):
             if dest in given:
                 used.add(dest)
-                return _convert(k, given[dest]), True
+                return knob_value(k, given[dest]), True
         dests_ = k.lm_dests(mcore)
         if not dests_:
             return None, False
-        return _convert(k, _lm_default(dests_[0])), False
+        return knob_value(k, _lm_default(dests_[0])), False
 
     mla = given.get("multi_latent_attention") is True
     yarn_pos = given.get("position_embedding_type") == "yarn"
@@ -242,7 +181,7 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
             bad.append((flags["num_query_groups"], "without --group-query-attention Megatron-LM ignores it"))
     freq = g("moe_layer_freq", 1)
     try:
-        moe["layer_freq"] = _freq(freq)
+        moe["layer_freq"] = freq_value(freq)
     except (ValueError, SyntaxError):
         bad.append((flags.get("moe_layer_freq", str(freq)), "not an integer or a [0/1] list expression"))
     if g("max_position_embeddings") is not None:
@@ -409,37 +348,6 @@ def from_bridge(text: str) -> tuple[dict, dict, list]:
 
 
 # ----------------------------------------------------------------------- platform
-
-def platform_docs(root: Path) -> dict[str, dict]:
-    out = {}
-    for path in sorted((root / "platforms").glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
-        if isinstance(data, dict) and data.get("name"):
-            out[data["name"]] = data
-    return out
-
-
-def guess_platform(text: str, dests: dict, platforms: dict) -> tuple[str | None, str]:
-    """The platform the launch names through GPU facts and flags, else (None, why not)."""
-    if dests.get("distributed_backend") == "gloo" or re.search(r"CUDA_VISIBLE_DEVICES=(\"\")?\s*$", text, re.M):
-        cpu = [n for n, d in platforms.items() if d.get("device") == "cpu"]
-        if len(cpu) == 1:
-            return cpu[0], "--distributed-backend gloo: a CPU run"
-    upper = text.upper()
-    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
-    found = []
-    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
-        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
-            found.append(product)
-            upper = upper.replace(product, "")
-    candidates = [n for n, d in platforms.items() if d.get("gpu") and K.gpu_product(d["gpu"].get("name")) in found
-                  and (not nvl72 or int(d.get("nvlink_domain") or 0) >= 72)]
-    if len(candidates) == 1:
-        return candidates[0], f"the launch names {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
-    if candidates:
-        return None, f"several platforms fit ({', '.join(candidates)})"
-    return None, "no GPU named in the launch" if not found else f"no platform has a {', '.join(found)}"
-
 
 # ----------------------------------------------------------------------- the whole import
 

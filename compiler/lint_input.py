@@ -122,7 +122,7 @@ def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         else:
             words = launch_text.launch_words(text)[0]
         dests, bad = launch_text.parse_flags(words)
-        platform = importer.guess_platform(text, dests, importer.platform_docs(importer.RECIPES))[0]
+        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(importer.RECIPES))[0]
     except launch_text.ImportError_ as exc:
         raise UnusableInput(str(exc)) from None
     flags = dests.pop("__flags__", {})
@@ -131,7 +131,7 @@ def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         k = _knob_of_dest(dest)
         if k is not None and not isinstance(value, bool):
             try:
-                value = importer._convert(k, value)
+                value = launch_text.knob_value(k, value)
             except (ValueError, SyntaxError):
                 pass  # reported as a type problem by read()
         elif isinstance(value, str) and re.fullmatch(r"-?\d+", value):
@@ -146,7 +146,7 @@ def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
             data.setdefault(key, None)
             lines[key] = _line_of(text, key)
     if platform is not None:
-        doc = importer.platform_docs(importer.RECIPES)[platform]
+        doc = launch_text.platform_docs(importer.RECIPES)[platform]
         data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
         data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
     return data, lines
