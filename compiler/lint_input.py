@@ -20,12 +20,12 @@ from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Dia
 from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
     _lm_virtual_pipeline
+from .lint_launch import VERSION_KEYS, knob_of_dest, launch_mapping
 from .lint_values import UnusableInput, _bad, _coerce, _graph_modules, _known_int, _layer_freq, \
     _load_balancing, _version
 from .load import YamlLoader as _LOADER  # YAML 1.2 exponent floats (lr: 3e-4) as in recipes
 from .rules.expr import UNKNOWN, version_int
 
-VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not megatron-core dataclass fields but whose "not given" value is known
 NON_MCORE_DEFAULTS = {"use_megatron_fsdp": False, "global_batch_size": None,
@@ -54,7 +54,7 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
     lines: dict = {}
     if name == "-" and text.lstrip().startswith("{"):
         name = "-.json"  # JSON on stdin
-    launch = _launch_mapping(text, name)
+    launch = launch_mapping(text, name)
     if launch is not None:
         return launch
     try:
@@ -88,85 +88,6 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
         except yaml.YAMLError:
             pass
     return data, lines
-
-
-def _launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
-    """What `moeforge import` reads, as a flat mapping of Megatron-LM dests: a launch script or command line
-    (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
-    override list; with `gpu` and `versions` from the platform the launch names, when it names one.
-    None: not one of those (an ordinary YAML / JSON mapping)."""
-    from . import importer, launch_text
-
-    kind = launch_text.detect(text, name)
-    if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
-        return None
-    try:
-        if kind == "bridge":
-            data, lines = {}, {}
-            for n, line in enumerate(text.splitlines(), 1):
-                s = line.strip()
-                if s and not s.startswith("#"):
-                    key, _, raw = s.lstrip("+").partition("=")
-                    if key in ("mixed_precision", "comm_overlap") or key.endswith("_target_"):
-                        continue
-                    try:
-                        data[key] = yaml.safe_load(raw) if raw else None
-                    except yaml.YAMLError:
-                        data[key] = raw
-                    lines[key] = n
-            return data, lines
-        if kind == "args":
-            words = launch_text.args_file_words(text)[0]
-        elif kind == "functional-test":
-            words = launch_text.functional_test_words(text)[0]
-        else:
-            words = launch_text.launch_words(text)[0]
-        dests, bad = launch_text.parse_flags(words)
-        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(importer.RECIPES))[0]
-    except launch_text.ImportError_ as exc:
-        raise UnusableInput(str(exc)) from None
-    flags = dests.pop("__flags__", {})
-    data, lines = {}, {}
-    for dest, value in dests.items():
-        k = _knob_of_dest(dest)
-        if k is not None and not isinstance(value, bool):
-            try:
-                value = launch_text.knob_value(k, value)
-            except (ValueError, SyntaxError):
-                pass  # reported as a type problem by read()
-        elif isinstance(value, str) and re.fullmatch(r"-?\d+", value):
-            value = int(value)
-        data[dest] = value
-        lines[dest] = _line_of(text, flags.get(dest, dest).split()[0])
-    if data.get("eval_iters") == 0:  # no evaluation: the interval moeforge writes anyway (Megatron-LM 0.19
-        data.pop("eval_interval", None)  # divides by it) is not one
-    for text_, why in bad:  # unknown flags: did-you-mean in read()
-        key = text_.split()[0]
-        if key.startswith("--"):
-            data.setdefault(key, None)
-            lines[key] = _line_of(text, key)
-    if platform is not None:
-        doc = launch_text.platform_docs(importer.RECIPES)[platform]
-        data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
-        data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
-    return data, lines
-
-
-def _line_of(text: str, word: str) -> int:
-    for n, line in enumerate(text.splitlines(), 1):
-        if word in line:
-            return n
-    return 0
-
-
-def _knob_of_dest(dest: str):
-    for k in K.KNOBS:
-        if dest in k.lm_dests(V19):
-            return k
-    return K.BY_FIELD.get(dest)
-
-
-V19 = version_int("0.19.2")
 
 
 def _lm_flag_names(data: dict, lines: dict) -> dict:
@@ -206,7 +127,7 @@ def _lm_flag_names(data: dict, lines: dict) -> dict:
         elif name in ("bias_swiglu_fusion", "bias_gelu_fusion"):
             name = "bias_activation_fusion"
         else:
-            k = _knob_of_dest(name)
+            k = knob_of_dest(name)
             if k is not None and k.field != name and name not in K.BY_FIELD and k.section not in K.IO_SECTIONS \
                     and not isinstance(k.lm, tuple) and k.field not in ("data_kind",):
                 name = k.field
