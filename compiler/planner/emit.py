@@ -1,13 +1,12 @@
 """Writing the winner as a recipe: the very document the rules confirmed, plus the estimate in its
-description, written atomically (a temporary file in the same directory, then os.replace)."""
+description, written atomically (compiler/emit.py: a temporary file in the same directory, then os.replace)."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from ..emit import write_file_atomically
 from .search import GIB, Evaluated
 from .space import Setting
 
@@ -31,14 +30,5 @@ def recipe_text(ev: Evaluated, s: Setting) -> str:
 
 def write(path: str | Path, text: str) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file_atomically(path, text)
     return path
