@@ -40,7 +40,7 @@ CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -no
 .PHONY: help setup setup312 demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
 
 help: ## show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
