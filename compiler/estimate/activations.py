@@ -170,7 +170,9 @@ def schedule_peak(chunk_bytes: list[float], pp: int, pp_rank: int, vpp: int | No
     for i in range(warmup):
         held += fwd(i)
         peak = max(peak, held)
-    for j in range(total - warmup):
+    # fwd and bwd repeat every pp*chunks steps and add up to the same over one period, so what is held
+    # in the steady state repeats with that period: its peak is reached within the first period.
+    for j in range(min(total - warmup, pp * chunks)):
         if combined:
             peak = max(peak, held + layer_peak)
             held += fwd(warmup + j) - bwd(j)

@@ -106,11 +106,15 @@ def chunk_flops(tc: dict, vocab: int, seq: int, chunk: dict, megatron: bool = Tr
     """FLOPs per token of one model chunk (memory.stage_contents): its layers, MTP, output layer
     (``megatron``: Megatron-LM's count; False: the GEMMs as executed, see ffn_gemms)."""
     out = dict.fromkeys(KEYS, 0.0)
-    for number in chunk["layers"]:
-        _add(out, layer_flops(tc, number - 1, seq, megatron))
-    for depth in range(chunk["mtp"]):
-        _add(out, layer_flops(tc, tc["num_layers"] + depth, seq, megatron))
-        out["mtp"] += mtp_extra_flops(tc) + logits_flops(tc, vocab)
+    # layers of one kind (MoE or dense, linear or softmax attention) cost the same: count each kind once
+    kinds: dict = {}
+    for index0 in [n - 1 for n in chunk["layers"]] + [tc["num_layers"] + d for d in range(chunk["mtp"])]:
+        key = (is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1), _linear_attention_megatron(tc, index0))
+        first, count = kinds.get(key, (index0, 0))
+        kinds[key] = (first, count + 1)
+    for first, count in kinds.values():
+        _add(out, {k: v * count for k, v in layer_flops(tc, first, seq, megatron).items()})
+    out["mtp"] += chunk["mtp"] * (mtp_extra_flops(tc) + logits_flops(tc, vocab))
     if chunk["output"]:
         out["logits"] += logits_flops(tc, vocab)
     return out

@@ -209,9 +209,13 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
     table = vocab // tp * h
     dense = expert = embedding = 0
     chunks = stage_contents(tc, lay, pp_rank)
+    kinds: dict = {}  # layers of one kind (MoE or dense, linear or softmax attention) hold the same
     for chunk in chunks:
         for number in chunk["layers"]:
-            d, e = layer_params(tc, number, lay, te)
+            key = (is_moe_layer(tc, number), is_linear_attention_layer(tc, number))
+            if key not in kinds:
+                kinds[key] = layer_params(tc, number, lay, te)
+            d, e = kinds[key]
             dense, expert = dense + d, expert + e
         if chunk["embedding"]:
             embedding += table

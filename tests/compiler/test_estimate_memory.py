@@ -151,6 +151,43 @@ def test_interleaved_warmup_is_megatrons():
     assert held == 2  # never more micro-batches than there are
 
 
+def _walk_every_step(chunk_bytes, pp, pp_rank, vpp, microbatches, combined, layer_peak):
+    """The schedule walked step by step to the end (what schedule_peak shortens to one period)."""
+    combined = combined and (pp == 1 or bool(vpp))
+    chunks, total = len(chunk_bytes), microbatches * len(chunk_bytes)
+    warmup = (1 if combined else 0) if pp == 1 else \
+        ((pp - pp_rank - 1) * 2 + (vpp - 1) * pp + combined if vpp else pp - pp_rank - 1)
+    warmup = min(warmup, total)
+    fwd = lambda i: chunk_bytes[(i % (pp * chunks)) // pp]  # noqa: E731
+    bwd = lambda i: chunk_bytes[chunks - 1 - (i % (pp * chunks)) // pp]  # noqa: E731
+    held = peak = 0.0
+    for i in range(warmup):
+        held += fwd(i)
+        peak = max(peak, held)
+    for j in range(total - warmup):
+        if combined:
+            peak = max(peak, held + layer_peak)
+            held += fwd(warmup + j) - bwd(j)
+        else:
+            held += fwd(warmup + j)
+            peak = max(peak, held)
+            held -= bwd(j)
+    return peak
+
+
+def test_schedule_peak_over_one_period_equals_the_whole_walk():
+    """What a rank holds in the steady state repeats every pp*vpp steps, so one period finds the peak."""
+    import random
+
+    rng = random.Random(15)
+    for _ in range(400):
+        pp = rng.choice([1, 2, 4, 8, 16])
+        vpp = rng.choice([None, 2, 4]) if pp > 1 else None
+        chunks = [float(rng.randint(1, 9)) for _ in range(vpp or 1)]
+        args = (chunks, pp, rng.randrange(pp), vpp, rng.randint(1, 70), rng.random() < 0.5, float(rng.randint(0, 3)))
+        assert A.schedule_peak(*args)[0] == _walk_every_step(*args), args
+
+
 def test_combined_1f1b_holds_one_layer_more_not_one_microbatch():
     """combined_1f1b.py: forward of micro-batch i+1 and backward of i run layer by layer together."""
     plain, _ = A.schedule_peak([10.0], pp=1, pp_rank=0, vpp=None, microbatches=64, combined=False, layer_peak=1.0)
