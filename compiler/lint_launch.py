@@ -7,6 +7,7 @@ when the launch names one; lint_input.py then reads the mapping like any other.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import yaml
@@ -89,7 +90,14 @@ def line_of(text: str, word: str) -> int:
 
 
 def knob_of_dest(dest: str):
+    """The knob a Megatron-LM 0.19 argument dest sets (the first in the table), else the knob of that field."""
+    return _knobs_by_dest().get(dest) or K.BY_FIELD.get(dest)
+
+
+@functools.lru_cache(maxsize=1)
+def _knobs_by_dest() -> dict:
+    out: dict = {}
     for k in K.KNOBS:
-        if dest in k.lm_dests(V19):
-            return k
-    return K.BY_FIELD.get(dest)
+        for dest in k.lm_dests(V19):
+            out.setdefault(dest, k)
+    return out
