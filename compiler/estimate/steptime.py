@@ -83,11 +83,6 @@ class StepTime:
         """What Megatron-LM logs as 'throughput per GPU (TFLOP/s/GPU)'."""
         return self.model_flops / self.total_s / 1e12
 
-    def summary(self) -> dict:
-        """The planner's columns."""
-        return {"step_time_s": self.total_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
-                "dominant": self.dominant}
-
     def explain(self) -> list[str]:
         """Every item with its formula and what overlap hid, for plan-layout --explain."""
         lines = [f"step time {self.total_s:.4g} s = sum of the exposed items below; "

@@ -169,9 +169,10 @@ def _dp(ctx: dict, c: dict) -> tuple[float, float, str]:
     per_mb = c["s"] / ctx["microbatches"]
     hid = (min(rs, 2 * per_mb / 3) if ddp.get("overlap_grad_reduce") else 0.0) + \
           (min(ag, per_mb / 3) if ddp.get("overlap_param_gather") and distributed else 0.0)
-    where = {span_d: links.name(span_d) if n_d > 1 else "no peer", span_e: links.name(span_e) if n_e > 1 else "no peer"}
-    return rs + ag, hid, (f"grads {ctx['grad_bytes']} B x (dense {dense} over dp*cp {n_d} on {where[span_d]}, "
-                          f"expert {expert} over edp {n_e} on {where[span_e]}) "
+    on_d = links.name(span_d) if n_d > 1 else "no peer"
+    on_e = links.name(span_e) if n_e > 1 else "no peer"
+    return rs + ag, hid, (f"grads {ctx['grad_bytes']} B x (dense {dense} over dp*cp {n_d} on {on_d}, "
+                          f"expert {expert} over edp {n_e} on {on_e}) "
                           f"{'reduce-scatter + bf16 all-gather' if distributed else 'all-reduce'}; overlap hides "
                           "up to the last micro-batch's backward / the first one's forward")
 

@@ -83,14 +83,7 @@ def explain(ev: Evaluated, capacity_gb: float | None, title: str) -> str:
         lines.append(f"    {name:<12} {value / GIB:8.2f}   {m.formulas.get(name, '')}")
     room = f"   of {capacity_gb:g} (headroom {capacity_gb - m.total / GIB:+.2f})" if capacity_gb else ""
     lines.append(f"    {'total':<12} {m.total / GIB:8.2f}{room}")
-    lines.append("  step time, exposed seconds per step:")
-    for name, value in t.items.items():
-        hidden = t.hidden.get(name)
-        extra = f"  (+{hidden:.3f} hidden)" if hidden else ""
-        lines.append(f"    {name:<12} {value:8.3f}{extra}   {t.formulas.get(name, '')}")
-    lines.append(f"    {'total':<12} {t.total_s:8.3f}   dominant: {COST_WORDS.get(t.dominant, t.dominant)}")
-    lines.append(f"  model FLOPs/step {t.model_flops:.4g}, tokens/step {t.tokens_per_step}, "
-                 f"{t.tokens_per_s_per_gpu:.0f} tokens/s/GPU, MFU {t.mfu:.1%} (peak {t.peak_flops:.4g} FLOP/s)")
+    lines += ["  " + line for line in t.explain()]  # the step-time model's own account of its items
     if ev.reasons:
         lines.append("  rejected: " + "; ".join(ev.reasons))
     return "\n".join(lines)

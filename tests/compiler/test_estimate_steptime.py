@@ -206,8 +206,6 @@ def test_explain_shows_every_item_and_the_numbers_add_up():
     assert "hidden by overlap" in lines[1 + steptime.ITEMS.index("ep_a2a")]
     assert est.details["delay_wgrad_launch_s"] == pytest.approx(
         steptime_constants.DWG_LAUNCH_S * (128 // 16) * 48 * 64)
-    assert est.summary() == {"step_time_s": est.total_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-                             "mfu": est.mfu, "dominant": est.dominant}
 
 
 @pytest.mark.parametrize("recipe", ["deepseek-v3/h100-bf16", "gpt-oss-120b/b200-bf16",
