@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "tests" / "data" / "megatron_flops.json"
+sys.path.insert(0, str(ROOT / "tests" / "data"))
+from gen_layout_param_counts import recipes  # noqa: E402 - the catalogue, as the parameter fixture lists it
 
 MEGATRON_SIDE = r"""
 import json, sys, warnings
@@ -42,12 +44,6 @@ for name, argv, gbs in json.load(sys.stdin):
     out[name] = num_floating_point_operations(args, gbs)
 print(json.dumps(out))
 """
-
-
-def recipes() -> list[str]:
-    return sorted(str(p.relative_to(ROOT / "recipes").with_suffix(""))
-                  for p in (ROOT / "recipes").rglob("*.yaml")
-                  if p.relative_to(ROOT / "recipes").parts[0] not in ("platforms", "models"))
 
 
 def main() -> int:
