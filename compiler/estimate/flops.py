@@ -33,10 +33,30 @@ def _linear_attention_megatron(tc: dict, index0: int) -> bool:
     return (index0 + 1) % (freq or 1) != 0
 
 
-def attention_flops(tc: dict, seq: int, linear: bool) -> tuple[float, float]:
+def window_keys(tc: dict, number: int, seq: int) -> float | None:
+    """Keys a query of 1-based layer ``number`` attends on average when the layer is sliding-window
+    (megatron-core transformer/utils.is_layer_window_attention: window_size set, and layer_number %
+    window_attn_skip_freq != 0, or the list entry is 1), else None.  With window (left, 0) query i
+    sees min(i + 1, left + 1) keys; flash/cuDNN attention skip the tiles outside the window, so the
+    executed core attention scales with this mean, not with seq / 2 (Megatron-LM's count ignores it)."""
+    window, freq = tc.get("window_size"), tc.get("window_attn_skip_freq")
+    if not window:
+        return None
+    if isinstance(freq, list):
+        windowed = bool(freq[number - 1])
+    else:
+        windowed = freq is None or number % freq != 0
+    if not windowed:
+        return None
+    w = min(int(window[0]) + 1, seq) if int(window[0]) >= 0 else seq
+    return w - w * (w - 1) / (2 * seq)  # mean over i of min(i + 1, w)
+
+
+def attention_flops(tc: dict, seq: int, linear: bool, keys: float | None = None) -> tuple[float, float]:
     """(token-linear projections, core attention) FLOPs per token of one layer's attention.
 
-    The core term is causal over the full sequence ``seq`` (CP splits the work, not the count)."""
+    The core term is causal over the full sequence ``seq`` (CP splits the work, not the count), or
+    over ``keys`` keys per query on average (a sliding-window layer as executed, window_keys)."""
     h = tc["hidden_size"]
     if linear:  # Gated DeltaNet: in_proj, conv1d, the delta rule (4 head-dim^2 products), out_proj
         qk = tc["linear_key_head_dim"] * tc["linear_num_key_heads"]
@@ -53,7 +73,8 @@ def attention_flops(tc: dict, seq: int, linear: bool) -> tuple[float, float]:
         return K * proj, K * (a * (qk + pos) / 2 + a * vd / 2) * seq
     q = a * d
     gate = q if tc.get("attention_output_gate") else 0
-    return K * (h * (q + 2 * g * d + gate) + q * h), K * q * seq  # causal: /2, QK^T and PV: x2
+    mean_keys = seq / 2 if keys is None else keys
+    return K * (h * (q + 2 * g * d + gate) + q * h), K * q * 2 * mean_keys  # QK^T and PV over the keys seen
 
 
 def ffn_gemms(tc: dict, megatron: bool = True) -> int:
@@ -77,9 +98,11 @@ def mlp_flops(tc: dict, moe: bool, megatron: bool = True) -> dict:
 
 def layer_flops(tc: dict, index0: int, seq: int, megatron: bool = True) -> dict:
     """FLOPs per token of decoder layer ``index0`` (0-based; >= num_layers: an MTP layer, typed
-    like Megatron-LM's count: MoE when the last decoder layer is)."""
+    like Megatron-LM's count: MoE when the last decoder layer is; as executed (not ``megatron``):
+    a sliding-window layer's core attention over its window)."""
     moe = is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1)
-    proj, core = attention_flops(tc, seq, _linear_attention_megatron(tc, index0))
+    keys = None if megatron or index0 >= tc["num_layers"] else window_keys(tc, index0 + 1, seq)
+    proj, core = attention_flops(tc, seq, _linear_attention_megatron(tc, index0), keys)
     return {"attention": proj, "core_attention": core, **mlp_flops(tc, moe, megatron)}
 
 
@@ -106,10 +129,13 @@ def chunk_flops(tc: dict, vocab: int, seq: int, chunk: dict, megatron: bool = Tr
     """FLOPs per token of one model chunk (memory.stage_contents): its layers, MTP, output layer
     (``megatron``: Megatron-LM's count; False: the GEMMs as executed, see ffn_gemms)."""
     out = dict.fromkeys(KEYS, 0.0)
-    # layers of one kind (MoE or dense, linear or softmax attention) cost the same: count each kind once
+    # layers of one kind (MoE or dense, linear or softmax attention, windowed as executed) cost the
+    # same: count each kind once
     kinds: dict = {}
     for index0 in [n - 1 for n in chunk["layers"]] + [tc["num_layers"] + d for d in range(chunk["mtp"])]:
-        key = (is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1), _linear_attention_megatron(tc, index0))
+        windowed = not megatron and index0 < tc["num_layers"] and window_keys(tc, index0 + 1, seq) is not None
+        key = (is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1), _linear_attention_megatron(tc, index0),
+               windowed)
         first, count = kinds.get(key, (index0, 0))
         kinds[key] = (first, count + 1)
     for first, count in kinds.values():

@@ -16,6 +16,14 @@ EP_OVERLAP_SLOWDOWN = 0.15
 # against the Qwen3-Next-80B-A3B EP8 pair (4686 -> 4912 ms, seeds 004), the only measurement that
 # separates it; the Qwen3-30B-A3B EP16 pair (31.31 vs 31.20 s, within noise) agrees within 1 %.
 DWG_LAUNCH_S = 4.5e-6
+# The output layer (logits GEMM [tokens, hidden] x [hidden, vocab], forward and both backward GEMMs,
+# and each MTP depth's) is one GEMM far above the roofline ridge point, unlike the many small,
+# memory-bound and element-wise kernels of a transformer layer that the platform's
+# achievable_fraction describes.  It runs at this fraction of the datasheet peak.  Calibrated
+# (docs/layout-model.md, section 6) on GPT-OSS-120B, 64 x H100, TP1 PP4 EP8: Megatron-Bridge's
+# published 5824 tokens/s/GPU (docs/performance-summary-archive.md, 26.04.01 container), the one
+# measured run whose bottleneck is the stage that holds the output layer (vocab 201088).
+OUTPUT_LAYER_FRACTION = 0.5
 # Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
 # exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
 # gradient-norm read for clipping (4 B) - megatron-core optimizer/distrib_optimizer.py step.

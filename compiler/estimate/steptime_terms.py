@@ -7,7 +7,7 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from . import comm
-from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN
+from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
 
 
 def _fmt(x: float) -> str:
@@ -22,19 +22,22 @@ def _compute(ctx: dict) -> dict:
     total = sum(f.values()) * share
     grouped = expert_gemm_efficiency(ctx)
     experts = (f["experts"] + f["recompute_experts"]) * share / (ctx["rate"] * grouped)
-    sec = (total - (f["experts"] + f["recompute_experts"]) * share) / ctx["rate"] + experts
+    output = (f["logits"] + f["mtp"]) * share / (ctx["peak"] * OUTPUT_LAYER_FRACTION)
+    layers_s = (total - (f["experts"] + f["recompute_experts"] + f["logits"] + f["mtp"]) * share) / ctx["rate"]
+    sec = layers_s + experts + output
     attn = (f["attention"] + f["core_attention"]) * share / ctx["rate"]
     experts = f["experts"] * share / (ctx["rate"] * grouped)
     nonexpert_gemm = (f["attention"] + f["dense_mlp"] + f["shared_expert"]) * share / ctx["rate"]
     layers, moe = max(1, st["layers"]), max(1, st["moe_layers"])
-    return {"s": sec, "flops": total, "share": share,
+    return {"s": sec, "flops": total, "share": share, "output_s": output,
             "attn_layer_mb": attn / layers / m, "expert_layer_mb": experts / moe / m,
             "core_s": f["core_attention"] * share / ctx["rate"], "nonexpert_gemm_s": nonexpert_gemm,
             "grouped": grouped,
             "formula": (f"{_fmt(sum(f.values()))} FLOP/token (incl. recompute {_fmt(f['recompute'])}) x "
                         f"{_fmt(share)} tok / ({_fmt(ctx['peak'])} x {ctx['perf']['achievable_fraction']}), "
                         f"expert GEMMs {_fmt(f['experts'] + f['recompute_experts'])} of them at x{grouped:.3f} "
-                        f"({_fmt(expert_tokens(ctx))} tokens per local expert per micro-batch)")}
+                        f"({_fmt(expert_tokens(ctx))} tokens per local expert per micro-batch), output layer "
+                        f"{_fmt(f['logits'] + f['mtp'])} of them at {OUTPUT_LAYER_FRACTION} of peak ({_fmt(output)} s)")}
 
 
 def expert_tokens(ctx: dict) -> float:

@@ -28,9 +28,26 @@ def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
                            modules=tuple(row["recompute_modules"]) if row["recompute"] == "selective" else ())
 
 
+def row_setting(row: dict) -> space.Setting:
+    return search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"],
+                          row["force_load_balancing"])
+
+
+def tuned_plan(row: dict) -> dict:
+    """The compiled plan of a tuned row's layout and settings (LayoutError, CompileError as raised)."""
+    s = row_setting(row)
+    cand = tuned_candidate(row, s)
+    cand.layout(s)
+    comp = search.Compiler(s)
+    try:
+        return comp.compile(cand.recipe(s))
+    finally:
+        comp.close()
+
+
 def validate(row: dict) -> dict:
     """rank (1 + analytic candidates estimated faster: an upper bound), the tuned and best estimates."""
-    s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"], row["force_load_balancing"])
+    s = row_setting(row)
     cand = tuned_candidate(row, s)
     out = {"row": f"{row['model']} {row['gpu']} x{row['ngpu']}", "layout": cand.describe(), "legal": False,
            "within_memory": False, "rank": None, "tuned_s": None, "best_s": None, "ratio": None, "reasons": []}

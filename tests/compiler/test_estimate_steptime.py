@@ -2,7 +2,9 @@
 
 The calibration set is every measured step time in the seeds (docs/layout-model.md lists the
 readings): each point is compiled from the catalogue, estimated, and must land within 25 % of the
-measurement; every EP-overlap pair must move in the measured direction.  ``pytest -s`` prints the
+measurement (but the Qwen3-Next pair, whose GBS the seed does not state: UNDETERMINED); every
+EP-overlap pair must move in the measured direction.  test_estimate_measured.py adds Megatron-Bridge's
+published throughput of tuned runs.  ``pytest -s`` prints the
 table.  The FLOPs count is checked against Megatron-LM's own num_floating_point_operations,
 recorded for every catalogue recipe in tests/data/megatron_flops.json (gen_megatron_flops.py).
 """
@@ -34,7 +36,11 @@ EP16 = "qwen3-30b-a3b/h100-bf16-ep16-alltoall"
 # over 2 nodes of 4 (_two_nodes_of_four).  Doubt: the memory model puts it over 80 GB (docs).
 EP4 = ["parallelism.ep=4", "resources.nodes=1"]
 # Qwen3-Next: Megatron-Bridge's H100 recipe layout (TP1 PP4 EP8) on 8 nodes; EP overlap needs VPP
-# when PP > 1 and forbids recomputing "moe" (megatron-core 0.17+); GBS not given: 256.
+# when PP > 1 and forbids recomputing "moe" (megatron-core 0.17+); GBS not given: 256.  The seed
+# states neither the GBS nor the pipeline layout, and the step time is proportional to the GBS: any
+# absolute reading is a choice (an earlier one, GBS 256, was made with the model in hand, which made
+# "within 25 %" a fit, not a check).  Its absolute time is printed, not asserted; its direction is.
+UNDETERMINED = {"next EP overlap", "next overlap + delayed wgrad"}
 NEXT = ["resources.nodes=8", "parallelism.ep=8", "parallelism.pp=4", "parallelism.vpp=2", "moe.overlap.ep_comm=true",
         "recompute.modules=[layernorm,moe_act]", "training.global_batch_size=256"]
 CASES = {  # name: (recipe, overrides, 8 ranks as 2 nodes x 4, measured seconds per step)
@@ -79,10 +85,13 @@ def test_calibration_table():
         rows.append((name, measured, est.total_s, est.total_s / measured, est.dominant, est.tflops_per_gpu))
     print(f"\n{'case':34s} {'measured s':>10s} {'model s':>9s} {'ratio':>6s}  dominant        TFLOP/s/GPU")
     for name, measured, model, ratio, dominant, tflops in rows:
-        print(f"{name:34s} {measured:10.3f} {model:9.3f} {ratio:6.3f}  {dominant:15s} {tflops:6.1f}")
-    worst = max(rows, key=lambda r: abs(r[3] - 1))
+        note = "  (GBS not in the seed: not asserted)" if name in UNDETERMINED else ""
+        print(f"{name:34s} {measured:10.3f} {model:9.3f} {ratio:6.3f}  {dominant:15s} {tflops:6.1f}{note}")
+    checked = [r for r in rows if r[0] not in UNDETERMINED]
+    worst = max(checked, key=lambda r: abs(r[3] - 1))
     print(f"worst: {worst[0]} at {worst[3]:.3f} (bound 1 +- {TOLERANCE})")
-    assert all(abs(r[3] - 1) <= TOLERANCE for r in rows), [r[:4] for r in rows if abs(r[3] - 1) > TOLERANCE]
+    assert len(checked) == 8 and all(abs(r[3] - 1) <= TOLERANCE for r in checked), \
+        [r[:4] for r in checked if abs(r[3] - 1) > TOLERANCE]
 
 
 @pytest.mark.parametrize("base,variant,direction", PAIRS)
@@ -130,6 +139,26 @@ def _golden(recipe: str) -> dict:
     return json.loads((GOLDEN / recipe / "plan.json").read_text())
 
 
+def test_sliding_window_layers_execute_their_window():
+    """gpt-oss: window (127, 0) on 1-based layers 1, 3, ..., 35 (megatron-core is_layer_window_attention:
+    layer_number % window_attn_skip_freq != 0).  Executed, such a layer's core attention covers on
+    average 128 - 128*127/(2*4096) keys per query instead of the causal 2048; Megatron-LM's count
+    (model FLOPs, MFU) keeps the causal term on every layer."""
+    tc = _golden("gpt-oss-120b/h100-bf16")["transformer_config"]
+    keys = 128 - 128 * 127 / (2 * 4096)
+    assert flops.window_keys(tc, 1, 4096) == pytest.approx(keys) and flops.window_keys(tc, 35, 4096) == keys
+    assert flops.window_keys(tc, 2, 4096) is None and flops.window_keys(tc, 36, 4096) is None
+    assert flops.window_keys({**tc, "window_attn_skip_freq": [0, 1] * 18}, 2, 4096) == keys
+    assert flops.window_keys({**tc, "window_size": None}, 1, 4096) is None
+    full = flops.layer_flops(tc, 1, 4096, megatron=False)["core_attention"]      # 0-based 1: layer 2, full
+    windowed = flops.layer_flops(tc, 0, 4096, megatron=False)["core_attention"]  # layer 1, windowed
+    assert windowed == pytest.approx(full * keys / 2048)
+    assert flops.layer_flops(tc, 0, 4096)["core_attention"] == full              # Megatron-LM's count
+    chunk = {"layers": list(range(1, 37)), "mtp": 0, "output": True}
+    executed = flops.chunk_flops(tc, 201088, 4096, chunk, megatron=False)["core_attention"]
+    assert executed == pytest.approx(18 * full + 18 * windowed)
+
+
 def test_bubble_is_p_minus_1_over_v_m():
     plan = _golden("qwen3-30b-a3b/h100-bf16-x64")  # 48 layers, GBS 4096
     for pp, vpp in ((4, None), (4, 2), (8, 3)):
@@ -140,6 +169,22 @@ def test_bubble_is_p_minus_1_over_v_m():
         assert est.items["pp_bubble"] == pytest.approx((pp - 1) / (v * m) * busy)
         assert m == 4096 // (64 // pp) and est.items["pp_bubble"] > 0
     assert steptime.estimate(plan, Layout(world_size=64, ep=8, gpus_per_node=8)).items["pp_bubble"] == 0
+
+
+def test_output_layer_runs_at_its_own_fraction_of_peak():
+    """A larger vocabulary adds only output-layer FLOPs (6 h vocab per token, on the last stage), and
+    they cost OUTPUT_LAYER_FRACTION of peak, not the decoder layers' achievable_fraction."""
+    plan = _golden("gpt-oss-120b/h100-bf16")  # PP4: the last stage holds the output layer
+    bigger = copy.deepcopy(plan)
+    bigger["model"]["vocab_size"] += 65536
+    base, more = steptime.estimate(plan), steptime.estimate(bigger)
+    assert more.details["pp_rank"] == base.details["pp_rank"] == 3
+    share = base.tokens_per_step * 4 / base.world_size  # tokens' worth of stage work per GPU
+    extra = 6 * plan["transformer_config"]["hidden_size"] * 65536 * share
+    peak = plan["platform"]["performance"]["bf16_dense_tflops"] * 1e12
+    assert more.items["compute"] - base.items["compute"] == pytest.approx(
+        extra / (peak * steptime_constants.OUTPUT_LAYER_FRACTION))
+    assert steptime_constants.OUTPUT_LAYER_FRACTION > plan["platform"]["performance"]["achievable_fraction"]
 
 
 def test_ep_overlap_hides_at_most_the_compute_it_overlaps():

@@ -3,7 +3,7 @@ bridge_tuned_layouts.json, from shared/reference/bridge-perf-configs-subset.md),
 same model, GPU type and count, sequence length and GBS must (a) find the tuned layout legal and within
 memory and (b) rank it in its top 10 or estimate it within 15 % of its own best.
 
-(a) is asserted on every row whose layout folds.  (b) holds on 12 of the 20; the other eight are
+(a) is asserted on every row whose layout folds.  (b) holds on 15 of the 20; the other five are
 listed in KNOWN_MISSES with what the model says, and asserted to still miss: a row that starts
 passing fails here until it leaves the list, so the list (and the README's table) stays the truth.
 """
@@ -19,21 +19,24 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "bridge_tuned_layouts.j
 ROWS = json.loads(FIXTURE.read_text())["rows"]
 RESULTS: dict = {}
 # Where the step-time model disagrees with Megatron-Bridge's tuning (docs/layout-model.md, "Validation").
-# In every case the planner's best is a layout without pipeline parallelism and a larger EP group: it
-# pays no bubble, no stage imbalance (the output stage's logits) and hides the all-to-all behind EP
-# overlap, while the model knows no cost that grows with EP beyond the all-to-all's bytes.
-_PP_VS_EP = "model prefers PP1 with a larger EP group (no bubble, no logits-heavy last stage)"
+# Three tuned layouts run their EP group across nodes without EP overlap, priced by the fabric's bytes
+# (a measured GPT-OSS pair supports that price); a fourth leaves EP overlap off inside the NVL72 domain;
+# on the fifth the model is slow against a measurement.  tests/compiler/test_estimate_measured.py has
+# the measurements named here.
 KNOWN_MISSES = {
-    "deepseek-v3-h100-x1024": _PP_VS_EP + ": TP4 EP256, 1.33x faster than the tuned TP2 PP8 VP4 EP64",
-    "gpt-oss-120b-h100-x64": _PP_VS_EP + ": EP64 MBS2, 1.35x faster than the tuned PP4 EP8",
-    "qwen3-235b-a22b-gb200-x64": _PP_VS_EP + ": EP64 in the NVL72 domain, 1.18x faster than PP8 EP8",
-    "qwen3-235b-a22b-gb200-x256": _PP_VS_EP + ": EP64 in the NVL72 domain, 1.17x faster than PP8 EP8",
-    "qwen3-235b-a22b-h100-x256": _PP_VS_EP + ": TP2 EP64 at 80.0 of 80 GB, 1.15x faster than PP8 VP4 EP32",
-    "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes: its all-to-all (DeepEP, 49 MoE layers x 16 "
-                                   "micro-batches) costs the model 2.4x the best (PP2 VP4 EP8 inside a node)",
-    "qwen3-next-80b-a3b-gb200-x64": _PP_VS_EP + ": EP64 MBS2, 1.25x faster than PP2 VP4 EP32",
-    "qwen3-next-80b-a3b-h100-x128": "the tuned EP128 crosses 16 nodes: its all-to-all costs the model 2.1x the "
-                                    "best (EP32 with EP overlap)",
+    "deepseek-v3-h100-x1024": "the tuned EP64 spans 8 nodes without EP overlap: 24 s of its 111 s are an exposed "
+                              "all-to-all, 1.19x the model's best (TP4 EP256 with EP overlap)",
+    "gpt-oss-120b-h100-x64": "the model estimates the tuned PP4 EP8 at 17.1 s, 1.22x the 14.07 s Megatron-Bridge "
+                             "measured: measured, it is as fast as the model's best (EP64 MBS2, 14.0 s); its "
+                             "1024-token expert GEMMs (x0.776 in the model) are the term that differs most",
+    "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes without EP overlap: its all-to-all (DeepEP, 49 "
+                                   "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.5x the best (EP16 MBS2 "
+                                   "with EP overlap); measured on GPT-OSS, EP64 across 8 B200 nodes ran at 0.59x "
+                                   "the tokens/s of EP8 inside one",
+    "qwen3-next-80b-a3b-gb200-x64": "no EP overlap in the tuned PP2 VP4 EP32: its exposed all-to-all and the last "
+                                    "stage's MTP and output layers make it 1.20x the best (EP64 MBS2, EP overlap)",
+    "qwen3-next-80b-a3b-h100-x128": "the tuned EP128 crosses 16 nodes without EP overlap: its all-to-all (6.2 s) "
+                                    "costs the model 2.2x the best (EP32 with EP overlap)",
 }
 
 
