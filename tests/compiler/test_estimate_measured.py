@@ -1,12 +1,14 @@
 """The step-time model against throughput Megatron-Bridge measured and published for tuned runs.
 
 tests/data/bridge_measured_throughput.json holds the BF16 rows of Megatron-Bridge's performance
-summary for a catalogue model (GPT-OSS-120B on H100, B200, B300, GB200, GB300; the source, container
-and table line are in the file).  Each row is compiled from the tuned Megatron-Bridge settings
+summary for catalogue models (GPT-OSS-120B on H100, B200, B300, GB200, GB300, and Qwen3-235B-A22B on
+GB200; the source, container and table line are in the file).  Each row is compiled from the tuned Megatron-Bridge settings
 (tests/data/bridge_tuned_layouts.json) with what the published run changed, estimated, and must land
 within the calibration's 25 %; the published Model TFLOP/s must be Megatron-LM's FLOPs count of the
 same run.  Two rows are the same model on the same machines with EP64 across 8 nodes instead of EP8
 inside one (an earlier container): the model must find the cross-node layout slower, as measured.
+A row marked ``known`` is a deviation the docs state (Qwen3-235B-A22B on GB200, an older container):
+it is asserted to still deviate.
 ``pytest -s`` prints the table (docs/layout-model.md, section 6, has it).
 """
 from __future__ import annotations
@@ -45,6 +47,9 @@ def test_published_throughput_within_tolerance(row):
     ratio = _ratio(row)
     print(f"\n{row['name']:36s} measured {row['tokens_per_s_per_gpu']:6d} tok/s/GPU, model "
           f"{est.tokens_per_s_per_gpu:7.0f} (step {est.total_s:.2f} s, {est.dominant}): model/measured time {ratio:.3f}")
+    if row.get("known"):  # a deviation the docs state: asserted to still deviate, so the statement stays true
+        assert abs(ratio - 1) > TOLERANCE, f"{row['name']} is now within {TOLERANCE:.0%}: drop its 'known' note"
+        pytest.xfail(row["known"])
     assert abs(ratio - 1) <= TOLERANCE, f"{row['name']}: model step time {ratio:.3f} x the measured one"
 
 
