@@ -18,7 +18,7 @@ def record(ev: Evaluated, capacity_gb: float | None) -> dict:
     c, lay = ev.cand, ev.lay
     out = {"layout": {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "etp": c.etp, "dp": lay.dp,
                       "mbs": c.mbs},
-           "dispatcher": c.dispatcher, "flex_backend": c.backend,
+           "dispatcher": c.dispatcher, "flex_backend": c.backend, "equivalent_dispatchers": list(ev.equivalent),
            "overlap": {"ep_comm": c.ep_overlap, "delay_wgrad": c.delay_wgrad},
            "recompute": {"granularity": c.recompute, "modules": list(c.modules)},
            "memory_gb": round(ev.mem.total / GIB, 2) if ev.mem else None,
@@ -67,7 +67,8 @@ def table(result: Result) -> str:
 
 def _row(num: str, ev: Evaluated, cap) -> tuple:
     c, t = ev.cand, ev.time
-    return (num, c.describe(), c.dispatcher_text(), c.overlap_text(), c.recompute_text(), _mem(ev, cap),
+    return (num, c.describe(), " = ".join([c.dispatcher_text()] + ev.equivalent), c.overlap_text(),
+            c.recompute_text(), _mem(ev, cap),
             f"{t.total_s:.2f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
             f"{t.mfu:.1%}" if t else "-", COST_WORDS.get(t.dominant, t.dominant) if t else "-")
 

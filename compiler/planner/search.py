@@ -44,6 +44,9 @@ class Evaluated:
     confirmed: bool = False
     reasons: list = field(default_factory=list)
     plan: dict | None = None
+    # dispatchers of this layout the model prices identically (same step time and memory), each
+    # confirmed legal by the rules: shown on this row, not as rows of their own
+    equivalent: list = field(default_factory=list)
 
     @property
     def memory_gb(self) -> float:
@@ -226,10 +229,12 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
         finally:
             if bar is not None:
                 bar.close()
-        ranked = []
+        ranked, priced = [], {}
         for ev in kept:
-            if len(ranked) >= top or comp.count >= CONFIRM_BUDGET:
+            twin = _dispatcher_twin(ev, ranked, priced)
+            if (len(ranked) >= top and twin is None) or comp.count >= CONFIRM_BUDGET:
                 break
+            estimate = (ev.step_s, ev.mem.total)
             try:
                 real = comp.compile(ev.cand.recipe(s))
             except CompileError as exc:
@@ -237,13 +242,27 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
                 ev.reasons = reasons_of(exc)
                 rejected.append(ev)
                 continue
+            if twin is not None:  # legal, and priced like a listed row: named on that row
+                twin.equivalent.append(ev.cand.dispatcher_text())
+                continue
             ev.confirmed, ev.plan = True, real
             measure(ev, real, s.capacity_gb)
+            priced[id(ev)] = estimate
             (ranked if ev.feasible else rejected).append(ev)
         ranked.sort(key=lambda e: (e.step_s, e.cand.key()))
         return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count)
     finally:
         comp.close()
+
+
+def _dispatcher_twin(ev: Evaluated, ranked: list, priced: dict) -> Evaluated | None:
+    """The ranked candidate that differs from ``ev`` only in its dispatcher and that the analytic
+    model priced the same (inside one NVLink domain alltoall, DeepEP and HybridEP cost alike)."""
+    for r in ranked:
+        same = replace(ev.cand, dispatcher=r.cand.dispatcher, backend=r.cand.backend) == r.cand
+        if same and priced.get(id(r)) == (ev.step_s, ev.mem.total):
+            return r
+    return None
 
 
 def _progress_bar(wanted: bool):

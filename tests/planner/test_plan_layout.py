@@ -49,6 +49,24 @@ def test_json_fields_best_first(qwen16):
     assert qwen16["considered"] >= qwen16["kept"] > 0
 
 
+def test_dispatchers_priced_alike_share_one_row(qwen16):
+    """Inside one NVLink domain alltoall, DeepEP and HybridEP cost the model the same: the layout is one
+    row naming the others (each confirmed legal), so --top counts distinct layouts; across nodes DeepEP
+    and HybridEP de-duplicate and alltoall does not, so alltoall is never their twin there."""
+    ranked = [c for c in qwen16["candidates"] if c["feasible"]]
+    keys = [(json.dumps(c["layout"]), json.dumps(c["overlap"]), json.dumps(c["recompute"])) for c in ranked]
+    assert len(set(keys)) == len(keys)
+    merged = [c for c in ranked if c["equivalent_dispatchers"]]
+    assert merged
+    for c in merged:
+        named = [c["dispatcher"] + (f"/{c['flex_backend']}" if c["flex_backend"] else "")] + c["equivalent_dispatchers"]
+        assert len(set(named)) == len(named)
+        if c["layout"]["ep"] * c["layout"]["etp"] > 8:   # beyond the 8-GPU domain
+            assert "alltoall" not in named
+    rc, out, _ = run("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "8", "--top", "1")
+    assert rc == 0 and "alltoall = flex/deepep = flex/hybridep" in out
+
+
 def test_all_gives_reasons(qwen16):
     rejected = [c for c in qwen16["candidates"] if not c["feasible"]]
     assert rejected and all(c["reasons"] for c in rejected)
