@@ -3,8 +3,8 @@
 The model (docs/layout-model.md writes it out with every assumption):
 
   compute     executed FLOPs of the busiest pipeline stage (flops.py, plus recomputed forward
-              passes) / (platform peak x achievable fraction); expert GEMMs slower below the
-              roofline knee, the output layer at its own fraction of peak (steptime_terms.py)
+              passes) / (platform peak x achievable fraction); expert GEMMs slower by their
+              roofline, the output layer at its own fraction of peak (steptime_terms.py)
   tp/cp/ep    bytes per GPU over the group's link (comm.py); what an overlap hides is subtracted
   pp_bubble   (p-1)/(v*m) x the stage's per-step busy time (Narayanan et al. 2021, arXiv:2104.04473)
   pp_p2p      activations and their gradients between stages, unless overlapped

@@ -19,10 +19,12 @@ DWG_LAUNCH_S = 4.5e-6
 # The output layer (logits GEMM [tokens, hidden] x [hidden, vocab], forward and both backward GEMMs,
 # and each MTP depth's) is one GEMM far above the roofline ridge point, unlike the many small,
 # memory-bound and element-wise kernels of a transformer layer that the platform's
-# achievable_fraction describes.  It runs at this fraction of the datasheet peak.  Calibrated
-# (docs/layout-model.md, section 6) on GPT-OSS-120B, 64 x H100, TP1 PP4 EP8: Megatron-Bridge's
-# published 5824 tokens/s/GPU (docs/performance-summary-archive.md, 26.04.01 container), the one
-# measured run whose bottleneck is the stage that holds the output layer (vocab 201088).
+# achievable_fraction describes.  It runs at this fraction of the datasheet peak: a large bf16
+# GEMM's ~0.7, less the fused cross-entropy's passes over the [tokens, vocab] logits.  Bounded by a
+# measurement (docs/layout-model.md, section 6): GPT-OSS-120B on 64 x H100, TP1 PP4 EP8, whose
+# bottleneck is the stage holding the output layer (vocab 201088), Megatron-Bridge's published
+# 5824 tokens/s/GPU (docs/performance-summary-archive.md, 26.04.01): estimated 1.32x slow at 0.22,
+# 1.15x at 0.4, 1.11x at 0.5, 1.04x at 0.8.
 OUTPUT_LAYER_FRACTION = 0.5
 # Adam step bytes per parameter of the rank's shard: read fp32 master, gradient, exp_avg,
 # exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the

@@ -51,17 +51,31 @@ def expert_tokens(ctx: dict) -> float:
 
 
 def expert_gemm_efficiency(ctx: dict) -> float:
-    """Grouped-GEMM efficiency relative to the dense GEMMs: M / (M + M_knee) for M tokens per
-    local expert.  An expert GEMM [M, K] x [K, N] does 2MKN FLOPs and reads its 2KN bytes of bf16
-    weights, so below M_knee = peak FLOP/s / HBM bytes/s rows it is bound by reading the weights
-    (the roofline's ridge point: Williams, Waterman & Patterson 2009, CACM 52(4)); M/(M+M_knee)
-    is compute time over compute + weight-read time."""
+    """Grouped-GEMM efficiency relative to the dense GEMMs, for M tokens per local expert.
+
+    An expert GEMM [M, K] x [K, N] (fc1: K = h, N = f x glu / etp; fc2: K = f / etp, N = h; the
+    backward GEMMs have the same three sizes) does 2MKN FLOPs and moves its three bf16 operands,
+    2(MK + KN + MN) bytes: arithmetic intensity I = 1 / (1/M + 1/K + 1/N) FLOP/byte.  Below the
+    ridge point R = peak FLOP/s / HBM bytes/s it is memory-bound (the roofline: Williams, Waterman &
+    Patterson 2009, CACM 52(4)); its time over the compute-bound time is the roofline's
+    max(compute, memory) smoothed as their L2 norm, sqrt(1 + (R / I)^2) (loads and math overlap
+    partly).  fc1 and fc2 are weighted by their FLOPs."""
     m = expert_tokens(ctx)
-    return m / (m + expert_knee_tokens(ctx)) if m else 1.0
+    if not m:
+        return 1.0
+    tc, etp = ctx["plan"]["transformer_config"], ctx["lay"].expert_tp
+    h, f = tc["hidden_size"], tc.get("moe_ffn_hidden_size") or tc["ffn_hidden_size"]
+    glu = 2 if tc.get("gated_linear_unit") else 1
+    ridge = ridge_point(ctx)
+    slowdown = 0.0
+    for k, n, share in ((h, f * glu / etp, glu), (f / etp, h, 1)):
+        intensity = 1 / (1 / m + 1 / k + 1 / n)
+        slowdown += share * (1 + (ridge / intensity) ** 2) ** 0.5
+    return (glu + 1) / slowdown
 
 
-def expert_knee_tokens(ctx: dict) -> float:
-    """The roofline ridge point in tokens: bf16 peak FLOP/s over HBM bytes/s (H100: 989e12 /
+def ridge_point(ctx: dict) -> float:
+    """The roofline ridge point in FLOP/byte: bf16 peak FLOP/s over HBM bytes/s (H100: 989e12 /
     3.35e12 = 295; B200: 2.25e15 / 8e12 = 281)."""
     perf = ctx["perf"]
     return perf["bf16_dense_tflops"] * 1e12 / (perf["hbm_gbps"] * 1e9)

@@ -187,6 +187,31 @@ def test_output_layer_runs_at_its_own_fraction_of_peak():
     assert steptime_constants.OUTPUT_LAYER_FRACTION > plan["platform"]["performance"]["achievable_fraction"]
 
 
+def test_expert_gemms_follow_their_roofline():
+    """Expert GEMM [M, K] x [K, N] at intensity I = 1/(1/M + 1/K + 1/N) FLOP/B against the ridge point
+    R = peak / HBM: time over compute-bound time sqrt(1 + (R/I)^2), fc1 (K = h, N = 2f, 2/3 of the
+    FLOPs) and fc2 (K = f, N = h) weighted.  At 1024 tokens per expert: Qwen3-30B-A3B's 2048 x 768
+    experts x0.822, gpt-oss's 2880 x 2880 x0.909; more tokens per expert, closer to 1."""
+    from compiler.estimate import steptime_terms
+
+    def eff(recipe, m_tokens):
+        plan = copy.deepcopy(_golden(recipe))
+        tc = plan["transformer_config"]
+        plan["training"]["micro_batch_size"], plan["training"]["seq_length"] = 1, 4096
+        ep = m_tokens * tc["num_moe_experts"] // (4096 * tc["moe_router_topk"])
+        lay = Layout(world_size=ep, ep=ep, gpus_per_node=8)
+        ctx = {"plan": plan, "lay": lay, "perf": plan["platform"]["performance"]}
+        assert steptime_terms.expert_tokens(ctx) == m_tokens
+        return steptime_terms.expert_gemm_efficiency(ctx)
+
+    ridge = 989e12 / 3350e9
+    by_hand = 3 / sum(w * (1 + (ridge * (1 / 1024 + 1 / k + 1 / n)) ** 2) ** 0.5
+                      for k, n, w in ((2048, 1536, 2), (768, 2048, 1)))
+    assert eff(EP16, 1024) == pytest.approx(by_hand) == pytest.approx(0.822, abs=5e-4)
+    assert eff("gpt-oss-120b/h100-bf16", 1024) == pytest.approx(0.909, abs=5e-4)
+    assert eff(EP16, 1024) < eff(EP16, 4096) < eff(EP16, 16384) < 1
+
+
 def test_ep_overlap_hides_at_most_the_compute_it_overlaps():
     """Each of a layer's four all-to-alls hides behind one compute window of the other micro-batch
     (expert backward / forward, attention backward / forward): e + a per layer and overlapped
