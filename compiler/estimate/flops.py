@@ -101,7 +101,8 @@ def layer_flops(tc: dict, index0: int, seq: int, megatron: bool = True) -> dict:
     like Megatron-LM's count: MoE when the last decoder layer is; as executed (not ``megatron``):
     a sliding-window layer's core attention over its window)."""
     moe = is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1)
-    keys = None if megatron or index0 >= tc["num_layers"] else window_keys(tc, index0 + 1, seq)
+    keys = None if megatron or index0 >= tc["num_layers"] or not tc.get("window_size") \
+        else window_keys(tc, index0 + 1, seq)
     proj, core = attention_flops(tc, seq, _linear_attention_megatron(tc, index0), keys)
     return {"attention": proj, "core_attention": core, **mlp_flops(tc, moe, megatron)}
 
@@ -132,8 +133,9 @@ def chunk_flops(tc: dict, vocab: int, seq: int, chunk: dict, megatron: bool = Tr
     # layers of one kind (MoE or dense, linear or softmax attention, windowed as executed) cost the
     # same: count each kind once
     kinds: dict = {}
+    windows = not megatron and bool(tc.get("window_size"))
     for index0 in [n - 1 for n in chunk["layers"]] + [tc["num_layers"] + d for d in range(chunk["mtp"])]:
-        windowed = not megatron and index0 < tc["num_layers"] and window_keys(tc, index0 + 1, seq) is not None
+        windowed = windows and index0 < tc["num_layers"] and window_keys(tc, index0 + 1, seq) is not None
         key = (is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1), _linear_attention_megatron(tc, index0),
                windowed)
         first, count = kinds.get(key, (index0, 0))

@@ -29,7 +29,7 @@ def _compute(ctx: dict) -> dict:
     experts = f["experts"] * share / (ctx["rate"] * grouped)
     nonexpert_gemm = (f["attention"] + f["dense_mlp"] + f["shared_expert"]) * share / ctx["rate"]
     layers, moe = max(1, st["layers"]), max(1, st["moe_layers"])
-    return {"s": sec, "flops": total, "share": share, "output_s": output,
+    return {"s": sec, "flops": total, "share": share,
             "attn_layer_mb": attn / layers / m, "expert_layer_mb": experts / moe / m,
             "core_s": f["core_attention"] * share / ctx["rate"], "nonexpert_gemm_s": nonexpert_gemm,
             "grouped": grouped,
