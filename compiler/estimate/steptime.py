@@ -144,18 +144,30 @@ def _busiest_stage(plan: dict, lay: Layout) -> tuple[int, dict]:
     return max(stages, key=lambda s: sum(s[1]["flops"].values()))
 
 
-def estimate(plan: dict, lay: Layout | None = None) -> StepTime:
-    """The step time of a compiled plan (its layout unless ``lay`` is given)."""
-    perf = performance(plan)
-    lay = lay or Layout.from_plan(plan["layout"])
-    tc, model, tr = plan["transformer_config"], plan["model"], plan["training"]
-    seq, mbs, gbs = tr["seq_length"], tr["micro_batch_size"], tr["global_batch_size"]
-    tokens = gbs * seq
-    peak = perf["bf16_dense_tflops"] * 1e12
-    model_flops = sum(model_flops_per_token(tc, model, seq).values()) * tokens / lay.world_size
+def stage_facts(plan: dict, lay: Layout) -> dict:
+    """What the step time needs from the model and the layout alone: the busiest pipeline rank, its
+    FLOPs and layer counts, its parameters, the model's FLOPs per token.  A candidate's dispatcher and
+    overlap settings do not change them, so the planner computes them once for all of those variants."""
+    tc, model = plan["transformer_config"], plan["model"]
     pp_rank, stage = _busiest_stage(plan, lay)
     counts = rank_parameters(tc, model, lay, pp_rank,
                              (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine")
+    return {"pp_rank": pp_rank, "stage": stage, "counts": counts,
+            "flops_per_token": sum(model_flops_per_token(tc, model, plan["training"]["seq_length"]).values())}
+
+
+def estimate(plan: dict, lay: Layout | None = None, facts: dict | None = None) -> StepTime:
+    """The step time of a compiled plan (its layout unless ``lay`` is given; ``facts``: its
+    stage_facts, when already known)."""
+    perf = performance(plan)
+    lay = lay or Layout.from_plan(plan["layout"])
+    tc, tr = plan["transformer_config"], plan["training"]
+    seq, mbs, gbs = tr["seq_length"], tr["micro_batch_size"], tr["global_batch_size"]
+    tokens = gbs * seq
+    peak = perf["bf16_dense_tflops"] * 1e12
+    facts = facts or stage_facts(plan, lay)
+    pp_rank, stage, counts = facts["pp_rank"], facts["stage"], facts["counts"]
+    model_flops = facts["flops_per_token"] * tokens / lay.world_size
     links = comm.Links(perf["nvlink_gbps"], perf["internode_gbps"], plan["platform"].get("nvlink_domain", 1),
                        perf["collective_efficiency"], perf["a2a_efficiency"])
     ctx = {"plan": plan, "lay": lay, "perf": perf, "links": links, "stage": stage, "counts": counts,

@@ -206,10 +206,13 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                                       f"recompute (pp rank {rank})")
                     rejected.append(ev)
                 continue
+            facts = None  # the variants share layout and recompute: one stage computation for all
             for v in variants:
                 v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
                 ev = Evaluated(v, lay, est, rank)
-                ev.time = steptime.estimate(v.patched_plan(base, s, lay), lay)
+                patched = v.patched_plan(base, s, lay)
+                facts = facts or steptime.stage_facts(patched, lay)
+                ev.time = steptime.estimate(patched, lay, facts)
                 kept.append(ev)
     kept.sort(key=lambda e: (e.step_s, e.cand.key()))
     return kept, rejected, considered

@@ -212,6 +212,19 @@ def test_expert_gemms_follow_their_roofline():
     assert eff(EP16, 1024) < eff(EP16, 4096) < eff(EP16, 16384) < 1
 
 
+def test_stage_facts_are_shared_by_dispatcher_and_overlap_variants():
+    """The planner computes stage_facts once per layout and recompute and reuses them for every
+    dispatcher and overlap variant: for those the estimate must be the same as computed afresh."""
+    base, _ = _case("ep16 no overlap")
+    recipe, overrides, _, _ = CASES["ep16 EP overlap"]
+    plan = planmod.build(pipeline.resolve(pipeline.load(recipe, overrides + ["moe.overlap.delay_wgrad=true"])))
+    lay = Layout.from_plan(plan["layout"])
+    facts = steptime.stage_facts(_golden(EP16), lay)
+    shared, fresh = steptime.estimate(plan, lay, facts), steptime.estimate(plan, lay)
+    assert shared.items == fresh.items and shared.model_flops == fresh.model_flops
+    assert fresh.total_s != base.total_s   # the variant does change the step time, through the other terms
+
+
 def test_ep_overlap_hides_at_most_the_compute_it_overlaps():
     """Each of a layer's four all-to-alls hides behind one compute window of the other micro-batch
     (expert backward / forward, attention backward / forward): e + a per layer and overlapped
