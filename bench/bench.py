@@ -78,12 +78,9 @@ def machine() -> dict:
 
 
 def catalogue() -> list[str]:
-    out = []
-    for path in sorted(RECIPES.rglob("*.yaml")):
-        rel = path.relative_to(RECIPES)
-        if rel.parts[0] not in ("platforms", "models"):
-            out.append(str(rel.with_suffix("")))
-    return out
+    from compiler.check import recipe_ids
+
+    return recipe_ids(RECIPES)
 
 
 _CACHE = tempfile.mkdtemp(prefix="moeforge-bench-cache-")  # the cold runs' own validity and parse cache (removed at exit)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from compiler import check  # noqa: E402
 from compiler.compose import RECIPES  # noqa: E402
 from compiler.diagnostics import CompileError  # noqa: E402
 from compiler.lintconfig import lint_mapping, lint_text  # noqa: E402
@@ -38,13 +39,7 @@ VARIATIONS = [
 
 
 def recipe_ids(root: Path = RECIPES) -> list[str]:
-    out = []
-    for path in sorted(root.rglob("*.yaml")):
-        rel = path.relative_to(root)
-        if rel.parts[0] in ("platforms", "models"):
-            continue
-        out.append(str(rel.with_suffix("")))
-    return out
+    return check.recipe_ids(root)
 
 
 def pct(values: list[float], q: float) -> float:

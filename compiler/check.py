@@ -31,6 +31,13 @@ def recipe_files(paths) -> list[Path]:
     return out
 
 
+def recipe_ids(root) -> list[str]:
+    """The recipes under a catalogue directory as ids ('model/name', no suffix), sorted: the files
+    recipe_files finds there (platform and model documents are not recipes)."""
+    root = Path(root)
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in recipe_files([root]))
+
+
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     from .pipeline import load, resolve
 

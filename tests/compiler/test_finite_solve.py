@@ -14,13 +14,13 @@ import pytest
 
 from compiler import finite_solve
 from compiler import solve as S
+from compiler.check import recipe_ids
 from compiler.diagnostics import CompileError
 from compiler.pipeline import load, resolve
 from compiler.problem import _Problem
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted(str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in (ROOT / "recipes").rglob("*.yaml")
-                 if p.parent.name not in ("platforms", "models"))
+RECIPES = recipe_ids(ROOT / "recipes")
 AUTO = ["parallelism.vpp", "parallelism.etp", "parallelism.sp", "moe.dispatcher", "moe.flex_backend", "moe.flex_num_sms",
         "moe.hybridep_ranks_per_nvlink_domain", "moe.overlap.ep_comm", "moe.overlap.delay_wgrad",
         "moe.overlap.shared_expert", "cuda_graph.impl", "cuda_graph.modules", "cuda_graph.te_rng_tracker",

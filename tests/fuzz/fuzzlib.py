@@ -50,12 +50,9 @@ def fuzz_settings(weight: float = 1.0, **kw) -> settings:
 # ----------------------------------------------------------------------------- the catalogue
 
 def catalogue_ids(root: Path = RECIPES) -> list[str]:
-    out = []
-    for path in sorted(root.rglob("*.yaml")):
-        rel = path.relative_to(root)
-        if rel.parts[0] not in ("platforms", "models"):
-            out.append(str(rel.with_suffix("")))
-    return out
+    from compiler.check import recipe_ids
+
+    return recipe_ids(root)
 
 
 RECIPE_IDS = catalogue_ids()

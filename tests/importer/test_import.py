@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from compiler import emit, importer
+from compiler.check import recipe_ids
 from compiler.cli import main
 from compiler.compose import RECIPES
 from compiler.lintconfig import lint_text
@@ -18,8 +19,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "import"
 SECTIONS = ("transformer_config", "model", "training", "optimizer", "ddp_config")
 # Fields that cannot round-trip through megatron-lm.args, each with its reason: none.
 CANNOT_ROUND_TRIP: dict[str, str] = {}
-CATALOGUE = sorted(str(p.relative_to(RECIPES).with_suffix("")) for p in RECIPES.glob("*/*.yaml")
-                   if p.parent.name not in ("platforms", "models"))
+CATALOGUE = recipe_ids(RECIPES)
 
 
 @pytest.fixture(scope="module")

@@ -27,14 +27,11 @@ import pytest
 
 from runtime_testlib import ROOT, subprocess_env
 
+from compiler.check import recipe_ids
 from compiler.dryrun_report import with_estimates
 from test_dryrun import layer
 
-RECIPES = sorted(
-    str(p.relative_to(ROOT / "recipes").with_suffix(""))
-    for p in (ROOT / "recipes").rglob("*.yaml")
-    if p.relative_to(ROOT / "recipes").parts[0] not in ("platforms", "models")
-)
+RECIPES = recipe_ids(ROOT / "recipes")
 VENVS = {".venv": ROOT / ".venv" / "bin" / "python", ".venv312": ROOT / ".venv312" / "bin" / "python"}
 CHUNKS = 2  # parallel dry-run processes per venv (the CI machine has 2 cores)
 
