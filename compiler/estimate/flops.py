@@ -101,8 +101,7 @@ def layer_flops(tc: dict, index0: int, seq: int, megatron: bool = True) -> dict:
     like Megatron-LM's count: MoE when the last decoder layer is; as executed (not ``megatron``):
     a sliding-window layer's core attention over its window)."""
     moe = is_moe_layer(tc, min(index0, tc["num_layers"] - 1) + 1)
-    keys = None if megatron or index0 >= tc["num_layers"] or not tc.get("window_size") \
-        else window_keys(tc, index0 + 1, seq)
+    keys = None if megatron or index0 >= tc["num_layers"] else window_keys(tc, index0 + 1, seq)
     proj, core = attention_flops(tc, seq, _linear_attention_megatron(tc, index0), keys)
     return {"attention": proj, "core_attention": core, **mlp_flops(tc, moe, megatron)}
 

@@ -6,11 +6,6 @@ import json
 
 from .search import GIB, Evaluated, Result
 
-# The dominant cost's words in the table, from compiler/estimate/steptime.py's item keys.
-COST_WORDS = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
-              "pp_bubble": "PP bubble", "pp_p2p": "PP p2p", "dp_reduce": "DP reduce", "optimizer": "optimizer",
-              "overhead": "overhead"}
-
 
 def record(ev: Evaluated, capacity_gb: float | None) -> dict:
     """One candidate as JSON: layout, dispatcher, overlap, recompute, memory_gb, step_time_s, mfu,
@@ -70,7 +65,7 @@ def _row(num: str, ev: Evaluated, cap) -> tuple:
     return (num, c.describe(), " = ".join([c.dispatcher_text()] + ev.equivalent), c.overlap_text(),
             c.recompute_text(), _mem(ev, cap),
             f"{t.total_s:.2f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
-            f"{t.mfu:.1%}" if t else "-", COST_WORDS.get(t.dominant, t.dominant) if t else "-")
+            f"{t.mfu:.1%}" if t else "-", t.dominant if t else "-")
 
 
 def explain(ev: Evaluated, capacity_gb: float | None, title: str) -> str:

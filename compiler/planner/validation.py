@@ -56,17 +56,12 @@ def validate(row: dict) -> dict:
     except LayoutError as exc:
         out["reasons"] = [f"layout: {exc}"]
         return out
-    comp = search.Compiler(s)
     try:
-        ev = search.Evaluated(cand, lay)
-        try:
-            plan = comp.compile(cand.recipe(s))
-        except CompileError as exc:
-            out["reasons"] = search.reasons_of(exc)
-            return out
-        search.measure(ev, plan, s.capacity_gb)
-    finally:
-        comp.close()
+        plan = tuned_plan(row)
+    except CompileError as exc:
+        out["reasons"] = search.reasons_of(exc)
+        return out
+    ev = search.measure(search.Evaluated(cand, lay), plan, s.capacity_gb)
     result = search.search(s, top=1)
     best = min([e.step_s for e in result.ranked[:1]] + [ev.step_s])
     out.update(legal=True, within_memory=ev.feasible, reasons=ev.reasons, tuned_s=ev.step_s, best_s=best,
