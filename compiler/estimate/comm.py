@@ -14,6 +14,7 @@ an all-reduce twice that (Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GB = 1e9
@@ -56,24 +57,49 @@ class Links:
         inter = per_peer * (group - local) / (self.internode_gbps * GB)
         return max(intra, inter) / self.a2a_efficiency
 
-    def hierarchical_a2a_s(self, tokens: float, topk: int, hidden: int, group: int, stride: int) -> float:
+    def hierarchical_a2a_s(self, tokens: float, topk: int, hidden: int, group: int, stride: int,
+                           expert_groups: tuple[int, int] | None = None) -> float:
         """Seconds for one dispatch (or combine) of DeepEP's / HybridEP's inter-node kernels: a token
         crosses the fabric once per remote NVLink domain holding any of its top-k experts, and is
         forwarded inside that domain over NVLink (DeepEP README, "internode" normal kernels: RDMA
-        to the target node, then NVLink; HybridEP likewise).  With balanced routing over D domains,
-        a token reaches (D-1) x (1 - (1-1/D)^k) remote domains on average; the NVLink side carries
-        the local share of the top-k copies, as the flat all-to-all does."""
+        to the target node, then NVLink; HybridEP likewise); ``remote_domains`` says how many
+        it reaches.  The NVLink side carries the local share of the top-k copies, as the flat
+        all-to-all does."""
         local = max(1, min(group, self.nvlink_domain // stride))
         if local >= group:
             return self.a2a_s(a2a_bytes(tokens, topk, hidden, group), group, stride)
-        domains = group / local
-        remote = (domains - 1) * (1 - (1 - 1 / domains) ** topk)
+        remote = remote_domains(group / local, topk, expert_groups)
         inter = tokens * hidden * BF16 * remote / (self.internode_gbps * GB)
         intra = tokens * topk * hidden * BF16 * (local - 1) / group / (self.nvlink_gbps * GB)
         return max(intra, inter) / self.a2a_efficiency
 
     def a2a_link(self, group: int, stride: int) -> str:
         return "nvlink" if self.nvlink_domain // stride >= group else "inter-node"
+
+
+def remote_domains(domains: float, topk: int, expert_groups: tuple[int, int] | None = None) -> float:
+    """NVLink domains other than its own that one token's top-k experts reach, on average, when the
+    EP group spans ``domains`` equal domains and routing is balanced (random logits: megatron-core's
+    moe_router_force_load_balancing).  Each other domain is reached with probability P:
+
+    - free top-k: every expert lands in any domain alike, P = 1 - (1 - 1/D)^k;
+    - group-limited routing (``expert_groups`` = (G groups, t chosen); megatron-core
+      moe_utils.group_limited_topk, DeepSeek-V3's node-limited routing): a token takes the top t
+      of G contiguous expert groups, each scored by its top k/t experts, so each chosen group gets
+      its share of the k.  With g = G/D whole groups per domain, P = 1 - C(G-g, t) / C(G, t); with
+      each group spread over s = D/G domains, P = t/G x (1 - (1 - 1/s)^(k/t)).  Groups that do not
+      tile the domains fall back to free top-k.
+    """
+    free = 1 - (1 - 1 / domains) ** topk
+    p = free
+    if expert_groups and domains == int(domains):
+        g_total, chosen = expert_groups
+        d = int(domains)
+        if g_total >= d and g_total % d == 0:
+            p = 1 - math.comb(g_total - g_total // d, chosen) / math.comb(g_total, chosen)
+        elif d % g_total == 0:
+            p = chosen / g_total * (1 - (1 - g_total / d) ** (topk / chosen))
+    return (domains - 1) * p
 
 
 def tp_bytes(tokens: float, hidden: int, tp: int) -> float:

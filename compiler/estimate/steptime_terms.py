@@ -122,7 +122,9 @@ def _ep(ctx: dict, c: dict) -> tuple[float, float, float, str, dict]:
     hierarchical = (tc.get("moe_token_dispatcher_type") == "flex"
                     and tc.get("moe_flex_dispatcher_backend") in ("deepep", "hybridep"))
     if hierarchical:  # one fabric crossing per remote NVLink domain, not per routed expert
-        one = links.hierarchical_a2a_s(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep, lay.expert_tp)
+        groups = tc.get("moe_router_num_groups"), tc.get("moe_router_group_topk")
+        one = links.hierarchical_a2a_s(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep, lay.expert_tp,
+                                       groups if all(groups) else None)
     else:
         one = links.a2a_s(comm.a2a_bytes(tokens, tc["moe_router_topk"], tc["hidden_size"], lay.ep), lay.ep,
                           lay.expert_tp)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import random
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -256,6 +257,46 @@ def test_link_choice_nvlink_inside_the_domain_fabric_outside():
     assert links.ring_s(45 * gb, 8) == pytest.approx(0.1) and links.ring_s(5 * gb, 16) == pytest.approx(0.1)
     nvl72 = comm.Links(900, 50, 72, 1, 1)
     assert nvl72.a2a_link(64, 1) == "nvlink"
+
+
+def _routed_remote_domains(experts, topk, ep, local, groups, tokens=2000, seed=0):
+    """megatron-core's routing with random logits (moe_router_force_load_balancing), token by token:
+    group_limited_topk's group scores (sum of the top k/t scores), the top t groups, the top k experts
+    among them; counted: distinct NVLink domains other than the token's own among the k."""
+    rng = random.Random(seed)
+    domain = [e // (experts // ep) // local for e in range(experts)]
+    seen = 0
+    for _ in range(tokens):
+        score = [rng.random() for _ in range(experts)]
+        allowed = range(experts)
+        if groups:
+            n, chosen = groups
+            size = experts // n
+            best = sorted(range(n), key=lambda g: -sum(sorted(score[g * size:(g + 1) * size])[-(topk // chosen):]))
+            allowed = [e for g in best[:chosen] for e in range(g * size, (g + 1) * size)]
+        picked = sorted(allowed, key=lambda e: -score[e])[:topk]
+        seen += len({domain[e] for e in picked} - {rng.randrange(ep // local)})
+    return seen / tokens
+
+
+@pytest.mark.parametrize("experts,topk,ep,groups", [
+    (256, 8, 64, (8, 4)),    # DeepSeek-V3 node-limited: EP64 over 8 nodes, one group per node
+    (256, 8, 16, (8, 4)),    # four groups per node
+    (256, 8, 256, (8, 4)),   # each group spread over 4 nodes
+    (256, 8, 64, None),      # the same experts, free top-k
+    (512, 10, 64, None),     # Qwen3-Next-80B-A3B
+])
+def test_remote_domains_follow_megatron_routing(experts, topk, ep, groups):
+    """The hierarchical dispatch's fabric copies per token (comm.remote_domains) agree with routing
+    simulated as megatron-core routes, within 6 %; node-limited routing reaches fewer domains."""
+    expected = comm.remote_domains(ep / 8, topk, groups)
+    assert expected == pytest.approx(_routed_remote_domains(experts, topk, ep, 8, groups), rel=0.06)
+    if groups and ep // 8 == groups[0]:
+        assert expected == pytest.approx(3.5) and expected < comm.remote_domains(ep / 8, topk)
+    links = comm.Links(nvlink_gbps=450, internode_gbps=50, nvlink_domain=8, collective_efficiency=1,
+                       a2a_efficiency=1)
+    fabric = 4096 * 7168 * 2 * expected / 50e9
+    assert links.hierarchical_a2a_s(4096, topk, 7168, ep, 1, groups) == pytest.approx(fabric)
 
 
 def test_every_catalogue_plan_has_a_step_time():

@@ -19,10 +19,12 @@ SOURCE = Path("/work/shared/reference/bridge-perf-configs-subset.md")
 PLATFORMS = {"h100": "h100", "b200": "b200", "gb200": "gb200-nvl72"}   # the row's gpu -> recipes/platforms/
 # The pipeline split each tuned row runs with, which the table does not list: Megatron-Bridge's
 # set_deepseek_v3_pipeline_model_parallel_layout (DeepSeek-V3: 61 layers + MTP do not split evenly)
-# by (PP, VP), and its qwen3_moe recipes' account_for_embedding/loss_in_pipeline_split (Qwen3-235B:
-# 94 + 2 = 96).  "even" elsewhere; the catalogue recipes carry the same values.
+# by (PP, VP), the explicit layout of its Qwen3-Next GB300 recipe (which GB200 inherits:
+# perf_recipes/qwen/gb300/qwen3_moe.py), and its qwen3_moe recipes' account_for_embedding/
+# loss_in_pipeline_split (Qwen3-235B: 94 + 2 = 96).  "even" elsewhere; the catalogue recipes carry the
+# same values.
 PIPELINE_SPLITS = {("deepseek_v3", 16, None): "Et*4|(t*4|)*14tmL", ("deepseek_v3", 4, 4): "Et*4|(t*4|)*14tmL",
-                   ("deepseek_v3", 8, 4): "Et|(tt|)*30mL"}
+                   ("deepseek_v3", 8, 4): "Et|(tt|)*30mL", ("qwen3_next_80b_a3b", 2, 4): "Et*4|(t*7|)*5t*8|tmL"}
 
 
 def _int(text: str) -> int | None:

@@ -19,18 +19,14 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "bridge_tuned_layouts.j
 ROWS = json.loads(FIXTURE.read_text())["rows"]
 RESULTS: dict = {}
 # Where the step-time model disagrees with Megatron-Bridge's tuning (docs/layout-model.md, "Validation").
-# Three tuned layouts run their EP group across nodes without EP overlap, priced by the fabric's bytes
-# (a measured GPT-OSS pair supports that price, tests/compiler/test_estimate_measured.py); a fourth
-# leaves EP overlap off inside the NVL72 domain.  No published measurement covers these four layouts.
+# Two tuned layouts run their EP group across nodes without EP overlap, priced by the fabric's bytes
+# (a measured GPT-OSS pair supports that price, tests/compiler/test_estimate_measured.py).  No published
+# measurement covers these two layouts.
 KNOWN_MISSES = {
-    "deepseek-v3-h100-x1024": "the tuned EP64 spans 8 nodes without EP overlap: 24 s of its 109 s are an exposed "
-                              "all-to-all, 1.18x the model's best (TP4 EP256 with EP overlap)",
     "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes without EP overlap: its all-to-all (DeepEP, 49 "
                                    "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.5x the best (EP16 MBS2 "
                                    "with EP overlap); measured on GPT-OSS, EP64 across 8 B200 nodes ran at 0.59x "
                                    "the tokens/s of EP8 inside one",
-    "qwen3-next-80b-a3b-gb200-x64": "no EP overlap in the tuned PP2 VP4 EP32: its exposed all-to-all and the last "
-                                    "stage's MTP and output layers make it 1.18x the best (EP64 MBS2, EP overlap)",
     "qwen3-next-80b-a3b-h100-x128": "the tuned EP128 crosses 16 nodes without EP overlap: its all-to-all (6.2 s) "
                                     "costs the model 2.2x the best (EP32 with EP overlap)",
 }
@@ -75,6 +71,8 @@ def test_fixture_is_the_reference_table():
     assert (q["tp"], q["pp"], q["mbs"], q["gbs"], q["seq"]) == (1, 1, 1, 1024, 4096)
     d = next(r for r in ROWS if _id(r) == "deepseek-v3-b200-x256")
     assert d["pipeline_split"] == "Et*4|(t*4|)*14tmL" and all(r["force_load_balancing"] for r in ROWS)
+    n = next(r for r in ROWS if _id(r) == "qwen3-next-80b-a3b-gb200-x64")   # Bridge's explicit layout
+    assert n["pipeline_split"] == "Et*4|(t*7|)*5t*8|tmL"
     assert set(KNOWN_MISSES) <= {_id(r) for r in ROWS}
 
 
