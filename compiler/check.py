@@ -26,6 +26,9 @@ def recipe_files(paths) -> list[Path]:
             out += [p for p in sorted(path.rglob("*.yaml"))
                     if not NON_RECIPE_DIRS & set(p.relative_to(path).parts[:-1])
                     and not NON_RECIPE_DIRS & {path.resolve().name}]
+        elif not path.exists() and path.suffix not in (".yaml", ".yml") \
+                and (project.recipes() / f"{name}.yaml").is_file():
+            out.append(project.recipes() / f"{name}.yaml")   # an id (model/name), as compile takes it
         else:
             out.append(path)
     return out
@@ -91,7 +94,9 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
     results = {}
     missing = [f for f in files if not f.exists()]
     for path in missing:
-        results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)))]
+        results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)),
+                                         help="give a recipe file, a directory of recipes, or a recipe id "
+                                              "(MODEL/NAME under recipes/, e.g. tiny-moe/cpu)")]
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):
         results[display_path(path.resolve(), project.recipes())] = diags

@@ -82,6 +82,11 @@ def resolve_recipe(name: str, root: Path | None = None) -> Path:
         return _inside(target, BUILTIN_RECIPES, Position(str(name)), "E_RECIPE_NOT_FOUND")
     candidate = Path(name)
     if candidate.suffix not in (".yaml", ".yml"):
+        if candidate.is_file() and not (root / f"{name}.yaml").is_file():  # `check README.md`
+            raise CompileError([error("E_RECIPE_NOT_FOUND", f"'{name}' is a file but not a recipe (a recipe is a "
+                                      ".yaml file)", Position(str(name)),
+                                      help="name a recipe file (recipes/MODEL/PLATFORM.yaml) or its id "
+                                           "(MODEL/PLATFORM, e.g. qwen3-30b-a3b/h100-bf16)")])
         candidate = root / f"{name}.yaml"
     elif not candidate.is_absolute() and not candidate.exists():
         candidate = root / name
