@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from . import knobs as K
+from . import pipeline_layout
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
 from .rules.expr import version_int
@@ -68,7 +69,19 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
     pins.update(derived_pins(pins))
     pins.update(platform)
     pins.update(derived_facts(pins))
+    _vpp_from_layout(pins, auto)
     return pins, auto
+
+
+def _vpp_from_layout(pins: dict, auto: set) -> None:
+    """Megatron takes VPP from an explicit pipeline layout when none is given; so does the plan, so that
+    the runtime, the estimates and the VPP rules see the chunks Megatron builds."""
+    vpp = pins.get("virtual_pipeline_model_parallel_size")
+    implied = pipeline_layout.implied_vpp(pins["pipeline_layout_stages"].value,
+                                          pins["pipeline_model_parallel_size"].value)
+    if implied and (vpp is None or vpp.value is None):
+        auto.discard("virtual_pipeline_model_parallel_size")
+        pins["virtual_pipeline_model_parallel_size"] = Pin(implied, pins["pipeline_layout_stages"].pos, "derived")
 
 
 def recipe_name(c: Composed) -> str:
@@ -133,7 +146,9 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
     blend = pins["data_blend"].value if "data_blend" in pins else None
     weights = [e.get("weight") for e in blend if isinstance(e, dict)] if isinstance(blend, list) else []
     lr, min_lr = pins["lr"].value, pins["min_lr"].value
+    layout = pins["pipeline_model_parallel_layout"]
     return {
+        **{name: Pin(value, layout.pos, "fact") for name, value in pipeline_layout.facts(layout.value).items()},
         "path_env_vars": Pin(", ".join(dict.fromkeys(names)) or None, pins[first].pos if first else None, "fact"),
         "data_blend_weights_positive": Pin(all(isinstance(w, (int, float)) and w > 0 for w in weights),
                                            pins["data_blend"].pos if "data_blend" in pins else None, "fact"),

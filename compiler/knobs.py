@@ -355,6 +355,14 @@ FACTS: tuple[Knob, ...] = (
        doc="the ${VAR} names in the recipe's paths, comma-separated (None: none); resolved at launch"),
     _K("data_blend_weights_positive", None, "bool", True, doc="every data.blend weight is > 0"),
     _K("min_lr_at_most_lr", None, "bool", True, doc="schedule.min_lr <= schedule.lr"),
+    # parallelism.pipeline_layout as megatron-core parses it (compiler/pipeline_layout.py; None: no layout)
+    _K("pipeline_layout_stages", None, "opt_int", None, doc="virtual stages (pp x vpp) of the pipeline layout"),
+    _K("pipeline_layout_decoder_layers", None, "opt_int", None, doc="decoder layers (t) in the pipeline layout"),
+    _K("pipeline_layout_mtp_layers", None, "opt_int", None, doc="MTP layers (m) in the pipeline layout"),
+    _K("pipeline_layout_stages_after_mtp", None, "opt_int", None,
+       doc="virtual stages after the first one holding an MTP layer"),
+    _K("pipeline_layout_problem", None, "str", None,
+       doc="the layout's first structural problem, in megatron-core's words (None: none)"),
 )
 FACT_BY_FIELD: dict[str, Knob] = {k.field: k for k in FACTS}
 

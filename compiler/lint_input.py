@@ -16,6 +16,7 @@ import yaml
 
 from . import knobs as K
 from . import layout as L
+from . import pipeline_layout
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
@@ -341,6 +342,12 @@ def _normalise(env: dict, given: dict, findings: list, lines: dict, mcore) -> No
             env["moe_flex_dispatcher_num_sms"] = next(iter(deprecated.values()))
 
 def _derive(env: dict) -> None:
+    layout = env.get("pipeline_model_parallel_layout")   # a list-of-lists layout (Bridge YAML): not judged
+    facts = pipeline_layout.facts(layout)
+    env.update({k: UNKNOWN for k in facts} if layout is not None and not isinstance(layout, str) else facts)
+    implied = pipeline_layout.implied_vpp(env.get("pipeline_layout_stages"), env.get("pipeline_model_parallel_size"))
+    if env.get("virtual_pipeline_model_parallel_size") is None and implied:
+        env["virtual_pipeline_model_parallel_size"] = implied
     world = env.get("world_size")
     if world is UNKNOWN or world is None:
         nodes, per = env.get("num_nodes"), env.get("gpus_per_node")
@@ -389,6 +396,8 @@ def _display(env: dict, display: dict) -> dict:
         out["expert_tensor_model_pipeline_parallel_size"] = str(L.expert_model_size(etp, g("expert_model_parallel_size"), pp))
     if _known_int(g("num_layers"), pp) and pp:
         out["num_layers_per_pipeline_rank"] = str(g("num_layers") // pp)
+    if _known_int(g("pipeline_layout_stages"), pp) and pp:
+        out["pipeline_layout_vpp"] = str(g("pipeline_layout_stages") // pp)
     deprecated = {n: g(n) for n in ("moe_deepep_num_sms", "moe_hybridep_num_sms") if _known_int(g(n))}
     out["deprecated_num_sms"] = str(deprecated)
     modules = g("cuda_graph_modules")

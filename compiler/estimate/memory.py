@@ -12,9 +12,9 @@ measured run and the comparison with Megatron-LM's theoretical_memory_usage.py.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from .. import pipeline_layout
 from ..layout import Layout
 from . import activations as A
 
@@ -136,18 +136,6 @@ def layer_params(tc: dict, number: int, lay: Layout, te: bool = True) -> tuple[i
     return dense + attention_params(tc, lay.tp, is_linear_attention_layer(tc, number), te), expert
 
 
-_REPEAT = re.compile(r"\(([^()]*)\)\*(\d+)")
-
-
-def _expand_layout(text: str) -> list[str]:
-    """megatron-core PipelineParallelLayerLayout: '|'-separated stages of E (embedding),
-    t (decoder layer), m (MTP), L (loss); '(...)*n' and 'x*n' repeat."""
-    while _REPEAT.search(text):
-        text = _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    return text.split("|")
-
-
 def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
     """The layout as megatron-core builds it: pp*vpp virtual stages in order (stage i is chunk
     i // pp of pipeline rank i % pp), each a string of E/t/m/L like pipeline_model_parallel_layout.
@@ -158,7 +146,7 @@ def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
     and the loss on the last."""
     text = tc.get("pipeline_model_parallel_layout")
     if text:
-        return _expand_layout(text)
+        return pipeline_layout.stages(text)
     n, pp, vpp = tc["num_layers"], lay.pp, lay.chunks
     mtp = "m" * (tc.get("mtp_num_layers") or 0)
     first, last = tc.get("num_layers_in_first_pipeline_stage"), tc.get("num_layers_in_last_pipeline_stage")

@@ -20,10 +20,13 @@ TB = "megatron-core transformer/transformer_block.py get_num_layers_to_build"
 MBC = "megatron-core num_microbatches_calculator.py"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 BRIDGE_TC = "Megatron-Bridge models/transformer_config.py _set_moe_expert_tensor_parallel_default"
+PPL = ("megatron-core transformer/pipeline_parallel_layer_layout.py PipelineParallelLayerLayout (parse_str_to_list, "
+       "validate_layer_layout), from TransformerConfig.__post_init__")
 
 TP, PP, CP = F("tensor_model_parallel_size"), F("pipeline_model_parallel_size"), F("context_parallel_size")
 EP, ETP, VPP = F("expert_model_parallel_size"), F("expert_tensor_parallel_size"), F("virtual_pipeline_model_parallel_size")
 WORLD = F("world_size")
+LAYOUT, STAGES = F("pipeline_model_parallel_layout"), F("pipeline_layout_stages")
 UNEVEN_PP = Or(IsSet(F("pipeline_model_parallel_layout")), IsSet(F("num_layers_in_first_pipeline_stage")),
                IsSet(F("num_layers_in_last_pipeline_stage")),
                F("account_for_embedding_in_pipeline_split") == True,  # noqa: E712
@@ -81,6 +84,45 @@ RULES = (
          "vp_size {virtual_pipeline_model_parallel_size}",
          also=(("Megatron-Bridge models/gpt_provider.py",
                 "Make sure the number of model chunks is the same across all pipeline stages."),)),
+    # An explicit layout (parallelism.pipeline_layout), as megatron-core's PipelineParallelLayerLayout
+    # parses and validates it (the facts: compiler/pipeline_layout.py); each check in megatron-core's order.
+    Rule("LAYOUT_PIPELINE_LAYOUT_WELL_FORMED", "error", IsSet(LAYOUT), Not(IsSet(F("pipeline_layout_problem"))),
+         "the pipeline layout must parse and hold the embedding first, the loss last (each once) and MTP "
+         "layers after every decoder layer, all in one virtual stage", PPL,
+         "fix parallelism.pipeline_layout: '|'-separated virtual stages of E (embedding), t (decoder layer), "
+         "m (MTP layer), L (loss), e.g. Et*4|(t*7|)*5t*8|tmL", "{pipeline_layout_problem}"),
+    Rule("LAYOUT_PIPELINE_LAYOUT_DIVISIBLE_BY_PP", "error", IsSet(STAGES), STAGES % PP == 0,
+         "the pipeline layout's virtual stages must be divisible by PP (stages = PP x VPP)", f"{PPL}; {ARGS}",
+         "give parallelism.pipeline_layout PP x VPP '|'-separated stages, or change parallelism.pp",
+         "pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+         "(len(layout)={pipeline_layout_stages}, pipeline_model_parallel_size={pipeline_model_parallel_size})",
+         also=(("Megatron-LM arguments.py",
+                "The length of pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+                "(num_stages={pipeline_layout_stages}, args.pipeline_model_parallel_size="
+                "{pipeline_model_parallel_size})"),)),
+    Rule("LAYOUT_PIPELINE_LAYOUT_VPP", "error", IsSet(STAGES) & IsSet(VPP) & (STAGES % PP == 0),
+         VPP * PP == STAGES, "VPP must be the pipeline layout's virtual stages per pipeline rank", TC,
+         "set parallelism.vpp to the layout's stage count / parallelism.pp",
+         "virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout, "
+         "(self.virtual_pipeline_model_parallel_size={virtual_pipeline_model_parallel_size},  "
+         "detected_vpp_size={pipeline_layout_vpp})"),
+    Rule("LAYOUT_PIPELINE_LAYOUT_LAYERS", "error", IsSet(F("pipeline_layout_decoder_layers")),
+         F("pipeline_layout_decoder_layers") == F("num_layers"),
+         "the pipeline layout must place every decoder layer: its t count must equal num_layers", PPL,
+         "give parallelism.pipeline_layout exactly num_layers t's (check the model after a model swap)",
+         "Number of decoder layers {pipeline_layout_decoder_layers}must match num_layers {num_layers}"),
+    Rule("LAYOUT_PIPELINE_LAYOUT_MTP_LAYERS", "error", IsSet(F("pipeline_layout_mtp_layers")),
+         Or(F("pipeline_layout_mtp_layers") == F("mtp_num_layers"),
+            Not(IsSet(F("mtp_num_layers"))) & (F("pipeline_layout_mtp_layers") == 0)),
+         "the pipeline layout's m count must equal the model's MTP layers (mtp_num_layers)", PPL,
+         "give parallelism.pipeline_layout one m per MTP layer of the model, or none without MTP",
+         "Number of mtp layers in layout must match mtp_num_layers"),
+    Rule("LAYOUT_PIPELINE_LAYOUT_MTP_LAST_CHUNK", "error",
+         IsSet(F("pipeline_layout_mtp_layers")) & (F("pipeline_layout_mtp_layers") > 0) & (STAGES % PP == 0),
+         F("pipeline_layout_stages_after_mtp") < PP,
+         "the MTP layers must sit in the last virtual stage of their pipeline rank (one of the last PP stages)",
+         PPL, "move the m's into one of the layout's last parallelism.pp stages (usually the last, before L)",
+         "Currently we restrict that the MTP should be always in the last "),
     Rule("LAYOUT_HEADS_DIVISIBLE_BY_TP", "error", TP > 1, F("num_attention_heads") % TP == 0,
          "attention heads must be divisible by TP", TC,
          "choose parallelism.tp among the divisors of the head count",

@@ -201,11 +201,15 @@ def test_bug17_layer_divisibility_after_a_model_swap_is_located(root, tmp_path):
     solve._violation anchors at the first *user* pin (origin not fact/model), an unset default
     without a position, instead of a located one. parallelism.pp = 2 and the --set model override
     are not mentioned. Expected: a location (the recipe's pp line, the override, or the model's
-    num_layers)."""
-    sets = ["model=deepseek-v3"]
-    diags = located_compile_error(compile_outcome(root, "qwen3-next-80b-a3b/gb200-nvl72-bf16", sets,
-                                                  tmp_path / "build"))
+    num_layers). The recipe has since gained Megatron-Bridge's explicit layout (48 t's), which a 61-layer
+    model cannot run either: that error is located at the layout."""
+    rid = "qwen3-next-80b-a3b/gb200-nvl72-bf16"
+    sets = ["model=deepseek-v3", "parallelism.pipeline_layout=null"]
+    diags = located_compile_error(compile_outcome(root, rid, sets, tmp_path / "build"))
     assert any(d["code"] == "LAYOUT_LAYERS_DIVISIBLE_BY_PP" for d in diags)
+    diags = located_compile_error(compile_outcome(root, rid, ["model=deepseek-v3"], tmp_path / "build2"))
+    [d] = [d for d in diags if d["code"] == "LAYOUT_PIPELINE_LAYOUT_LAYERS"]
+    assert d["pos"]["file"] == f"recipes/{rid}.yaml" and "48" in str(d) and "61" in str(d)
 
 
 def test_bug18_suggested_stage_layers_are_possible(root, tmp_path):

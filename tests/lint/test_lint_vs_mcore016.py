@@ -171,6 +171,13 @@ HANDPICKED = [
      "virtual_pipeline_model_parallel_size": 2, "pipeline_dtype": None},
     {"moe_shared_expert_intermediate_size": 64, "moe_shared_expert_overlap": True,
      "moe_token_dispatcher_type": "flex"},
+    # explicit pipeline layouts (PipelineParallelLayerLayout): one valid, then one broken check each
+    *({"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": layout, **extra} for layout, extra in (
+        ("Et*4|t*4L", {}), ("Et*2|t*2|t*2|t*2L", {}), ("Et*4|t*4mL", {"mtp_num_layers": 1}),
+        ("Et*4|t*4x", {}), ("t*4E|t*4L", {}), ("Et*4|t*4LE", {}), ("Et*4|tt|t*2L", {}),
+        ("Et*2|t*2|t*2|t*2L", {"virtual_pipeline_model_parallel_size": 3}), ("Et*4|t*3L", {}),
+        ("Et*4|t*4L", {"mtp_num_layers": 1}), ("Et*4|t*3mtL", {"mtp_num_layers": 1}),
+        ("Et*4|t*4m||L", {"mtp_num_layers": 1}), ("Et*4|t*4|m|mL", {"mtp_num_layers": 2}))),
 ]
 
 

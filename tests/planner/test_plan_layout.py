@@ -11,7 +11,7 @@ import yaml
 
 from compiler.cli import main
 from compiler.diagnostics import CompileError
-from compiler.estimate import memory
+from compiler import pipeline_layout
 from compiler.planner import search, space
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_pipeline_split_matches_megatron_bridge():
     """DeepSeek-V3 PP8 x VP4: the slot split is Megatron-Bridge's layout 'Et|(tt|)*30mL'; Qwen3-235B PP8 counts
     the embedding and the loss (94 + 2 = 96); Qwen3-30B splits evenly."""
     ds = search.setting("deepseek-v3", "h100", 64).arch
-    assert space.pipeline_split(ds, 8, 4).split("|") == memory._expand_layout("Et|(tt|)*30mL")
+    assert space.pipeline_split(ds, 8, 4).split("|") == pipeline_layout.stages("Et|(tt|)*30mL")
     assert space.pipeline_split(search.setting("qwen3-235b-a22b", "h100", 64).arch, 8, None) == "account"
     assert space.pipeline_split(search.setting("qwen3-30b-a3b", "h100", 64).arch, 4, 2) == "even"
     assert space.pipeline_split(ds, 1, 2) is None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler import pipeline_layout
 from compiler.rules import CATALOGUE
 
 MLM = Path(os.environ.get("MOEFORGE_MEGATRON_LM_GIT", "/work/.mirror/NVIDIA+Megatron-LM/repo"))
@@ -27,6 +28,7 @@ MLM_FILES = (
     "megatron/core/parallel_state.py", "megatron/core/transformer/transformer_block.py",
     "megatron/core/transformer/moe/token_dispatcher.py", "megatron/core/num_microbatches_calculator.py",
     "megatron/core/transformer/cuda_graph_config.py", "megatron/training/arguments.py",
+    "megatron/core/transformer/pipeline_parallel_layer_layout.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",
@@ -80,7 +82,9 @@ def literals() -> set[str]:
 
 def _texts():
     for r in CATALOGUE:
-        if r.megatron_message:
+        if r.megatron_message == "{pipeline_layout_problem}":  # quotes one of megatron-core's layout texts
+            yield from ((r.id, text) for text in pipeline_layout.MEGATRON_TEXTS.values())
+        elif r.megatron_message:
             yield r.id, r.megatron_message
         for _, text in r.variants:
             yield r.id, text

@@ -48,6 +48,7 @@ NVL72 = {"gpu": GB200, "nvlink_domain": 72, "gpus_per_node": 4, "num_nodes": 16}
 DWG = {"delay_wgrad_compute": True}
 TP2 = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
 PP2_VPP = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2, "overlap_p2p_comm": True}
+LAYOUT_PP2 = {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et*8|t*8L", **NO_EPO}
 RANKCAP = {"moe_expert_rank_capacity_factor": 1.5, "use_transformer_engine_op_fuser": True}
 INDEXED = {"entrypoint": "megatron-lm", "data_kind": "indexed", "data_paths": ["/data/corpus_text_document"],
            "data_blend": None}
@@ -308,6 +309,19 @@ CASES = {
         c(NO_EPO, pipeline_model_parallel_size=2, num_layers=15, pipeline_model_parallel_layout="Et*7|t*8L")),
     "LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP": (c(PP2_VPP, virtual_pipeline_model_parallel_size=3),
                                              c(PP2_VPP, virtual_pipeline_model_parallel_size=4)),
+    "LAYOUT_PIPELINE_LAYOUT_WELL_FORMED": (c(LAYOUT_PP2, pipeline_model_parallel_layout="t*8E|t*8L"), LAYOUT_PP2),
+    "LAYOUT_PIPELINE_LAYOUT_DIVISIBLE_BY_PP": (c(LAYOUT_PP2, pipeline_model_parallel_layout="Et*6|t*5|t*5L"),
+                                               LAYOUT_PP2),
+    "LAYOUT_PIPELINE_LAYOUT_VPP": (c(LAYOUT_PP2, virtual_pipeline_model_parallel_size=2),
+                                   c(LAYOUT_PP2, pipeline_model_parallel_layout="Et*4|t*4|t*4|t*4L",
+                                     virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True)),
+    "LAYOUT_PIPELINE_LAYOUT_LAYERS": (c(LAYOUT_PP2, pipeline_model_parallel_layout="Et*8|t*7L"), LAYOUT_PP2),
+    "LAYOUT_PIPELINE_LAYOUT_MTP_LAYERS": (c(LAYOUT_PP2, mtp_num_layers=1),
+                                          c(LAYOUT_PP2, mtp_num_layers=1, pipeline_model_parallel_layout="Et*8|t*8mL")),
+    "LAYOUT_PIPELINE_LAYOUT_MTP_LAST_CHUNK": (c(LAYOUT_PP2, mtp_num_layers=1, overlap_p2p_comm=True,
+                                                pipeline_model_parallel_layout="Et*8|t*8m||L"),
+                                              c(LAYOUT_PP2, mtp_num_layers=1, overlap_p2p_comm=True,
+                                                pipeline_model_parallel_layout="Et*8|t*8||mL")),
     "LAYOUT_HEADS_DIVISIBLE_BY_TP": (c(TP2, num_attention_heads=15, num_query_groups=None), TP2),
     "LAYOUT_QUERY_GROUPS_VS_TP": (c(TP2, num_query_groups=3), TP2),
     "LAYOUT_GBS_DIVISIBLE": (c(global_batch_size=500), {}),
