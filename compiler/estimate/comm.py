@@ -90,8 +90,7 @@ def remote_domains(domains: float, topk: int, expert_groups: tuple[int, int] | N
       each group spread over s = D/G domains, P = t/G x (1 - (1 - 1/s)^(k/t)).  Groups that do not
       tile the domains fall back to free top-k.
     """
-    free = 1 - (1 - 1 / domains) ** topk
-    p = free
+    p = 1 - (1 - 1 / domains) ** topk
     if expert_groups and domains == int(domains):
         g_total, chosen = expert_groups
         d = int(domains)
