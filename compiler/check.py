@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from . import project
-from .compose import display_path
+from .compose import display_path, resolve_recipe
 from .diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 
 NON_RECIPE_DIRS = {"platforms", "models"}
@@ -26,9 +26,11 @@ def recipe_files(paths) -> list[Path]:
             out += [p for p in sorted(path.rglob("*.yaml"))
                     if not NON_RECIPE_DIRS & set(p.relative_to(path).parts[:-1])
                     and not NON_RECIPE_DIRS & {path.resolve().name}]
-        elif not path.exists() and path.suffix not in (".yaml", ".yml") \
-                and (project.recipes() / f"{name}.yaml").is_file():
-            out.append(project.recipes() / f"{name}.yaml")   # an id (model/name), as compile takes it
+        elif not path.exists() and path.suffix not in (".yaml", ".yml"):
+            try:  # an id (model/name), resolved as compile resolves it
+                out.append(resolve_recipe(str(name)))
+            except CompileError:
+                out.append(path)
         else:
             out.append(path)
     return out

@@ -6,9 +6,10 @@ ModelParallelConfig.__post_init__, transformer_block.get_num_layers_to_build, th
 microbatch calculator, Megatron-LM arguments.validate_args, Megatron-Bridge
 models/transformer_config.py and scripts/common/benchmark_parallelism.py.
 
-Uneven pipeline layouts (pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage,
-account_for_embedding/loss_in_pipeline_split) are lint-only knobs: with any of them set the
-even-split checks step aside (megatron-core validates those layouts itself).
+With an uneven pipeline (pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage,
+account_for_embedding/loss_in_pipeline_split) the even-split checks step aside; an explicit layout
+is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/pipeline_layout.py
+reads from it as megatron-core's PipelineParallelLayerLayout does.
 """
 from . import Rule
 from .expr import F, IsSet, Not, Or
