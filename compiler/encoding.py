@@ -143,9 +143,16 @@ class _Encoding:
         if t is E.Cmp:
             return self._cmp(expr.op, expr.a, expr.b)
         if t is E.Arith:
-            a, b = self.term(expr.a), self.term(expr.b)
-            return {"*": lambda: a * b, "//": lambda: a / b, "%": lambda: a % b}[expr.op]()
+            a, b = self._number(self.term(expr.a)), self._number(self.term(expr.b))
+            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a / b,
+                    "%": lambda: a % b}[expr.op]()
         raise TypeError(f"cannot translate {expr!r}")
+
+    def _number(self, term):
+        """A truth value in arithmetic counts 1 or 0, as rules.expr.evaluate counts it."""
+        if z3.is_bool(term):
+            return z3.If(term, z3.IntVal(1, self.ctx), z3.IntVal(0, self.ctx))
+        return term
 
     def _cmp(self, op, a, b):
         if type(a) is E.Field and type(b) is E.Const:

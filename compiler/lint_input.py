@@ -25,7 +25,8 @@ from .lint_launch import VERSION_KEYS, knob_of_dest, launch_mapping
 from .lint_values import UnusableInput, _bad, _coerce, _graph_modules, _known_int, _layer_freq, \
     _load_balancing, _version
 from .load import YamlLoader as _LOADER  # YAML 1.2 exponent floats (lr: 3e-4) as in recipes
-from .rules.expr import UNKNOWN, version_int
+from .rules.expr import UNKNOWN, evaluate, version_int
+from .rules.layout import SHOWN as LAYOUT_SHOWN
 
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not megatron-core dataclass fields but whose "not given" value is known
@@ -398,6 +399,10 @@ def _display(env: dict, display: dict) -> dict:
         out["num_layers_per_pipeline_rank"] = str(g("num_layers") // pp)
     if _known_int(g("pipeline_layout_stages"), pp) and pp:
         out["pipeline_layout_vpp"] = str(g("pipeline_layout_stages") // pp)
+    for key, expr in LAYOUT_SHOWN.items():
+        value = evaluate(expr, env)
+        if _known_int(value):
+            out[key] = str(value)
     deprecated = {n: g(n) for n in ("moe_deepep_num_sms", "moe_hybridep_num_sms") if _known_int(g(n))}
     out["deprecated_num_sms"] = str(deprecated)
     modules = g("cuda_graph_modules")

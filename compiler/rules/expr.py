@@ -70,6 +70,12 @@ class Expr:
     def __invert__(self):
         return Not(self)
 
+    def __add__(self, other):
+        return Arith("+", self, self._wrap(other))
+
+    def __sub__(self, other):
+        return Arith("-", self, self._wrap(other))
+
     def __mul__(self, other):
         return Arith("*", self, self._wrap(other))
 
@@ -237,6 +243,10 @@ _CMP: dict[str, Callable[[object, object], bool]] = {
 }
 
 
+_RING: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
+                                               "*": lambda a, b: a * b}
+
+
 def evaluate(expr: Expr, env: dict) -> object:
     """Value of expr over env (field -> value); UNKNOWN propagates like SQL NULL."""
     t = type(expr)
@@ -283,8 +293,8 @@ def evaluate(expr: Expr, env: dict) -> object:
         return _CMP[expr.op](_num(a), _num(b))
     if t is Arith:
         a, b = _num(a), _num(b)
-        if expr.op == "*":
-            return a * b
+        if expr.op in _RING:
+            return _RING[expr.op](a, b)
         if b == 0:
             return UNKNOWN
         return a // b if expr.op == "//" else a % b
@@ -292,7 +302,8 @@ def evaluate(expr: Expr, env: dict) -> object:
 
 
 def _num(v):
-    """None compares as 0, exactly as the solver encodes an unset optional integer."""
+    """None compares as 0, exactly as the solver encodes an unset optional integer; a truth value
+    counts 1 or 0 (`PP - IsSet(first_stage)` is the middle stages), as compiler.encoding counts it."""
     if v is None or v is False:
         return 0
     if v is True:

@@ -7,9 +7,10 @@ microbatch calculator, Megatron-LM arguments.validate_args, Megatron-Bridge
 models/transformer_config.py and scripts/common/benchmark_parallelism.py.
 
 With an uneven pipeline (pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage,
-account_for_embedding/loss_in_pipeline_split) the even-split checks step aside; an explicit layout
+account_for_embedding/loss_in_pipeline_split) the even-split checks step aside. An explicit layout
 is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/pipeline_layout.py
-reads from it as megatron-core's PipelineParallelLayerLayout does.
+reads from it as megatron-core's PipelineParallelLayerLayout does; stage sizes by the
+LAYOUT_*_STAGE_LAYERS_* and LAYOUT_UNEVEN_* rules, accounting by the LAYOUT_ACCOUNT_FOR_* rules.
 """
 from . import Rule
 from .expr import F, IsSet, Not, Or
@@ -33,6 +34,27 @@ UNEVEN_PP = Or(IsSet(F("pipeline_model_parallel_layout")), IsSet(F("num_layers_i
                F("account_for_embedding_in_pipeline_split") == True,  # noqa: E712
                F("account_for_loss_in_pipeline_split") == True)  # noqa: E712
 EVEN_PP = Not(UNEVEN_PP)
+
+# Uneven split by stage sizes or by accounting for the embedding and loss (TransformerConfig.__post_init__):
+# the stage sizes take the first and last rank, the middle ranks share what is left evenly; accounting
+# counts the embedding and the loss as one layer each and splits the sum evenly.
+FIRST, LAST = F("num_layers_in_first_pipeline_stage"), F("num_layers_in_last_pipeline_stage")
+EMB, LOSS = F("account_for_embedding_in_pipeline_split"), F("account_for_loss_in_pipeline_split")
+STAGE_SIZES = Or(IsSet(FIRST), IsSet(LAST))
+ACCOUNT_FOR = Or(EMB == True, LOSS == True)  # noqa: E712
+BY_STAGE_SIZES = Not(IsSet(LAYOUT)) & STAGE_SIZES
+BY_ACCOUNTING = Not(IsSet(LAYOUT)) & Not(STAGE_SIZES) & ACCOUNT_FOR
+MIDDLE_LAYERS = F("num_layers") - FIRST - LAST          # an unset stage size counts 0 ...
+MIDDLE_STAGES = PP - IsSet(FIRST) - IsSet(LAST)          # ... and takes no rank
+SPLIT_LAYERS = F("num_layers") + EMB + LOSS              # each accounted for counts one layer
+# megatron-core's local values in its messages, by placeholder (compiler.lint_input._display fills them)
+SHOWN = {"pipeline_middle_layers": MIDDLE_LAYERS, "pipeline_middle_stages": MIDDLE_STAGES,
+         "pipeline_middle_rank_layers": MIDDLE_LAYERS // MIDDLE_STAGES,
+         "pipeline_split_layers": SPLIT_LAYERS, "pipeline_split_rank_layers": SPLIT_LAYERS // PP}
+STAGE_FIX = ("choose parallelism.first_stage_layers and parallelism.last_stage_layers so that the remaining layers "
+             "split evenly over the middle ranks (in multiples of parallelism.vpp), or unset them for an even split")
+ACCOUNT_FIX = ("choose parallelism.pp (and parallelism.vpp) dividing num_layers + 1 for each of "
+               "parallelism.account_for_embedding and parallelism.account_for_loss that is set, or unset them")
 
 RULES = (
     Rule("LAYOUT_WORLD_DIVISIBLE", "error", IsSet(WORLD), WORLD % (TP * CP * PP) == 0,
@@ -124,6 +146,86 @@ RULES = (
          "the MTP layers must sit in the last virtual stage of their pipeline rank (one of the last PP stages)",
          PPL, "move the m's into one of the layout's last parallelism.pp stages (usually the last, before L)",
          "Currently we restrict that the MTP should be always in the last "),
+    # Stage sizes or accounting (num_layers_in_first/last_pipeline_stage, account_for_*_in_pipeline_split),
+    # each check in TransformerConfig.__post_init__'s order; an explicit layout excludes them all.
+    Rule("LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR", "error", STAGE_SIZES, Not(ACCOUNT_FOR),
+         "first/last stage sizes and accounting for the embedding or loss are two ways to split the pipeline: "
+         "give one", TC, "unset parallelism.first_stage_layers and parallelism.last_stage_layers, or "
+         "parallelism.account_for_embedding and parallelism.account_for_loss",
+         "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at the same "
+         "time with account_for_embedding_in_pipeline_splitand account_for_loss_in_pipeline_split"),
+    Rule("LAYOUT_PIPELINE_LAYOUT_ALONE", "error", IsSet(LAYOUT), Not(STAGE_SIZES) & Not(ACCOUNT_FOR),
+         "an explicit pipeline layout places every layer itself: it cannot be combined with stage sizes or "
+         "accounting for the embedding or loss", TC,
+         "drop parallelism.first_stage_layers, parallelism.last_stage_layers, parallelism.account_for_embedding "
+         "and parallelism.account_for_loss (E and L in parallelism.pipeline_layout place the embedding and the "
+         "loss), or drop parallelism.pipeline_layout",
+         "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments. "
+         "self.num_layers_in_first_pipeline_stage={num_layers_in_first_pipeline_stage}, "
+         "self.num_layers_in_last_pipeline_stage={num_layers_in_last_pipeline_stage}, "
+         "self.account_for_embedding_in_pipeline_split={account_for_embedding_in_pipeline_split}, "
+         "self.account_for_loss_in_pipeline_split={account_for_loss_in_pipeline_split}."),
+    Rule("LAYOUT_FIRST_STAGE_LAYERS_POSITIVE", "error", Not(IsSet(LAYOUT)) & IsSet(FIRST), FIRST > 0,
+         "the first pipeline stage must hold at least one layer", TC,
+         "set parallelism.first_stage_layers >= 1, or unset it",
+         "num_layers_in_first_pipeline_stage must be larger than 0"),
+    Rule("LAYOUT_FIRST_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", Not(IsSet(LAYOUT)) & IsSet(FIRST) & IsSet(VPP),
+         FIRST % VPP == 0, "the first pipeline stage's layers must be divisible by VPP", TC,
+         "set parallelism.first_stage_layers to a multiple of parallelism.vpp",
+         "number of layers at first stage: {num_layers_in_first_pipeline_stage}must be divisible by virtual "
+         "pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
+    Rule("LAYOUT_LAST_STAGE_LAYERS_POSITIVE", "error", Not(IsSet(LAYOUT)) & IsSet(LAST), LAST > 0,
+         "the last pipeline stage must hold at least one layer", TC,
+         "set parallelism.last_stage_layers >= 1, or unset it",
+         "num_layers_in_last_pipeline_stage must be larger than 0"),
+    Rule("LAYOUT_LAST_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", Not(IsSet(LAYOUT)) & IsSet(LAST) & IsSet(VPP),
+         LAST % VPP == 0, "the last pipeline stage's layers must be divisible by VPP", TC,
+         "set parallelism.last_stage_layers to a multiple of parallelism.vpp",
+         "number of layers at last stage: {num_layers_in_last_pipeline_stage}must be divisible by virtual "
+         "pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
+    # megatron-core lets the stage sizes exceed the model (36 layers, PP 4, first 10, last 30 passes its
+    # checks: the middle ranks get -2 each) and builds a different model; moeforge refuses it.
+    Rule("LAYOUT_UNEVEN_STAGES_FIT", "error", BY_STAGE_SIZES, MIDDLE_LAYERS >= 0,
+         "the first and last stage sizes together exceed the model's layers", TC, STAGE_FIX, None,
+         origin="moeforge"),
+    Rule("LAYOUT_UNEVEN_MIDDLE_STAGES_MATCH", "error", BY_STAGE_SIZES,
+         Or((MIDDLE_LAYERS == 0) & (MIDDLE_STAGES == 0), (MIDDLE_LAYERS != 0) & (MIDDLE_STAGES != 0)),
+         "with first/last stage sizes, layers must remain for the middle pipeline ranks exactly when there are "
+         "middle ranks", TC, STAGE_FIX,
+         "Mismatch: {pipeline_middle_layers} middle layers remaining but {pipeline_middle_stages} middle PP "
+         "stages available."),
+    Rule("LAYOUT_UNEVEN_MIDDLE_LAYERS_DIVISIBLE", "error", BY_STAGE_SIZES & (MIDDLE_STAGES != 0),
+         MIDDLE_LAYERS % MIDDLE_STAGES == 0,
+         "the layers left after the first/last stages must split evenly over the middle pipeline ranks", TC,
+         STAGE_FIX, "number of layers at middle stage: {pipeline_middle_layers} must be divisible bythe middle "
+         "pipeline model parallel size {pipeline_middle_stages}"),
+    Rule("LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP", "error",
+         BY_STAGE_SIZES & (MIDDLE_STAGES != 0) & IsSet(VPP), (MIDDLE_LAYERS // MIDDLE_STAGES) % VPP == 0,
+         "each middle pipeline rank's layers must be divisible by VPP", TC, STAGE_FIX,
+         "number of layers on each middle pipeline rank:{pipeline_middle_rank_layers} must be divisible by "
+         "virtualpipeline parallel degree {virtual_pipeline_model_parallel_size}"),
+    Rule("LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP", "error", BY_ACCOUNTING & Not(IsSet(VPP)),
+         SPLIT_LAYERS % PP == 0,
+         "num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible by PP",
+         f"{TC}; {ARGS}", ACCOUNT_FIX,
+         "number of middle layers: {pipeline_split_layers} must be divisible by middle "
+         "pipeline_model_parallel_size {pipeline_model_parallel_size}",
+         also=(("Megatron-LM arguments.py", "Number of layers should be divisible by the pipeline-model-parallel "
+                "size"),)),
+    Rule("LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP_WITH_VPP", "error", BY_ACCOUNTING & IsSet(VPP),
+         SPLIT_LAYERS % PP == 0,
+         "num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible by PP",
+         TC, ACCOUNT_FIX,
+         "num_layers: {pipeline_split_layers} after enableaccount_for_embedding_in_pipeline_split or "
+         "account_for_loss_in_pipeline_split must be divisibleby pipeline_model_parallel_size "
+         "{pipeline_model_parallel_size}"),
+    Rule("LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP", "error",
+         BY_ACCOUNTING & IsSet(VPP) & (SPLIT_LAYERS % PP == 0), (SPLIT_LAYERS // PP) % VPP == 0,
+         "each pipeline rank's layers (the embedding and loss accounted for) must be divisible by VPP", TC,
+         ACCOUNT_FIX,
+         "number of layers on each pipeline rank: {pipeline_split_rank_layers}(after enable "
+         "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible "
+         "byvirtual_pipeline_model_parallel_size{virtual_pipeline_model_parallel_size}"),
     Rule("LAYOUT_HEADS_DIVISIBLE_BY_TP", "error", TP > 1, F("num_attention_heads") % TP == 0,
          "attention heads must be divisible by TP", TC,
          "choose parallelism.tp among the divisors of the head count",

@@ -178,6 +178,32 @@ HANDPICKED = [
         ("Et*2|t*2|t*2|t*2L", {"virtual_pipeline_model_parallel_size": 3}), ("Et*4|t*3L", {}),
         ("Et*4|t*4L", {"mtp_num_layers": 1}), ("Et*4|t*3mtL", {"mtp_num_layers": 1}),
         ("Et*4|t*4m||L", {"mtp_num_layers": 1}), ("Et*4|t*4|m|mL", {"mtp_num_layers": 2}))),
+    # uneven pipelines by stage sizes and by accounting (8 layers): valid ones, then one broken check each
+    *({"pipeline_model_parallel_size": pp, "virtual_pipeline_model_parallel_size": vpp, **extra}
+      for pp, vpp, extra in (
+        (2, None, {"num_layers_in_first_pipeline_stage": 4}),
+        (4, None, {"num_layers_in_first_pipeline_stage": 2, "num_layers_in_last_pipeline_stage": 2}),
+        (2, None, {"num_layers_in_first_pipeline_stage": 4, "num_layers_in_last_pipeline_stage": 4}),
+        (2, 2, {"num_layers_in_first_pipeline_stage": 4}),
+        (4, 2, {"num_layers_in_first_pipeline_stage": 2, "num_layers_in_last_pipeline_stage": 2}),
+        (4, None, {"num_layers_in_first_pipeline_stage": 6, "num_layers_in_last_pipeline_stage": 6}),  # -2 each
+        (4, None, {"num_layers_in_first_pipeline_stage": 3}),
+        (2, None, {"num_layers_in_first_pipeline_stage": 3, "num_layers_in_last_pipeline_stage": 3}),
+        (4, None, {"num_layers_in_first_pipeline_stage": 4, "num_layers_in_last_pipeline_stage": 4}),
+        (2, None, {"num_layers_in_first_pipeline_stage": 0}),
+        (2, None, {"num_layers_in_last_pipeline_stage": 0}),
+        (2, 2, {"num_layers_in_first_pipeline_stage": 3}),
+        (2, 2, {"num_layers_in_last_pipeline_stage": 3}),
+        (4, 2, {"num_layers_in_first_pipeline_stage": 4, "num_layers_in_last_pipeline_stage": 2}),
+        (3, None, {"account_for_embedding_in_pipeline_split": True}),
+        (2, None, {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}),
+        (3, 3, {"account_for_embedding_in_pipeline_split": True}),
+        (2, None, {"account_for_embedding_in_pipeline_split": True}),
+        (2, 2, {"account_for_loss_in_pipeline_split": True}),
+        (2, 2, {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}),
+        (2, None, {"num_layers_in_first_pipeline_stage": 4, "account_for_embedding_in_pipeline_split": True}),
+        (2, None, {"pipeline_model_parallel_layout": "Et*4|t*4L", "account_for_loss_in_pipeline_split": True}),
+        (2, None, {"pipeline_model_parallel_layout": "Et*4|t*4L", "num_layers_in_first_pipeline_stage": 4}))),
 ]
 
 

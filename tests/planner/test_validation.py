@@ -26,7 +26,8 @@ KNOWN_MISSES = {
     "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes without EP overlap: its all-to-all (DeepEP, 49 "
                                    "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.5x the best (EP16 MBS2 "
                                    "with EP overlap); measured on GPT-OSS, EP64 across 8 B200 nodes ran at 0.59x "
-                                   "the tokens/s of EP8 inside one",
+                                   "the tokens/s of EP8 inside one; Megatron-Bridge's B200 recipe is its B300 one "
+                                   "(\"same layout as B300 BF16\"), made for B300's 800 Gb/s NICs",
     "qwen3-next-80b-a3b-h100-x128": "the tuned EP128 crosses 16 nodes without EP overlap: its all-to-all (6.2 s) "
                                     "costs the model 2.2x the best (EP32 with EP overlap)",
 }

@@ -49,6 +49,11 @@ DWG = {"delay_wgrad_compute": True}
 TP2 = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
 PP2_VPP = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2, "overlap_p2p_comm": True}
 LAYOUT_PP2 = {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et*8|t*8L", **NO_EPO}
+PP2, PP4 = {"pipeline_model_parallel_size": 2, **NO_EPO}, {"pipeline_model_parallel_size": 4, **NO_EPO}
+PP4_VPP = {**PP2_VPP, "pipeline_model_parallel_size": 4}
+FIRST, LAST = "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"
+EMB = {"account_for_embedding_in_pipeline_split": True}
+LOSS = {"account_for_loss_in_pipeline_split": True}
 RANKCAP = {"moe_expert_rank_capacity_factor": 1.5, "use_transformer_engine_op_fuser": True}
 INDEXED = {"entrypoint": "megatron-lm", "data_kind": "indexed", "data_paths": ["/data/corpus_text_document"],
            "data_blend": None}
@@ -322,6 +327,21 @@ CASES = {
                                                 pipeline_model_parallel_layout="Et*8|t*8m||L"),
                                               c(LAYOUT_PP2, mtp_num_layers=1, overlap_p2p_comm=True,
                                                 pipeline_model_parallel_layout="Et*8|t*8||mL")),
+    # uneven pipelines on BASE's 16 layers: stage sizes, then accounting for the embedding and loss
+    "LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR": (c(PP2, EMB, {FIRST: 8}), c(PP2, {FIRST: 8})),
+    "LAYOUT_PIPELINE_LAYOUT_ALONE": (c(LAYOUT_PP2, LOSS), LAYOUT_PP2),
+    "LAYOUT_FIRST_STAGE_LAYERS_POSITIVE": (c(PP2, {FIRST: 0}), c(PP2, {FIRST: 8})),
+    "LAYOUT_FIRST_STAGE_LAYERS_DIVISIBLE_BY_VPP": (c(PP2_VPP, {FIRST: 3}), c(PP2_VPP, {FIRST: 6})),
+    "LAYOUT_LAST_STAGE_LAYERS_POSITIVE": (c(PP2, {LAST: 0}), c(PP2, {LAST: 8})),
+    "LAYOUT_LAST_STAGE_LAYERS_DIVISIBLE_BY_VPP": (c(PP2_VPP, {LAST: 3}), c(PP2_VPP, {LAST: 6})),
+    "LAYOUT_UNEVEN_STAGES_FIT": (c(PP4, {FIRST: 10, LAST: 10}), c(PP4, {FIRST: 6, LAST: 6})),
+    "LAYOUT_UNEVEN_MIDDLE_STAGES_MATCH": (c(PP2, {FIRST: 6, LAST: 6}), c(PP2, {FIRST: 8, LAST: 8})),
+    "LAYOUT_UNEVEN_MIDDLE_LAYERS_DIVISIBLE": (c(PP4, {FIRST: 5}), c(PP4, {FIRST: 4})),
+    "LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP": (c(PP4_VPP, {FIRST: 2, LAST: 8}),
+                                                          c(PP4_VPP, {FIRST: 4, LAST: 4})),
+    "LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP": (c(PP2, EMB), c(PP2, EMB, LOSS)),
+    "LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP_WITH_VPP": (c(PP2_VPP, LOSS), c(PP2_VPP, EMB, LOSS, num_layers=14)),
+    "LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP": (c(PP2_VPP, EMB, LOSS), c(PP2_VPP, EMB, LOSS, num_layers=14)),
     "LAYOUT_HEADS_DIVISIBLE_BY_TP": (c(TP2, num_attention_heads=15, num_query_groups=None), TP2),
     "LAYOUT_QUERY_GROUPS_VS_TP": (c(TP2, num_query_groups=3), TP2),
     "LAYOUT_GBS_DIVISIBLE": (c(global_batch_size=500), {}),
@@ -458,6 +478,11 @@ def _megatron(rule_id, delta):
     ("LAYOUT_WORLD_DIVISIBLE", CASES["LAYOUT_WORLD_DIVISIBLE"][0], "world_size (66) is not divisible by 4"),
     ("LAYOUT_EXPERT_WORLD_DIVISIBLE", CASES["LAYOUT_EXPERT_WORLD_DIVISIBLE"][0],
      "world_size (68) is not divisible by expert_tensor_model_pipeline_parallel size (8)"),
+    ("LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP", CASES["LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP"][0],
+     "number of layers on each middle pipeline rank:3 must be divisible by virtualpipeline parallel degree 2"),
+    ("LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP", CASES["LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP"][0],
+     "number of layers on each pipeline rank: 9(after enable account_for_embedding_in_pipeline_split or "
+     "account_for_loss_in_pipeline_split) must be divisible byvirtual_pipeline_model_parallel_size2"),
     ("LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", CASES["LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP"][0],
      "num_layers_per_pipeline_rank 8             should be divisible by vp_size 3"),
     ("LAYOUT_GBS_DIVISIBLE", c(global_batch_size=500),
