@@ -341,6 +341,7 @@ FACTS: tuple[Knob, ...] = (
     _K("megatron_core", "platform.software.megatron_core", "version", None),
     _K("gpu_major", "platform.gpu.compute_capability", "int", 0, doc="compute capability major (0: no GPU)"),
     _K("gpu_product", "platform.gpu.name", "enum", "none", GPU_PRODUCTS),
+    _K("gpu_name", "platform.gpu.name", "str", None, doc="the device name as torch reports it (Megatron's messages quote it)"),
     _K("gpus_per_node", "platform.gpus_per_node", "int", 8),
     _K("nvlink_domain", "platform.nvlink_domain", "int", 8),
     _K("deep_ep_installed", "platform.software.deep_ep", "bool", False),

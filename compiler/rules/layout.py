@@ -98,7 +98,10 @@ RULES = (
     Rule("LAYOUT_LAYERS_DIVISIBLE_BY_PP", "error", (PP > 1) & EVEN_PP, F("num_layers") % PP == 0,
          "the number of layers must be divisible by PP (no uneven pipeline layout is set)", TB,
          "choose parallelism.pp among the divisors of the layer count, or give an uneven pipeline layout",
-         "num_layers should be divisible by pipeline_model_parallel_size"),
+         "num_layers should be divisible by pipeline_model_parallel_size",
+         variants=(((("megatron_core", ">=0.17.0"),),
+                    "num_layers={num_layers} should be divisible by "
+                    "config.pipeline_model_parallel_size={pipeline_model_parallel_size}"),)),
     Rule("LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", IsSet(VPP) & (PP > 1) & EVEN_PP,
          (F("num_layers") // PP) % VPP == 0,
          "layers per pipeline stage must be divisible by VPP", TB,

@@ -241,3 +241,18 @@ def test_merge_shared_lists_recipes():
     assert len(merged) == 1 and merged[0].affects == ("recipes/a/base.yaml", "recipes/a/child.yaml")
     own = Diagnostic("warning", "Y", "m", Position("recipes/a/child.yaml", 3, 1))
     assert merge_shared({"recipes/a/child.yaml": [own]})[0].affects == ()
+
+
+@pytest.mark.parametrize("rid, sets", [
+    ("qwen3-30b-a3b/h100-bf16", ["parallelism.pp=5"]),   # world, expert world and layers per stage at once
+    ("gpt-oss-120b/h100-bf16", ["parallelism.first_stage_layers=10"]),
+    ("gpt-oss-120b/h100-bf16", ["parallelism.vpp=2"]),
+    ("qwen3-30b-a3b/h100-bf16", ["platform=gb200-nvl72", "moe.dispatcher=flex", "moe.flex_backend=deepep"]),  # GPU name
+])
+def test_megatrons_words_in_a_refused_recipe_carry_its_numbers(rid, sets):
+    """Megatron's message is quoted as it would print it: every {placeholder} filled, the world and the
+    data-parallel sizes included (a refused layout never reaches the solver's derivation of them)."""
+    with pytest.raises(CompileError) as err:
+        resolve(load(rid, sets, RECIPES))
+    quoted = [d.megatron_message for d in err.value.diagnostics if d.megatron_message]
+    assert quoted and not [m for m in quoted if "{" in m], quoted
