@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import (READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore,
-                              run_judge_dirs, training_case)
+from fidelity_testlib import (READY, SKIP_REASON, UNEVEN_SETS, assert_verdict, catalogue, compile_all,
+                              platform_mcore, run_judge_dirs, training_case, uneven_cases)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -23,8 +23,10 @@ def judged(tmp_path_factory):
     older = {r: ["platform.software.megatron_core=0.19.2"] for r in RECIPES if not platform_mcore(r).startswith("0.19.")}
     dirs = compile_all(RECIPES, tmp_path_factory.mktemp("fidelity-bridge"), older)
     case = training_case(tmp_path_factory.mktemp("fidelity-bridge-training"))
-    by_dir = run_judge_dirs("bridge_judge.py", [*dirs.values(), case])
-    return {rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)]
+    uneven = uneven_cases(tmp_path_factory.mktemp("fidelity-bridge-uneven"))
+    by_dir = run_judge_dirs("bridge_judge.py", [*dirs.values(), case, *uneven.values()])
+    return ({rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)],
+            {name: by_dir[str(d)] for name, d in uneven.items()})
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -39,3 +41,10 @@ def test_bridge_accepts_real_training(judged):
     """Indexed data, the byte tokenizer, checkpoints, a cosine schedule: Bridge's ConfigContainer holds the
     plan's values after validate() (dataset, tokenizer, checkpoint, scheduler, logger, validation, dist)."""
     assert_verdict(judged[1])
+
+
+@pytest.mark.parametrize("split", UNEVEN_SETS)
+def test_bridge_accepts_uneven_pipelines(split, judged):
+    """model.num_layers_in_first/last_pipeline_stage and model.account_for_*_in_pipeline_split as emitted pass
+    Bridge's validate() and reach the TransformerConfig the plan implies."""
+    assert_verdict(judged[2][split])

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import (READY, SKIP_REASON, assert_verdict, catalogue, compile_all, platform_mcore,
-                              run_judge_dirs, training_case)
+from fidelity_testlib import (READY, SKIP_REASON, UNEVEN_SETS, assert_verdict, catalogue, compile_all,
+                              platform_mcore, run_judge_dirs, training_case, uneven_cases)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -19,8 +19,10 @@ RECIPES = [r for r in catalogue() if platform_mcore(r).startswith("0.19.")]
 def judged(tmp_path_factory):
     dirs = compile_all(RECIPES, tmp_path_factory.mktemp("fidelity-mlm"))
     case = training_case(tmp_path_factory.mktemp("fidelity-mlm-training"))
-    by_dir = run_judge_dirs("megatron_lm_judge.py", [*dirs.values(), case])
-    return {rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)]
+    uneven = uneven_cases(tmp_path_factory.mktemp("fidelity-mlm-uneven"))
+    by_dir = run_judge_dirs("megatron_lm_judge.py", [*dirs.values(), case, *uneven.values()])
+    return ({rid: by_dir[str(d)] for rid, d in dirs.items()}, by_dir[str(case)],
+            {name: by_dir[str(d)] for name, d in uneven.items()})
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -32,3 +34,10 @@ def test_megatron_lm_accepts_real_training_and_builds_the_plans_vocab(judged):
     verdict = judged[1]
     assert_verdict(verdict)  # training-I/O values, the 384-row vocab and the byte tokenizer's eod id included
     assert not [n for n in verdict["notes"] if "pads the vocabulary" in n]
+
+
+@pytest.mark.parametrize("split", UNEVEN_SETS)
+def test_megatron_lm_accepts_uneven_pipelines(split, judged):
+    """--decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-split as emitted pass
+    validate_args and reach the TransformerConfig the plan implies."""
+    assert_verdict(judged[2][split])
