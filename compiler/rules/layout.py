@@ -187,7 +187,7 @@ RULES = (
          "number of layers at last stage: {num_layers_in_last_pipeline_stage}must be divisible by virtual "
          "pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
     # megatron-core lets the stage sizes exceed the model (36 layers, PP 4, first 10, last 30 passes its
-    # checks: the middle ranks get -2 each) and builds a different model; moeforge refuses it.
+    # checks: the middle ranks get -2 layers each, none built, so 40 layers are built); moeforge refuses it.
     Rule("LAYOUT_UNEVEN_STAGES_FIT", "error", BY_STAGE_SIZES, MIDDLE_LAYERS >= 0,
          "the first and last stage sizes together exceed the model's layers", TC, STAGE_FIX, None,
          origin="moeforge"),

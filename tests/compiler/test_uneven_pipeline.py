@@ -3,7 +3,7 @@ solver's help proposes instead is something megatron-core accepts.
 
 gpt-oss-120b/h100-bf16 runs 36 layers on PP 4. Each refused override below compiled "ok" before the
 LAYOUT_*_STAGE_LAYERS_*, LAYOUT_UNEVEN_* and LAYOUT_ACCOUNT_FOR_* rules (megatron-core's
-TransformerConfig.__post_init__ raises for all but the last, which it runs as a 40-layer model).
+TransformerConfig.__post_init__ raises for all but the last, which it builds with 40 layers).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def compile_errors(sets: list[str]) -> list:
      "--set parallelism.account_for_loss=true"),
     (["parallelism.pipeline_layout=Et*9|t*9|t*9|t*9L", "parallelism.account_for_loss=true"],
      "LAYOUT_PIPELINE_LAYOUT_ALONE", None),
-    # megatron-core accepts this one and builds 10 + 2 x (-2) + 30 = 36 layers with negative middle stages
+    # megatron-core accepts this one: the middle ranks get -2 layers each (none built), the first and last 40
     (["parallelism.first_stage_layers=10", "parallelism.last_stage_layers=30"], "LAYOUT_UNEVEN_STAGES_FIT", None),
 ])
 def test_what_megatron_core_refuses_is_a_located_error(sets, code, located_at):
