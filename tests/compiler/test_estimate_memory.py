@@ -5,7 +5,8 @@ runtime.dryrun PLAN --rank 0,[middle,]-1 --local-spec`` counted on the meta devi
 0.19.2 for the GPU platforms, 0.16 for the CPU one); tests/data/gen_layout_param_counts.py
 regenerates it.  The analytic count, from the golden plan.json alone (no torch), must equal it
 exactly, for every rank recorded: total, dense, expert and embedding, the decoder layers the
-stage owns and its MTP layers.
+stage owns and its MTP layers. Its "variants" are pipeline splits no catalogue recipe uses (stage sizes,
+accounting), compiled here with the recorded --set overrides and compared at every stage.
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from compiler.check import recipe_ids
+from compiler.cli import main
 from compiler.estimate import activations as A
 from compiler.estimate import memory as M
 from compiler.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = json.loads((ROOT / "tests" / "data" / "layout_param_counts.json").read_text())["recipes"]
+RECORDED = json.loads((ROOT / "tests" / "data" / "layout_param_counts.json").read_text())
+FIXTURE, VARIANTS = RECORDED["recipes"], RECORDED.get("variants", {})
 GOLDEN = ROOT / "tests" / "golden"
 
 
@@ -33,17 +36,31 @@ def test_fixture_covers_the_catalogue():
     assert golden == set(FIXTURE)
 
 
-@pytest.mark.parametrize("recipe", sorted(FIXTURE))
-def test_parameter_counts_equal_megatron(recipe):
-    plan = _plan(recipe)
-    assert plan["layout"] == FIXTURE[recipe]["layout"], "golden plan and fixture disagree: regenerate"
+def _assert_counts_equal(name: str, plan: dict, recorded: dict) -> None:
+    assert plan["layout"] == recorded["layout"], "plan and fixture disagree: regenerate"
     lay = Layout.from_plan(plan["layout"])
-    for rank in FIXTURE[recipe]["ranks"]:
+    for rank in recorded["ranks"]:
         got = M.rank_parameters(plan["transformer_config"], plan["model"], lay, rank["coordinates"]["pp"],
                                te=False)  # the fixture was built with --local-spec
-        assert {k: got[k] for k in rank["parameters"]} == rank["parameters"], (recipe, rank["rank"])
-        assert got["decoder_layers"] == rank["decoder_layers"]["numbers"], (recipe, rank["rank"])
-        assert got["mtp_layers"] == rank["mtp_layers_on_rank"], (recipe, rank["rank"])
+        assert {k: got[k] for k in rank["parameters"]} == rank["parameters"], (name, rank["rank"])
+        assert got["decoder_layers"] == rank["decoder_layers"]["numbers"], (name, rank["rank"])
+        assert got["mtp_layers"] == rank["mtp_layers_on_rank"], (name, rank["rank"])
+
+
+@pytest.mark.parametrize("recipe", sorted(FIXTURE))
+def test_parameter_counts_equal_megatron(recipe):
+    _assert_counts_equal(recipe, _plan(recipe), FIXTURE[recipe])
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_uneven_pipeline_counts_equal_megatron(name, tmp_path):
+    """Stage sizes (with VPP too) and accounting: every stage holds the layers megatron-core gives it."""
+    recorded = VARIANTS[name]
+    sets = [a for s in recorded["sets"] for a in ("--set", s)]
+    assert main(["compile", recorded["recipe"], *sets, "--out", str(tmp_path)]) == 0
+    plan = json.loads((tmp_path / recorded["recipe"] / "plan.json").read_text())
+    assert len(recorded["ranks"]) == plan["layout"]["pp"]
+    _assert_counts_equal(name, plan, recorded)
 
 
 @pytest.mark.parametrize("recipe", sorted(FIXTURE))

@@ -32,8 +32,8 @@ def compile_errors(sets: list[str]) -> list:
     (["parallelism.account_for_embedding=true"], "LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP",
      "--set parallelism.account_for_embedding=true"),
     # two ways to split at once
-    (["parallelism.first_stage_layers=9", "parallelism.account_for_loss=true"], "LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR",
-     "--set parallelism.account_for_loss=true"),
+    (["parallelism.first_stage_layers=9", "parallelism.account_for_loss=true"],
+     "LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR", "--set parallelism.account_for_loss=true"),
     (["parallelism.pipeline_layout=Et*9|t*9|t*9|t*9L", "parallelism.account_for_loss=true"],
      "LAYOUT_PIPELINE_LAYOUT_ALONE", None),
     # megatron-core accepts this one: the middle ranks get -2 layers each (none built), the first and last 40

@@ -6,7 +6,7 @@ really builds for every catalogue recipe, recorded here once.  Run from the repo
 
     /work/main/.venv/bin/python tests/data/gen_layout_param_counts.py [--venv-root /work/main]
 
-It compiles every catalogue recipe into a temporary build root (this checkout's compiler), then
+It compiles every catalogue recipe (and VARIANTS) into a temporary build root (this checkout's compiler), then
 runs ``python -m runtime.dryrun PLAN... --rank 0,-1 --local-spec`` (plus a middle pipeline stage
 where PP > 2) in the virtual environment whose megatron-core release the plan targets (.venv:
 0.16 for the CPU platform, .venv312: 0.19 for the GPU platforms) and keeps, per rank, the
@@ -34,6 +34,27 @@ def recipes() -> list[str]:
     return recipe_ids(ROOT / "recipes")
 
 
+# Pipeline splits no catalogue recipe uses, as `compile RECIPE --set ...`: memory.py's stage sizes and
+# accounting against megatron-core's get_num_layers_to_build, every pipeline stage recorded.
+VARIANTS = {
+    "gpt-oss-120b/h100-bf16 last=6": ("gpt-oss-120b/h100-bf16", ["parallelism.last_stage_layers=6"]),
+    "gpt-oss-120b/h100-bf16 first=last=6 vpp=3": (
+        "gpt-oss-120b/h100-bf16", ["parallelism.first_stage_layers=6", "parallelism.last_stage_layers=6",
+                                   "parallelism.vpp=3"]),
+    "gpt-oss-120b/h100-bf16 pp=2 account_for": (
+        "gpt-oss-120b/h100-bf16", ["parallelism.pp=2", "parallelism.account_for_embedding=true",
+                                   "parallelism.account_for_loss=true"]),
+}
+
+
+def _entry(layout: dict, results: list[dict]) -> dict:
+    return {"layout": layout,
+            "ranks": [{"rank": r["rank"], "coordinates": r["coordinates"], "group_sizes": r["group_sizes"],
+                       "model_chunks": r["model_chunks"], "decoder_layers": r["decoder_layers"],
+                       "mtp_layers_on_rank": r["mtp_layers_on_rank"], "parameters": r["parameters"],
+                       "parameters_per_chunk": r["parameters_per_chunk"]} for r in results]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv-root", default=str(ROOT))
@@ -48,14 +69,21 @@ def main() -> int:
                   "sys.exit(any(main(['compile', r, '--out', sys.argv[1]]) for r in sys.argv[2:]))\n")
         subprocess.run([sys.executable, "-c", script, tmp, *names], cwd=ROOT, env=env, check=True,
                        capture_output=True)
-        for name in names:
-            plan_path = Path(tmp) / name / "plan.json"
+        plans = {name: (Path(tmp) / name / "plan.json", False) for name in names}
+        for i, (name, (recipe, sets)) in enumerate(VARIANTS.items()):
+            subprocess.run([sys.executable, "-m", "compiler", "compile", recipe, "--out", f"{tmp}/v{i}",
+                            *[a for s in sets for a in ("--set", s)]], cwd=ROOT, env=env, check=True,
+                           capture_output=True)
+            plans[name] = (Path(tmp) / f"v{i}" / recipe / "plan.json", True)
+        for name, (plan_path, variant) in plans.items():
             plan = json.loads(plan_path.read_text())
             release = ".".join(plan["platform"]["software"]["megatron_core"].split(".")[:2])
             layout = plan["layout"]
             world, pp = layout["world_size"], layout["pp"]
             ranks = [0, world - 1] if world > 1 else [0]
-            if pp > 2:
+            if variant:
+                ranks = [stage * (world // pp) for stage in range(pp)]  # the first rank of every stage
+            elif pp > 2:
                 ranks.insert(1, (pp // 2) * (world // pp))  # first rank of a middle stage
             proc = subprocess.run([str(venvs[release]), "-m", "runtime.dryrun", str(plan_path), "--rank",
                                    ",".join(map(str, ranks)), "--local-spec"], cwd=ROOT, env=env,
@@ -67,14 +95,11 @@ def main() -> int:
             results = report["ranks"] if "ranks" in report else [report]
             out["megatron_core"] = out.get("megatron_core", {})
             out["megatron_core"][release] = results[0]["megatron_core"]
-            out["recipes"][name] = {
-                "layout": layout,
-                "ranks": [{"rank": r["rank"], "coordinates": r["coordinates"],
-                           "group_sizes": r["group_sizes"], "model_chunks": r["model_chunks"],
-                           "decoder_layers": r["decoder_layers"],
-                           "mtp_layers_on_rank": r["mtp_layers_on_rank"],
-                           "parameters": r["parameters"],
-                           "parameters_per_chunk": r["parameters_per_chunk"]} for r in results]}
+            if variant:
+                recipe, sets = VARIANTS[name]
+                out.setdefault("variants", {})[name] = {"recipe": recipe, "sets": sets, **_entry(layout, results)}
+            else:
+                out["recipes"][name] = _entry(layout, results)
             print(name, [r["parameters"]["total"] for r in results], flush=True)
     OUT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return 0
