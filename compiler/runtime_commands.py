@@ -78,7 +78,12 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
             print(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
                   file=sys.stderr)
             return 2
-        rc = child[0].wait()
+        while True:  # in steps: a signal landing just before one blocking wait began would reach the child late
+            try:
+                rc = child[0].wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     finally:
         for s, h in old.items():
             signal.signal(s, h)

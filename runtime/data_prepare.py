@@ -328,9 +328,9 @@ def prepare(args, sig: _Signals) -> int:
                     for batch in read():
                         pending.append(pool.apply_async(encode_batch, (batch,)))
                         if len(pending) >= 2 * args.workers:
-                            consume(pending.popleft().get())
+                            consume(_result(pending.popleft()))
                     while pending:
-                        consume(pending.popleft().get())
+                        consume(_result(pending.popleft()))
         if bar is not None:
             bar.close()
             bar = None
@@ -397,6 +397,19 @@ def prepare(args, sig: _Signals) -> int:
     print(f"prepared {docs} documents, {tokens} tokens ({dtype.name}{skipped}) in {seconds:.1f} s "
           f"({rate:,.0f} tokens/s) -> {', '.join(shown)}", flush=True)
     return 0
+
+
+def _result(async_result):
+    """A worker's result, waited for in steps of 0.1 s: a signal that lands just before one long blocking wait
+    starts would otherwise be handled only when the batch arrives (the main thread runs handlers between
+    bytecodes)."""
+    import multiprocessing
+
+    while True:
+        try:
+            return async_result.get(timeout=0.1)
+        except multiprocessing.TimeoutError:
+            continue
 
 
 def _fsync(path: str) -> None:

@@ -87,13 +87,22 @@ def _check_line(raw: bytes, key: str):
     return text, None
 
 
+def _pause(seconds: float) -> None:
+    """The test hook's pause, in naps of 0.1 s. Python runs a signal handler between bytecodes: a signal that
+    lands just before one long time.sleep() starts would wait for the whole sleep, so each nap ends in time
+    for the handler to interrupt the run."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+
+
 def encode_batch(batch):
     """``(first_lineno, [raw lines])`` -> (lengths, tokens, bad[:20], bad_count, empty, nbytes)."""
     first, lines, delay_this = batch
     if "error" in _W:
         raise _W["error"]
     if delay_this and _W["delay"]:
-        time.sleep(_W["delay"])
+        _pause(_W["delay"])
     np = _W["numpy"]
     dtype, eod, key = _W["dtype"], _W["eod"], _W["key"]
     lengths, pieces, bad, bad_count, empty, nbytes = [], [], [], 0, 0, 0
