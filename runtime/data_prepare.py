@@ -43,7 +43,7 @@ from collections import deque
 
 from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
 # absolute imports: spawned workers load this file as __mp_main__, outside its package
-from runtime.prepare_encode import MAX_REPORTED, batches, encode_batch, init_worker, reset_worker
+from runtime.prepare_encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
 from runtime.prepare_tokenizers import (DataError, Missing, interpreter_name, load_tokenizer, megatron_lm_tokenizer_args,
                                         tokenizer_fingerprint, tokenizer_spec)
 
@@ -328,9 +328,9 @@ def prepare(args, sig: _Signals) -> int:
                     for batch in read():
                         pending.append(pool.apply_async(encode_batch, (batch,)))
                         if len(pending) >= 2 * args.workers:
-                            consume(_result(pending.popleft()))
+                            consume(await_batch(pending.popleft()))
                     while pending:
-                        consume(_result(pending.popleft()))
+                        consume(await_batch(pending.popleft()))
         if bar is not None:
             bar.close()
             bar = None
@@ -397,19 +397,6 @@ def prepare(args, sig: _Signals) -> int:
     print(f"prepared {docs} documents, {tokens} tokens ({dtype.name}{skipped}) in {seconds:.1f} s "
           f"({rate:,.0f} tokens/s) -> {', '.join(shown)}", flush=True)
     return 0
-
-
-def _result(async_result):
-    """A worker's result, waited for in steps of 0.1 s: a signal that lands just before one long blocking wait
-    starts would otherwise be handled only when the batch arrives (the main thread runs handlers between
-    bytecodes)."""
-    import multiprocessing
-
-    while True:
-        try:
-            return async_result.get(timeout=0.1)
-        except multiprocessing.TimeoutError:
-            continue
 
 
 def _fsync(path: str) -> None:

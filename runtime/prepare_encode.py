@@ -96,6 +96,18 @@ def _pause(seconds: float) -> None:
         time.sleep(min(left, 0.1))
 
 
+def await_batch(async_result):
+    """A pool worker's encoded batch, awaited in steps of 0.1 s by the main process: a signal that lands just
+    before one long blocking wait starts would otherwise be handled only when the batch arrives."""
+    import multiprocessing
+
+    while True:
+        try:
+            return async_result.get(timeout=0.1)
+        except multiprocessing.TimeoutError:
+            continue
+
+
 def encode_batch(batch):
     """``(first_lineno, [raw lines])`` -> (lengths, tokens, bad[:20], bad_count, empty, nbytes)."""
     first, lines, delay_this = batch
