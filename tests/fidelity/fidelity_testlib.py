@@ -87,21 +87,15 @@ def training_case(out: Path) -> Path:
     return compile_all([TRAINING_RECIPE], out, {TRAINING_RECIPE: TRAINING_SETS})[TRAINING_RECIPE]
 
 
-# Uneven pipelines, each split the way megatron-core accepts it: stage sizes, stage sizes with VPP, and the
-# embedding and loss accounted for (gpt-oss-120b: 36 layers).
-UNEVEN_RECIPE = "gpt-oss-120b/h100-bf16"
-UNEVEN_SETS = {
-    "last-stage-6": ["parallelism.last_stage_layers=6"],
-    "first-last-6-vpp3": ["parallelism.first_stage_layers=6", "parallelism.last_stage_layers=6", "parallelism.vpp=3"],
-    "pp2-account-for": ["parallelism.pp=2", "parallelism.account_for_embedding=true",
-                        "parallelism.account_for_loss=true"],
-}
+# Uneven pipelines no catalogue recipe uses (stage sizes, with VPP too, and accounting), as recorded with
+# megatron-core's own layer counts by tests/data/gen_layout_param_counts.py: {name: {"recipe", "sets", ...}}.
+UNEVEN = json.loads((ROOT / "tests" / "data" / "layout_param_counts.json").read_text())["variants"]
 
 
-def uneven_cases(out: Path, extra: list[str] = ()) -> dict[str, Path]:
-    """Compile UNEVEN_RECIPE once per UNEVEN_SETS entry into out/<name>/<recipe> (the build dirs)."""
-    return {name: compile_all([UNEVEN_RECIPE], out / name, {UNEVEN_RECIPE: [*sets, *extra]})[UNEVEN_RECIPE]
-            for name, sets in UNEVEN_SETS.items()}
+def uneven_cases(out: Path) -> dict[str, Path]:
+    """Compile each UNEVEN variant into out/<i>/<recipe> (the build dirs), by name."""
+    return {name: compile_all([v["recipe"]], out / str(i), {v["recipe"]: v["sets"]})[v["recipe"]]
+            for i, (name, v) in enumerate(sorted(UNEVEN.items()))}
 
 
 def assert_verdict(v: dict) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import (READY, SKIP_REASON, UNEVEN_SETS, assert_verdict, catalogue, compile_all,
+from fidelity_testlib import (READY, SKIP_REASON, UNEVEN, assert_verdict, catalogue, compile_all,
                               platform_mcore, run_judge_dirs, training_case, uneven_cases)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
@@ -43,7 +43,7 @@ def test_bridge_accepts_real_training(judged):
     assert_verdict(judged[1])
 
 
-@pytest.mark.parametrize("split", UNEVEN_SETS)
+@pytest.mark.parametrize("split", sorted(UNEVEN))
 def test_bridge_accepts_uneven_pipelines(split, judged):
     """model.num_layers_in_first/last_pipeline_stage and model.account_for_*_in_pipeline_split as emitted pass
     Bridge's validate() and reach the TransformerConfig the plan implies."""

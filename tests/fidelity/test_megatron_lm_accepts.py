@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fidelity_testlib import (READY, SKIP_REASON, UNEVEN_SETS, assert_verdict, catalogue, compile_all,
+from fidelity_testlib import (READY, SKIP_REASON, UNEVEN, assert_verdict, catalogue, compile_all,
                               platform_mcore, run_judge_dirs, training_case, uneven_cases)
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
@@ -36,7 +36,7 @@ def test_megatron_lm_accepts_real_training_and_builds_the_plans_vocab(judged):
     assert not [n for n in verdict["notes"] if "pads the vocabulary" in n]
 
 
-@pytest.mark.parametrize("split", UNEVEN_SETS)
+@pytest.mark.parametrize("split", sorted(UNEVEN))
 def test_megatron_lm_accepts_uneven_pipelines(split, judged):
     """--decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-split as emitted pass
     validate_args and reach the TransformerConfig the plan implies."""
