@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import knobs as K
-from . import layout as L
 from . import validate
 from .compose import Composed, compose, resolve_recipe
 from .config import concrete, pins_and_auto
 from .diagnostics import CompileError, Diagnostic, Note, from_rule
+from .problem import derive
 from .rules import PREFERENCES, RULES, Rule
 from .rules.expr import evaluate
 from .solve import Decision, solve
@@ -195,8 +195,8 @@ def megatron_display(r: Rule, values: dict) -> dict:
     from .lint_input import _display
 
     spec = {**K.BY_FIELD, **K.FACT_BY_FIELD}
-    # the world, DP and EDP a refused layout would have (the solver never derived them: it stopped)
-    values = {**values, **{f: v for f, v in L.derived(values).items() if v is not None and values.get(f) is None}}
+    # the world, DP and EDP a refused layout would have, derived as the solver derives them (it stopped first)
+    values = {**values, **{f: v for f, v in derive(values).items() if v is not None and values.get(f) is None}}
     shown = {f: _version_text(v) if f in spec and spec[f].kind == "version" else v for f, v in values.items()}
     out = _display(shown, {})
     out.update({f: v for f, v in shown.items() if isinstance(v, str)})
