@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from . import knobs as K
-from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
+from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index, nan_check
 from .rules.expr import version_int
 
 # Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
@@ -73,6 +73,9 @@ def _bridge_not_written(plan: dict, name: str, value) -> str | None:
         return (f"Bridge's GPTModelProvider passes model.seq_length "
                 f"({plan['training'].get('seq_length')}) as GPTModel's max_sequence_length and has no field "
                 f"for it; {effect}")
+    mla = plan["transformer_config"].get("multi_latent_attention")
+    if VARIANT_ONLY.get(name) == "multi_latent_attention" and not mla:
+        return "only multi-latent attention reads it (off here); Bridge's GPTModelProvider has no such field"
     return None
 
 
@@ -111,6 +114,7 @@ def training_io(plan: dict, mcore: int) -> dict:
     for field, value in (("exit_signal_handler", saves),
                          ("exit_signal", K.EXIT_SIGNAL if saves else K.knob("exit_signal").default)):
         out.update((path, value) for path in K.knob(field).bridge_paths)
+    out.update((path, nan_check(plan)) for path in K.knob("check_for_nan_in_loss_and_grad").bridge_paths)
     backend = K.FACT_BY_FIELD["distributed_backend"]
     out.update((path, plan["platform"].get("distributed_backend") or backend.default) for path in backend.bridge_paths)
     return out

@@ -15,7 +15,8 @@ from .rules.expr import UNKNOWN
 # Megatron-Bridge: the sections of a ConfigContainer (nested mappings or dotted keys such as
 # comm_overlap.overlap_p2p_comm).
 BRIDGE_SECTIONS = ("model", "comm_overlap", "ddp", "train", "optimizer", "mixed_precision", "dataset",
-                   "checkpoint", "logger", "scheduler", "rng", "tokenizer", "dist", "validation")
+                   "checkpoint", "logger", "scheduler", "rng", "tokenizer", "dist", "validation",
+                   "rerun_state_machine")
 FRONTEND_WORDS = {"megatron-core": "megatron-core", "mcore": "megatron-core", "megatron-lm": "megatron-lm",
                   "mlm": "megatron-lm", "bridge": "bridge", "megatron-bridge": "bridge"}
 

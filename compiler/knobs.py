@@ -88,8 +88,12 @@ KNOBS: tuple[Knob, ...] = (
     _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1"), bridge="mixed_precision.fp4"),
     _tc("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom"),
         bridge="mixed_precision.fp4_recipe"),
-    _tc("fp8_param", "precision.fp8_param", "bool", False, lm="fp8_param_gather", bridge="mixed_precision.fp8_param"),
-    _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather", bridge="mixed_precision.fp4_param"),
+    # Bridge's MixedPrecisionConfig keeps *_param and *_param_gather in step (__setattr__): its __init__ sets
+    # *_param_gather after *_param, so a *_param given alone is reset to the gather's default
+    _tc("fp8_param", "precision.fp8_param", "bool", False, lm="fp8_param_gather",
+        bridge=("mixed_precision.fp8_param", "mixed_precision.fp8_param_gather")),
+    _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather",
+        bridge=("mixed_precision.fp4_param", "mixed_precision.fp4_param_gather")),
     _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
     # --- model architecture (from the model document) ---------------------------------
     _arch("num_layers", "int", None),
@@ -114,7 +118,7 @@ KNOBS: tuple[Knob, ...] = (
     _arch("window_size", "str", None, doc="[left, right] attention window in tokens"),
     _arch("window_attn_skip_freq", "str", None),
     _arch("attention_output_gate", "bool", False),
-    _arch("experimental_attention_variant", "str", None),
+    _arch("experimental_attention_variant", "enum", None, (None, "gated_delta_net", "dsa")),
     _arch("linear_attention_freq", "str", None),
     _arch("linear_conv_kernel_dim", "opt_int", 4),
     _arch("linear_key_head_dim", "opt_int", 128),

@@ -31,7 +31,7 @@ from .rules.layout import SHOWN as LAYOUT_SHOWN
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not megatron-core dataclass fields but whose "not given" value is known
 NON_MCORE_DEFAULTS = {"use_megatron_fsdp": False, "global_batch_size": None,
-                      "hybridep_ranks_per_nvlink_domain": None}
+                      "hybridep_ranks_per_nvlink_domain": None, "check_for_nan_in_loss_and_grad": True}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "advice": 2, "info": 3}
 
 
@@ -407,4 +407,11 @@ def _display(env: dict, display: dict) -> dict:
     out["deprecated_num_sms"] = str(deprecated)
     modules = g("cuda_graph_modules")
     out["cuda_graph_scopes_msg"] = f" with scopes {modules}" if isinstance(modules, list) and modules else ""
+    offload = g("offload_modules")
+    if isinstance(offload, list):  # megatron-core's own set expressions, so the text is the one it prints
+        # before 0.19 (fused_group_mlp came with it); built as Python builds its set literal, so it prints alike
+        allowed = set(frozenset(K.OFFLOAD_MODULES[:-1]))
+        out["invalid_modules"], out["allowed_modules"] = str(set(offload) - allowed), str(allowed)
+        out["offload_inside_moe"] = str({"moe_act", "expert_fc1", "fused_group_mlp"} & set(offload))
+        out["moe_partial_offload"] = str({"expert_fc1", "moe_act"} & set(offload))
     return out

@@ -153,6 +153,14 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     return out
 
 
+def nan_check(plan: dict) -> bool:
+    """Megatron-LM's and Megatron-Bridge's per-step NaN check of the loss and gradients: off under a
+    full-iteration CUDA graph, which both refuse to combine with it (validate_args, ConfigContainer.validate)."""
+    tc = plan["transformer_config"]
+    modules = tc.get("cuda_graph_modules") or tc.get("cuda_graph_scope") or []  # < 0.18: local + [full_iteration]
+    return tc.get("cuda_graph_impl") != "full_iteration" and "full_iteration" not in modules
+
+
 def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
     """dest -> (plan name, value) for the training-I/O sections (knobs.IO_SECTIONS) and the platform's
     distributed backend, each dest from its knob row; and a note for each value Megatron-LM has no flag for.
@@ -199,6 +207,7 @@ def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
     if ckpt["save"] is not None:
         put(K.knob("exit_signal_handler"), "save", True)
         put(K.knob("exit_signal"), "save", K.EXIT_SIGNAL)
+    put(K.knob("check_for_nan_in_loss_and_grad"), "cuda_graph_impl", nan_check(plan))
     backend = K.FACT_BY_FIELD["distributed_backend"]
     put(backend, "distributed_backend", plan["platform"].get("distributed_backend") or backend.default)
     return wanted, notes
@@ -215,6 +224,8 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
             knob = index.get((section, name))
             if name in DERIVED or (section, name) == ("optimizer", "use_distributed_optimizer"):
                 continue  # written through the composite flags below, or from ddp_config
+            if knob is None and section == "tc" and name in plan["model"] and plan["model"][name] == value:
+                continue  # MLA's copy of a GPTModel argument (plan.megatron_view): one flag, from plan.model
             if knob is None:
                 why = RUNTIME_ONLY.get(name, "not in moeforge's knob table")
                 notes.append(f"{name}={json.dumps(value)}: {why}")

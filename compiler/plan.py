@@ -109,8 +109,13 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
         tc["activation_func"] = "silu" if activation == "swiglu" else activation
     if moe.get("layer_freq") is not None:
         tc["moe_layer_freq"] = moe["layer_freq"]
-    if tc.get("recompute_granularity") == "selective" and not tc.get("recompute_modules"):
-        tc["recompute_modules"] = ["core_attn"]  # what megatron-core fills in; stated, so it is checked
+    if tc.get("recompute_modules") == [] or (tc.get("recompute_granularity") == "selective"
+                                             and not tc.get("recompute_modules")):
+        # what megatron-core fills in for None; stated, so it is checked.  [] is None too: Megatron-LM's
+        # --recompute-modules takes at least one module, so no launch could hold an empty list
+        tc["recompute_modules"] = ["core_attn"]
+    if tc.get("add_bias_linear"):
+        tc["add_qkv_bias"] = True  # megatron-core biases linear_qkv on either; Megatron-LM sets both (validate_args)
     if tc.get("expert_tensor_parallel_size") is None:
         tc["expert_tensor_parallel_size"] = env["tensor_model_parallel_size"]
     dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
@@ -118,6 +123,8 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     tc["batch_p2p_comm"] = not env.get("overlap_p2p_comm", False)
     out["model"]["max_sequence_length"] = max(arch.get("max_position_embeddings") or 0, env["seq_length"])
     out["model"]["share_embeddings_and_output_weights"] = not arch.get("untie_embeddings_and_output_weights", True)
+    if tc.get("multi_latent_attention"):  # MLA builds its rotary embedding from the config, not GPTModel's arguments
+        tc.update({k: out["model"][k] for k in ("rotary_base", "rotary_percent") if k in out["model"]})
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
     return out
@@ -242,6 +249,9 @@ def environment(env) -> dict:
         put("NCCL_GRAPH_REGISTER", 0, "CUDA graphs: Megatron-Bridge perf recipes keep NCCL buffer registration "
             "out of captured graphs")
         put("TORCH_NCCL_AVOID_RECORD_STREAMS", 1, "CUDA graphs: avoid record_stream on NCCL tensors")
+    if env.get("fine_grained_activation_offloading"):
+        put("NVTE_CPU_OFFLOAD_V1", 1, "fine-grained activation offloading: Transformer Engine >= 2.10 would offload "
+            "weights too without it (Megatron-LM validate_args and Megatron-Bridge refuse to start)")
     if env.get("tp_comm_overlap") or env["overlap_moe_expert_parallel_comm"]:
         put("NVTE_FWD_LAYERNORM_SM_MARGIN", 20, "overlapped communication: keep SMs free for comm kernels "
             "(Megatron-Bridge perf recipes use 10-20)")

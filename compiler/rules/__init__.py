@@ -26,7 +26,8 @@ from .expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, No
                    version_int)
 
 CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute",
-            "comm_overlap", "layout", "precision", "kernels", "nvlink", "training_io", "advice", "guidance")
+            "comm_overlap", "layout", "architecture", "precision", "kernels", "nvlink", "training_io", "advice",
+            "guidance")
 
 ORIGINS = ("megatron-core", "megatron-bridge", "megatron-lm", "moeforge")
 

@@ -77,6 +77,20 @@ RULES = (
          "cuda_graph_impl=full_iteration captures the whole iteration; per-layer modules must be empty", TC18,
          "set cuda_graph.modules: [] (or null)",
          'cuda_graph_modules must be empty when cuda_graph_impl="full_iteration".', versions=V18),
+    # a recipe's launches turn the check off themselves (compiler.megatron_args.nan_check); lint-config only
+    Rule("CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK", "error", FULL_ITER,
+         F("check_for_nan_in_loss_and_grad") == False,  # noqa: E712
+         "a full-iteration CUDA graph cannot run Megatron-LM's per-step NaN check of loss and gradients",
+         "Megatron-LM megatron/training/arguments.py validate_args (0.17+)",
+         "set check_for_nan_in_loss_and_grad: false (--no-check-for-nan-in-loss-and-grad)",
+         "--no-check-for-nan-in-loss-and-grad should be set with --cuda-graph-impl=full_iteration for training.",
+         origin="megatron-lm", lint_only=True, versions=(("megatron_core", ">=0.17.0"),),
+         variants=((V_OLD, "--no-check-for-nan-in-loss-and-grad should be set with --cuda-graph-scope=full_iteration "
+                           "for training. Note: If you are trying to use full_iteration CUDA graphs for inference, "
+                           "please use --cuda-graph-scope full_iteration_inference instead"),),
+         also=(("Megatron-Bridge training/config.py ConfigContainer.validate",
+                "check_for_nan_in_loss must be disabled when using full_iteration CUDA graph. "
+                "Set rerun_state_machine.check_for_nan_in_loss=False."),)),
     Rule("CUDA_GRAPH_MOE_AND_ROUTER_EXCLUSIVE", "error", PER_LAYER & Has(M, "moe"), Not(ROUTER),
          "the moe and moe_router CUDA-graph scopes are mutually exclusive", TC,
          "keep either moe (drop-and-pad MoE) or moe_router/moe_preprocess (dropless MoE)",

@@ -16,4 +16,11 @@ RULES = (
          "embeddings (YaRN, learned, none)", ARGS,
          "set kernels.apply_rope_fusion: false", None, origin="megatron-lm",
          silent={"apply_rope_fusion": False}),
+    # validate_args reads args.spec[0]; moeforge never emits --spec (Megatron-LM's GPT builder imports a
+    # <module function> pair from it, so no --spec value gives the local layer spec with this backend)
+    Rule("ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM", "error", F("attention_backend") == "local",
+         F("attention_backend") != "local",
+         "Megatron-LM accepts attention_backend local only with --spec local, which its GPT model builder "
+         "cannot load", ARGS, "set kernels.attention_backend: auto (or unfused for the non-fused kernel)",
+         "--attention-backend local is only supported with --spec local", origin="megatron-lm"),
 )

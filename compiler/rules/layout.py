@@ -28,6 +28,9 @@ PPL = ("megatron-core transformer/pipeline_parallel_layer_layout.py PipelinePara
 TP, PP, CP = F("tensor_model_parallel_size"), F("pipeline_model_parallel_size"), F("context_parallel_size")
 EP, ETP, VPP = F("expert_model_parallel_size"), F("expert_tensor_parallel_size"), F("virtual_pipeline_model_parallel_size")
 WORLD = F("world_size")
+GDN = F("experimental_attention_variant") == "gated_delta_net"
+GDN_K, GDN_V = F("linear_num_key_heads"), F("linear_num_value_heads")
+V18, BEFORE_V18 = (("megatron_core", ">=0.18.0"),), (("megatron_core", "<0.18.0"),)
 LAYOUT, STAGES = F("pipeline_model_parallel_layout"), F("pipeline_layout_stages")
 UNEVEN_PP = Or(IsSet(F("pipeline_model_parallel_layout")), IsSet(F("num_layers_in_first_pipeline_stage")),
                IsSet(F("num_layers_in_last_pipeline_stage")),
@@ -95,6 +98,12 @@ RULES = (
          "a virtual pipeline size needs pipeline parallelism (PP > 1)", PS,
          "unset parallelism.vpp, or set parallelism.pp > 1",
          "pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
+    # megatron-core would build one virtual stage per rank; Megatron-LM's validate_args drops it (VPP None), and
+    # with EP overlap its TransformerConfig then refuses PP > 1 without VPP: one value, one meaning, refused
+    Rule("LAYOUT_VPP_ONE_IS_NO_VPP", "error", IsSet(VPP) & (PP > 1), VPP != 1,
+         "parallelism.vpp: 1 is no virtual pipeline (Megatron-LM drops it, megatron-core would keep it)",
+         f"{ARGS}: virtual_pipeline_model_parallel_size == 1 becomes None", "unset parallelism.vpp (or set it >= 2)",
+         None, origin="moeforge"),
     Rule("LAYOUT_LAYERS_DIVISIBLE_BY_PP", "error", (PP > 1) & EVEN_PP, F("num_layers") % PP == 0,
          "the number of layers must be divisible by PP (no uneven pipeline layout is set)", TB,
          "choose parallelism.pp among the divisors of the layer count, or give an uneven pipeline layout",
@@ -284,4 +293,40 @@ RULES = (
          "an unset ETP means ETP = TP to megatron-core but ETP = 1 to Megatron-Bridge", BRIDGE_TC,
          "set parallelism.etp explicitly (1 is the usual choice with EP > 1)", None,
          origin="megatron-bridge", silent={"expert_tensor_parallel_size": 1}),
+    # Gated DeltaNet layers (experimental_attention_variant gated_delta_net) split their key and value heads over
+    # TP, and from megatron-core 0.18 over TP x CP.  megatron-core checks the value heads after the key heads: a
+    # multiple of them, they pass then, so their checks need no rule of their own
+    Rule("LAYOUT_GDN_VALUE_HEADS_MULTIPLE_OF_KEY_HEADS", "error", GDN & IsSet(GDN_K) & IsSet(GDN_V),
+         GDN_V % GDN_K == 0,
+         "the model's linear-attention value heads must be a multiple of its key heads", TC,
+         "fix model.architecture.linear_num_value_heads / linear_num_key_heads",
+         "linear_num_value_heads ({linear_num_value_heads}) must be a multiple of linear_num_key_heads "
+         "({linear_num_key_heads})."),
+    Rule("LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP", "error", GDN & IsSet(GDN_K), GDN_K % TP == 0,
+         "TP must divide the model's linear-attention key (and so value) heads", TC,
+         "choose parallelism.tp dividing model.architecture.linear_num_key_heads",
+         "linear_num_key_heads must be a multiple of tensor_model_parallel_size.", versions=BEFORE_V18),
+    Rule("LAYOUT_GDN_NO_CP", "error", GDN, CP == 1,
+         "Gated DeltaNet layers take no context parallelism before megatron-core 0.18", TC,
+         "set parallelism.cp: 1, or use a platform with megatron-core >= 0.18",
+         "Gated delta net does not support context parallel for now, but got "
+         "self.context_parallel_size={context_parallel_size}.", versions=BEFORE_V18),
+    Rule("LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP_CP", "error", GDN & IsSet(GDN_K), GDN_K % (TP * CP) == 0,
+         "TP x CP must divide the model's linear-attention key (and so value) heads", TC,
+         "choose parallelism.tp and parallelism.cp whose product divides model.architecture.linear_num_key_heads",
+         "self.linear_num_key_heads={linear_num_key_heads} must be a multiple of "
+         "(self.tensor_model_parallel_size={tensor_model_parallel_size} * "
+         "self.context_parallel_size={context_parallel_size}).", versions=V18),
+    # hierarchical CP (a2a inside, p2p across) needs the level sizes, which a recipe cannot give yet; megatron-core
+    # itself does not check, and without them CP communication is silently disabled (Megatron-Bridge's words)
+    Rule("LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES", "error", F("cp_comm_type") == "a2a+p2p",
+         F("cp_comm_type") != "a2a+p2p",
+         "cp_comm_type a2a+p2p needs hierarchical context-parallel sizes, which moeforge does not set", ARGS,
+         "set parallelism.cp_comm_type: p2p, a2a or allgather",
+         "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm", origin="megatron-lm",
+         also=(("Megatron-Bridge training/config.py ConfigContainer.validate",
+                "hierarchical_context_parallel_sizes must be set when cp_comm_type contains 'a2a+p2p'. Without it, "
+                "CP communication is silently disabled and each rank attends only to its local chunk, producing "
+                "artificially high throughput but broken training. Example: for cp=16 across 4 nodes of 8 GPUs, set "
+                "hierarchical_context_parallel_sizes=[8, 2]."),)),
 )

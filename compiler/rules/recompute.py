@@ -1,10 +1,12 @@
-"""Activation recomputation: granularity, method, layers and selective modules.
+"""Activation recomputation (granularity, method, layers, selective modules) and fine-grained
+activation offloading (recompute.offload).
 
 megatron-core TransformerConfig.__post_init__ (all versions 0.16-0.19). megatron-core
 normalises recompute_modules=None to ["core_attn"]; the rules treat None the same way.
 The seeds: prefer selective recompute (layernorm, core_attn, moe_act, mlp, shared_experts,
 mla_up_proj) before full recompute; TE-scoped CUDA graphs pair with selective recompute.
 """
+from ..knobs import OFFLOAD_MODULES
 from . import Rule
 from .expr import F, AtLeast, Has, IsSet, Not, Or
 
@@ -15,6 +17,9 @@ SELECTIVE = GRAN == "selective"
 FP8 = IsSet(F("fp8"))
 # recompute_modules=None means ["core_attn"] to megatron-core
 CORE_ATTN = Or(Has(MODS, "core_attn"), Not(IsSet(MODS)))
+OFFLOAD, OFF_MODS = F("fine_grained_activation_offloading") == True, F("offload_modules")  # noqa: E712
+V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
+ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
 RULES = (
     Rule("RECOMPUTE_FULL_NEEDS_METHOD", "error", FULL, IsSet(F("recompute_method")),
@@ -29,12 +34,12 @@ RULES = (
     Rule("RECOMPUTE_SELECTIVE_NO_NUM_LAYERS", "error", SELECTIVE, Not(IsSet(F("recompute_num_layers"))),
          "selective recompute takes no recompute.num_layers", TC, "remove recompute.num_layers",
          "When using recompute_granularity: {recompute_granularity} recompute_num_layers must be None."),
-    # Megatron-LM only (megatron-core ignores the method for selective recompute); lint-config only
+    # Megatron-LM only: megatron-core ignores the method for selective recompute, but the emitted
+    # megatron-lm.args would carry it
     Rule("RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM", "error", SELECTIVE, Not(IsSet(F("recompute_method"))),
-         "selective recompute takes no recompute.method (Megatron-LM refuses it)",
-         "Megatron-LM megatron/training/arguments.py validate_args",
-         "remove recompute_method", "recompute method is not yet supported for selective recomputing granularity",
-         origin="megatron-lm", lint_only=True),
+         "selective recompute takes no recompute.method (Megatron-LM refuses it)", ARGS,
+         "remove recompute.method", "recompute method is not yet supported for selective recomputing granularity",
+         origin="megatron-lm"),
     Rule("RECOMPUTE_MOE_ACT_NEEDS_GROUPED_GEMM", "error", SELECTIVE & Has(MODS, "moe_act"),
          F("moe_grouped_gemm") == True,  # noqa: E712
          "recomputing moe_act needs grouped GEMM experts", TC,
@@ -80,4 +85,50 @@ RULES = (
          evidence="fine-grained recompute usually recovers most of the memory while keeping throughput close "
                   "to the no-recompute baseline; full recompute also rules out EP overlap and TE-scoped "
                   "CUDA graphs"),
+    # --- fine-grained activation offloading (recompute.offload)
+    Rule("OFFLOAD_NEEDS_MODULES", "error", OFFLOAD, Or(*[Has(OFF_MODS, m) for m in OFFLOAD_MODULES]),
+         "activation offloading needs the modules whose inputs it offloads", TC,
+         "list them in recompute.offload.modules (e.g. [core_attn, attn_proj]), or set recompute.offload.enabled: "
+         "false", None,
+         # megatron-core's check is a bare `assert self.offload_modules is not None and len(...) > 0`: no text of
+         # Megatron's to quote, so the words (and the origin) are moeforge's
+         origin="moeforge"),
+    Rule("OFFLOAD_ATTN_PROJ_NEEDS_CORE_ATTN", "error", OFFLOAD & Has(OFF_MODS, "attn_proj"),
+         Has(OFF_MODS, "core_attn"),
+         "offloading attn_proj's input needs core_attn offloaded too (it is core_attn's output)", TC,
+         "add core_attn to recompute.offload.modules, or drop attn_proj",
+         "attn_proj cannot be set to offload_modules alone without core_attn because the input of attn_proj is "
+         "the output of core_attn, which is needed in core_attn.backward()."),
+    Rule("OFFLOAD_NOT_INSIDE_RECOMPUTED_MOE", "error", OFFLOAD & SELECTIVE & Has(MODS, "moe"),
+         Not(Or(Has(OFF_MODS, "moe_act"), Has(OFF_MODS, "expert_fc1"), Has(OFF_MODS, "fused_group_mlp"))),
+         "activations inside a recomputed MoE layer cannot be offloaded", TC,
+         "drop moe_act, expert_fc1 and fused_group_mlp from recompute.offload.modules, or moe from recompute.modules",
+         "Cannot offload {offload_inside_moe} while recomputing the entire MoE layer. 'moe' in recompute_modules "
+         "wraps the full MoE forward in a checkpoint, so offloading activations inside it is redundant and will "
+         "cause errors. Either remove 'moe' from --recompute-modules or remove {offload_inside_moe} from "
+         "--offload-modules.", versions=V19),
+    Rule("OFFLOAD_FUSED_GROUP_MLP_NEEDS_MCORE_0_19", "error", OFFLOAD & Has(OFF_MODS, "fused_group_mlp"), Not(OFFLOAD),
+         "offloading fused_group_mlp needs megatron-core >= 0.19", TC,
+         "use a platform with megatron-core >= 0.19, or offload expert_fc1/moe_act instead",
+         "Invalid choices for offload_modules: {invalid_modules}. Allowed modules are: {allowed_modules}",
+         versions=BEFORE_V19),
+    Rule("OFFLOAD_FUSED_GROUP_MLP_NEEDS_OP_FUSER", "error", OFFLOAD & Has(OFF_MODS, "fused_group_mlp"),
+         F("use_transformer_engine_op_fuser") == True,  # noqa: E712
+         "offloading fused_group_mlp needs Transformer Engine's op fuser", TC,
+         "set training.te_op_fuser: true, or drop fused_group_mlp from recompute.offload.modules",
+         "fused_group_mlp requires use_transformer_engine_op_fuser.", versions=V19),
+    Rule("OFFLOAD_FUSED_GROUP_MLP_ALONE", "error", OFFLOAD & Has(OFF_MODS, "fused_group_mlp"),
+         Not(Or(Has(OFF_MODS, "expert_fc1"), Has(OFF_MODS, "moe_act"))),
+         "fused_group_mlp already offloads the whole grouped MLP: expert_fc1 and moe_act cannot be added", TC,
+         "drop expert_fc1 and moe_act from recompute.offload.modules",
+         "fused_group_mlp offloads the whole fused grouped MLP and cannot be combined with expert_fc1 or moe_act. "
+         "Remove: {moe_partial_offload}", versions=V19),
+    Rule("OFFLOAD_NEEDS_TE", "error", OFFLOAD, AtLeast("transformer_engine", "0.1.0"),
+         "activation offloading needs the Transformer Engine layer spec", ARGS,
+         "use a platform with Transformer Engine, or set recompute.offload.enabled: false",
+         "Fine-grained activation offloading is only supported with transformer_engine implementation",
+         origin="megatron-lm",
+         also=(("Megatron-Bridge training/config.py _validate_fine_grained_activation_offloading",
+                "Fine-grained activation offloading is only supported with transformer_engine implementation. "
+                "Current transformer_impl: {model_cfg.transformer_impl}"),)),
 )

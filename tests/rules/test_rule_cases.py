@@ -59,6 +59,12 @@ INDEXED = {"entrypoint": "megatron-lm", "data_kind": "indexed", "data_paths": ["
            "data_blend": None}
 BLEND = [{"weight": 0.7, "path": "/data/a"}, {"weight": 0.3, "path": "/data/b"}]
 SAVES = {"save": "/ckpt", "save_interval": 100}
+MLA = {"multi_latent_attention": True, "q_lora_rank": 64, "kv_lora_rank": 64, "qk_head_dim": 32,
+       "qk_pos_emb_head_dim": 16, "v_head_dim": 32, "num_query_groups": None}
+OFFLOAD = {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]}
+GDN = {"experimental_attention_variant": "gated_delta_net", "linear_attention_freq": 4, "linear_conv_kernel_dim": 4,
+       "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+       "linear_num_value_heads": 32}
 ASYNC = {"async_save": True, "ckpt_format": "torch_dist"}
 
 
@@ -264,7 +270,7 @@ CASES = {
     "RECOMPUTE_MOE_ACT_NEEDS_GROUPED_GEMM": (c(SEL, recompute_modules=["moe_act"], moe_grouped_gemm=False),
                                              c(SEL, recompute_modules=["moe_act"])),
     "RECOMPUTE_MLA_UP_PROJ_NEEDS_MLA": (c(SEL, recompute_modules=["mla_up_proj"]),
-                                        c(SEL, recompute_modules=["mla_up_proj"], multi_latent_attention=True)),
+                                        c(SEL, MLA, recompute_modules=["mla_up_proj"])),
     "RECOMPUTE_SHARED_EXPERTS_NOT_WITH_OVERLAP": (
         c(NO_EPO, SEL, recompute_modules=["shared_experts"], moe_shared_expert_intermediate_size=512,
           moe_shared_expert_overlap=True),
@@ -414,6 +420,61 @@ CASES = {
                                       c(FLEX_DEEPEP, expert_model_parallel_size=16)),
     "ADVICE_HYBRIDEP_OFF_NVL72": (FLEX_HYBRIDEP, c(FLEX_HYBRIDEP, NVL72)),
     "ADVICE_CUDA_GRAPHS_FOR_DROPLESS_MOE": ({}, c(G, cuda_graph_modules=DROPLESS)),
+    # --- fine-grained activation offloading
+    "OFFLOAD_NEEDS_MODULES": (c(OFFLOAD, offload_modules=[]), OFFLOAD),
+    "OFFLOAD_ATTN_PROJ_NEEDS_CORE_ATTN": (c(OFFLOAD, offload_modules=["attn_proj"]),
+                                          c(OFFLOAD, offload_modules=["core_attn", "attn_proj"])),
+    "OFFLOAD_NOT_INSIDE_RECOMPUTED_MOE": (c(OFFLOAD, NO_EPO, SEL, recompute_modules=["moe"],
+                                            offload_modules=["moe_act"]),
+                                          c(OFFLOAD, NO_EPO, SEL, recompute_modules=["moe"])),
+    "OFFLOAD_FUSED_GROUP_MLP_NEEDS_MCORE_0_19": (c(OFFLOAD, V("0.18.0"), offload_modules=["fused_group_mlp"]),
+                                                 c(OFFLOAD, V("0.18.0"))),
+    "OFFLOAD_FUSED_GROUP_MLP_NEEDS_OP_FUSER": (c(OFFLOAD, offload_modules=["fused_group_mlp"]),
+                                               c(OFFLOAD, offload_modules=["fused_group_mlp"],
+                                                 use_transformer_engine_op_fuser=True)),
+    "OFFLOAD_FUSED_GROUP_MLP_ALONE": (c(OFFLOAD, offload_modules=["fused_group_mlp", "expert_fc1"],
+                                        use_transformer_engine_op_fuser=True),
+                                      c(OFFLOAD, offload_modules=["fused_group_mlp"],
+                                        use_transformer_engine_op_fuser=True)),
+    "OFFLOAD_NEEDS_TE": (c(OFFLOAD, V(te=None)), OFFLOAD),
+    # --- Gated DeltaNet heads and hierarchical context parallelism
+    "LAYOUT_GDN_VALUE_HEADS_MULTIPLE_OF_KEY_HEADS": (c(GDN, linear_num_value_heads=24), GDN),
+    "LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP": (c(GDN, TP2, V("0.17.0"), linear_num_key_heads=3, linear_num_value_heads=6),
+                                             c(GDN, TP2, V("0.17.0"))),
+    "LAYOUT_GDN_NO_CP": (c(GDN, V("0.17.0"), context_parallel_size=2), c(GDN, V("0.17.0"))),
+    "LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP_CP": (c(GDN, context_parallel_size=32, world_size=256, num_nodes=32,
+                                                  global_batch_size=64), c(GDN, context_parallel_size=2)),
+    "LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES": (c(context_parallel_size=2, cp_comm_type="a2a+p2p"),
+                                                   c(context_parallel_size=2, cp_comm_type="a2a")),
+    # --- the model document's own consistency
+    "ROUTER_GROUP_TOPK_NEEDS_NUM_GROUPS": (c(moe_router_group_topk=2),
+                                           c(moe_router_group_topk=2, moe_router_num_groups=8)),
+    "ROUTER_EXPERTS_DIVISIBLE_BY_GROUPS": (c(moe_router_group_topk=2, moe_router_num_groups=6),
+                                           c(moe_router_group_topk=2, moe_router_num_groups=8)),
+    "ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS": (c(moe_router_group_topk=16, moe_router_num_groups=8),
+                                             c(moe_router_group_topk=8, moe_router_num_groups=8)),
+    "MLA_NO_ATTENTION_OUTPUT_GATE": (c(MLA, attention_output_gate=True), MLA),
+    "MLA_NO_GROUP_QUERY_ATTENTION": (c(MLA, num_query_groups=4), c(MLA, num_query_groups=16)),
+    "MTP_NEEDS_ROPE_OR_NO_POSITION_EMBEDDING": (c(NO_EPO, mtp_num_layers=1, position_embedding_type="yarn"),
+                                                c(NO_EPO, mtp_num_layers=1, position_embedding_type="rope")),
+    "ROUTER_EXPERT_BIAS_NEEDS_SIGMOID": (c(moe_router_enable_expert_bias=True),
+                                         c(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")),
+    "HEADS_DIVISIBLE_BY_QUERY_GROUPS": (c(num_query_groups=32), c(num_query_groups=8)),
+    "DSA_NO_CONTEXT_PARALLEL": (c(V("0.18.0"), experimental_attention_variant="dsa", context_parallel_size=2),
+                                c(V("0.18.0"), experimental_attention_variant="dsa")),
+    "DSA_CONTEXT_PARALLEL_NEEDS_ALLGATHER": (c(experimental_attention_variant="dsa", context_parallel_size=2),
+                                             c(experimental_attention_variant="dsa", context_parallel_size=2,
+                                               cp_comm_type="allgather")),
+    "DSA_NO_ROPE_FUSION": (c(experimental_attention_variant="dsa", apply_rope_fusion=True),
+                           c(experimental_attention_variant="dsa")),
+    "GDN_NEEDS_LINEAR_ATTENTION_FREQ": (c(GDN, linear_attention_freq=None), GDN),
+    "HIDDEN_DIVISIBLE_BY_HEADS": (c(hidden_size=1000), c(hidden_size=1000, kv_channels=64)),
+    # --- Megatron-LM's own refusals
+    "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
+    "ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM": (c(attention_backend="local"), c(attention_backend="unfused")),
+    "CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK": (c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
+                                               c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
+                                                 check_for_nan_in_loss_and_grad=False)),
 }
 
 

@@ -1,0 +1,96 @@
+"""The model document's own consistency: attention and routing facts that megatron-core and Megatron-LM
+check whatever the layout (group-limited routing, MLA's exclusions, MTP's position embeddings, heads).
+
+megatron-core TransformerConfig / MLATransformerConfig.__post_init__ (0.16-0.19) and Megatron-LM
+validate_args.  A catalogue model passes them all; a new or edited model document is checked here before
+a launch would be refused.
+"""
+from . import Rule
+from .expr import F, IsSet, Not, Or
+
+TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
+MLA_TC = "megatron-core transformer/transformer_config.py MLATransformerConfig.__post_init__"
+ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
+
+GROUPS, GROUP_TOPK = F("moe_router_num_groups"), F("moe_router_group_topk")
+GROUP_ROUTING = IsSet(GROUP_TOPK) & (GROUP_TOPK > 0)
+MLA = F("multi_latent_attention") == True  # noqa: E712
+HEADS, QUERY_GROUPS = F("num_attention_heads"), F("num_query_groups")
+MTP = IsSet(F("mtp_num_layers")) & (F("mtp_num_layers") > 0)
+DSA = F("experimental_attention_variant") == "dsa"
+BEFORE_V18 = (("megatron_core", "<0.18.0"),)
+V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
+
+RULES = (
+    Rule("ROUTER_GROUP_TOPK_NEEDS_NUM_GROUPS", "error", GROUP_ROUTING, IsSet(GROUPS) & (GROUPS > 0),
+         "group-limited routing (moe.router_group_topk) needs the number of expert groups", TC,
+         "set model.moe.router_num_groups (it must divide the experts), or unset model.moe.router_group_topk",
+         "When using group limited routing, moe_router_num_groups must be specified."),
+    Rule("ROUTER_EXPERTS_DIVISIBLE_BY_GROUPS", "error", GROUP_ROUTING & IsSet(GROUPS) & (GROUPS > 0),
+         F("num_moe_experts") % GROUPS == 0,
+         "the experts must split evenly into the router's expert groups", TC,
+         "choose model.moe.router_num_groups dividing model.moe.num_experts",
+         "num_moe_experts ({num_moe_experts}) should be divisible by moe_router_num_groups "
+         "({moe_router_num_groups})."),
+    Rule("ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS", "error", GROUP_ROUTING & IsSet(GROUPS) & (GROUPS > 0),
+         GROUP_TOPK <= GROUPS,
+         "a token cannot pick more expert groups than there are", TC,
+         "set model.moe.router_group_topk <= model.moe.router_num_groups",
+         "moe_router_group_topk ({moe_router_group_topk}) should be smaller than moe_router_num_groups "
+         "({moe_router_num_groups})."),
+    Rule("MLA_NO_ATTENTION_OUTPUT_GATE", "error", MLA, F("attention_output_gate") == False,  # noqa: E712
+         "multi-latent attention has no output gate", MLA_TC,
+         "set model.architecture.attention_output_gate: false (or multi_latent_attention: false)",
+         "Output gate is not supported for MLA yet."),
+    # Megatron-LM passes --group-query-attention whenever num_query_groups < num_attention_heads
+    Rule("MLA_NO_GROUP_QUERY_ATTENTION", "error", MLA & IsSet(QUERY_GROUPS), QUERY_GROUPS >= HEADS,
+         "multi-latent attention has no grouped-query attention (num_query_groups below the heads)", ARGS,
+         "set model.architecture.num_query_groups to num_attention_heads (or null)",
+         "Group query attention is mutually exclusive with multi latent attention.", origin="megatron-lm"),
+    Rule("MTP_NEEDS_ROPE_OR_NO_POSITION_EMBEDDING", "error", MTP,
+         Or(F("position_embedding_type") == "rope", F("position_embedding_type") == "none"),
+         "multi-token prediction needs RoPE (or no) position embeddings in Megatron-LM", ARGS,
+         "set model.architecture.position_embedding_type: rope, or model.mtp_num_layers: null",
+         "Multi-Token Prediction (MTP) is not supported with {position_embedding_type} position embedding type.",
+         origin="megatron-lm"),
+    # a bare `assert args.hidden_size % args.num_attention_heads == 0` (no text of Megatron's to quote)
+    Rule("HIDDEN_DIVISIBLE_BY_HEADS", "error", Not(IsSet(F("kv_channels"))), F("hidden_size") % HEADS == 0,
+         "without kv_channels the head size is hidden_size / num_attention_heads, which must be whole",
+         f"{ARGS} (when kv_channels is unset)",
+         "set model.architecture.kv_channels (the head size), or heads dividing hidden_size", None,
+         origin="moeforge"),
+    Rule("ROUTER_EXPERT_BIAS_NEEDS_SIGMOID", "error", F("moe_router_enable_expert_bias") == True,  # noqa: E712
+         F("moe_router_score_function") == "sigmoid",
+         "aux-loss-free routing (expert bias) needs the sigmoid score function", TC,
+         "set model.moe.router_score_function: sigmoid, or model.moe.router_enable_expert_bias: false",
+         "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' score functions. "
+         "Please set --moe-router-score-function to 'sigmoid' or 'sqrtsoftplus', or unset "
+         "--moe-router-enable-expert-bias.",
+         variants=((BEFORE_V18, "Expert bias for aux-loss-free routing only supports sigmoid score function."
+                                "Please set --moe-router-score-function sigmoid for sigmoid score function."),)),
+    # a query group holds num_attention_heads / num_query_groups query heads (megatron-core's attention and TE's
+    # DotProductAttention divide them); megatron-core's TransformerConfig itself does not check it
+    Rule("HEADS_DIVISIBLE_BY_QUERY_GROUPS", "error", IsSet(QUERY_GROUPS) & (QUERY_GROUPS > 0),
+         HEADS % QUERY_GROUPS == 0,
+         "the attention heads must split evenly into the query groups",
+         "megatron-core transformer/attention.py (query heads per group); Megatron-LM emits --num-query-groups only "
+         "below the heads", "choose model.architecture.num_query_groups dividing num_attention_heads", None,
+         origin="moeforge"),
+    Rule("DSA_NO_CONTEXT_PARALLEL", "error", DSA, F("context_parallel_size") == 1,
+         "DeepSeek sparse attention takes no context parallelism before megatron-core 0.19", TC,
+         "set parallelism.cp: 1, or use a platform with megatron-core >= 0.19 (with parallelism.cp_comm_type: "
+         "allgather)", "Currently context parallelism is not supported by DSAttention!", versions=BEFORE_V19),
+    Rule("DSA_CONTEXT_PARALLEL_NEEDS_ALLGATHER", "error", DSA & (F("context_parallel_size") > 1),
+         F("cp_comm_type") == "allgather",
+         "DeepSeek sparse attention runs context parallelism with the allgather exchange only", TC,
+         "set parallelism.cp_comm_type: allgather, or parallelism.cp: 1",
+         "DSAttention context parallelism currently supports cp_comm_type=allgather only.", versions=V19),
+    Rule("DSA_NO_ROPE_FUSION", "error", DSA, F("apply_rope_fusion") == False,  # noqa: E712
+         "DeepSeek sparse attention has no fused RoPE", TC, "set kernels.apply_rope_fusion: false",
+         "RoPE fusion is not supported for DSAttention"),
+    Rule("GDN_NEEDS_LINEAR_ATTENTION_FREQ", "error", F("experimental_attention_variant") == "gated_delta_net",
+         IsSet(F("linear_attention_freq")),
+         "Gated DeltaNet needs the pattern of linear and softmax layers", TC,
+         "set model.architecture.linear_attention_freq (N: every Nth layer is softmax attention)",
+         "linear_attention_freq must be set for linear gated_delta_net."),
+)
