@@ -90,6 +90,13 @@ RULES = (
          "\"'RowParallelLinear' object has no attribute 'backward_dw'\" (shared/reference/megatron-core-on-cpu.md)",
          "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
          None, origin="moeforge"),
+    # from megatron-core 0.17 the local layers have backward_dw, but Megatron-LM still refuses the local spec
+    Rule("DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", "error", DWG, AtLeast("transformer_engine", "0.1.0"),
+         "delayed wgrad needs the Transformer Engine layer spec in Megatron-LM",
+         "Megatron-LM megatron/training/arguments.py validate_args",
+         "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
+         "Delaying wgrad compute is only supported with transformer_engine implementation", origin="megatron-lm",
+         versions=(("megatron_core", ">=0.17.0"),)),
     # megatron-core 0.18+: the other way of hiding the dispatch backward behind expert wgrad
     Rule("DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18", "error",
          F("overlap_dispatch_backward_with_experts_wgrad") == True,  # noqa: E712

@@ -133,7 +133,7 @@ CASES = {
                                           c(DWG, V("0.16.1"))),
     "DELAY_WGRAD_NEEDS_TE_BACKWARD_DW": (
         c(DWG, V("0.16.1", te=None), overlap_grad_reduce=False, overlap_param_gather=False),
-        c(DWG, V("0.19.0", te=None), overlap_grad_reduce=False, overlap_param_gather=False)),
+        c(DWG, V("0.16.1"), overlap_grad_reduce=False, overlap_param_gather=False)),
     "DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18": (
         c(NO_EPO, V("0.17.0"), overlap_dispatch_backward_with_experts_wgrad=True),
         c(NO_EPO, V("0.18.0"), overlap_dispatch_backward_with_experts_wgrad=True)),
@@ -470,6 +470,8 @@ CASES = {
     "GDN_NEEDS_LINEAR_ATTENTION_FREQ": (c(GDN, linear_attention_freq=None), GDN),
     "HIDDEN_DIVISIBLE_BY_HEADS": (c(hidden_size=1000), c(hidden_size=1000, kv_channels=64)),
     # --- Megatron-LM's own refusals
+    "DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM": (c(DWG, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False),
+                                            c(DWG, overlap_grad_reduce=False, overlap_param_gather=False)),
     "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
     "ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM": (c(attention_backend="local"), c(attention_backend="unfused")),
     "CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK": (c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
