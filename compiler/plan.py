@@ -125,6 +125,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     out["model"]["share_embeddings_and_output_weights"] = not arch.get("untie_embeddings_and_output_weights", True)
     if tc.get("multi_latent_attention"):  # MLA builds its rotary embedding from the config, not GPTModel's arguments
         tc.update({k: out["model"][k] for k in ("rotary_base", "rotary_percent") if k in out["model"]})
+        # null: no query compression, as Hugging Face, Megatron-LM and Bridge read it (MLATransformerConfig alone
+        # would fill in 512)
+        tc.setdefault("q_lora_rank", None)
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
     return out
