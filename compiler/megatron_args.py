@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import knobs as K
-from .rules.expr import version_int
+from .rules.cuda_graphs import FULL_ITER
+from .rules.expr import evaluate, version_int
 
 DATA = Path(__file__).resolve().parent / "data"
 SECTIONS = (("transformer_config", "tc"), ("model", "model"), ("ddp_config", "ddp"), ("optimizer", "optimizer"),
@@ -157,8 +158,10 @@ def nan_check(plan: dict) -> bool:
     """Megatron-LM's and Megatron-Bridge's per-step NaN check of the loss and gradients: off under a
     full-iteration CUDA graph, which both refuse to combine with it (validate_args, ConfigContainer.validate)."""
     tc = plan["transformer_config"]
-    modules = tc.get("cuda_graph_modules") or tc.get("cuda_graph_scope") or []  # < 0.18: local + [full_iteration]
-    return tc.get("cuda_graph_impl") != "full_iteration" and "full_iteration" not in modules
+    graphs = {"cuda_graph_impl": tc.get("cuda_graph_impl", "none"), "enable_cuda_graph": False,
+              # megatron-core < 0.18 names the modules cuda_graph_scope (full iteration: local + [full_iteration])
+              "cuda_graph_modules": tc.get("cuda_graph_modules") or tc.get("cuda_graph_scope") or []}
+    return evaluate(FULL_ITER, graphs) is not True
 
 
 def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
