@@ -45,16 +45,6 @@ BRIDGE_FIXED = (
     ("dataset.blend", "null"),
 )
 DTYPES = ("float32", "float16", "bfloat16")
-# Fields only an attention variant reads, by the plan field that turns it on: a table knob the plan is silent on
-# is written at megatron-core's default only when its variant is in use (a GPTModelProvider has no MLA fields;
-# the linear-attention sizes are read by experimental_attention_variant's layers only).
-VARIANT_ONLY = {
-    **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
-                     "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-                     "mscale_all_dim"), "multi_latent_attention"),
-    **dict.fromkeys(("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                     "linear_num_value_heads"), "experimental_attention_variant"),
-}
 
 
 def _bridge_value(path: str, value) -> str:
@@ -74,7 +64,7 @@ def _bridge_not_written(plan: dict, name: str, value) -> str | None:
                 f"({plan['training'].get('seq_length')}) as GPTModel's max_sequence_length and has no field "
                 f"for it; {effect}")
     mla = plan["transformer_config"].get("multi_latent_attention")
-    if VARIANT_ONLY.get(name) == "multi_latent_attention" and not mla:
+    if K.VARIANT_ONLY.get(name) == "multi_latent_attention" and not mla:
         return "only multi-latent attention reads it (off here); Bridge's GPTModelProvider has no such field"
     return None
 
@@ -155,7 +145,7 @@ def bridge_overrides(plan: dict) -> tuple[list[tuple[str, str]], list[str]]:
     tc = plan["transformer_config"]
     for (section, name), knob in index.items():
         if section in ("tc", "model", "yarn") and name not in stated and knob.bridge_paths \
-                and (name not in VARIANT_ONLY or tc.get(VARIANT_ONLY[name])):
+                and (name not in K.VARIANT_ONLY or tc.get(K.VARIANT_ONLY[name])):
             put(knob.bridge_paths, knob.default_for("megatron-core"))
     # the layer spec the runtime builds: Transformer Engine's, or the local one (a platform without TE)
     put(("model.transformer_impl",), plan["runtime"]["transformer_impl"])

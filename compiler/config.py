@@ -189,11 +189,16 @@ def facts(c: Composed) -> dict[str, Pin]:
             value = int(str(raw).split(".")[0]) if raw else 0
         elif k.field == "gpu_product":
             value = gpu_product(raw)
+        elif k.field in ("activation_func", "gated_linear_unit"):
+            arch = lookup(c.data, "model.architecture")
+            activation = K.mlp_activation(arch) if isinstance(arch, dict) else None
+            value = k.default if activation is None else activation[k.field == "gated_linear_unit"]
         elif raw is None:
             value = k.default
         else:
             value = raw
-        out[k.field] = Pin(value, pos, "fact")
+        # the model document's facts are shown with the recipe's values (the platform's are not)
+        out[k.field] = Pin(value, pos, "model" if k.path.startswith("model.") else "fact")
     return out
 
 

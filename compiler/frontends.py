@@ -98,7 +98,8 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
     param-gather overlap (unless given); SP off with TP = 1; ETP = 1 when EP > 1 and ETP unset;
     flex without a backend -> alltoall; gradient accumulation fusion on when TE is installed.
     Megatron-LM 0.19 (validate_args): SP off with TP = 1; no VPP -> overlap_p2p_comm off;
-    te_rng_tracker on with CUDA graphs; variable_seq_lengths off.
+    te_rng_tracker on with CUDA graphs; variable_seq_lengths off; bias-activation fusion off without
+    linear bias unless SwiGLU.
     """
     rw: list = []
     g = env.get
@@ -146,6 +147,9 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
             _set(env, rw, "overlap_p2p_comm", False, f"{va}: not the interleaved schedule")
         if g("cuda_graph_impl") not in ("none", UNKNOWN):
             _set(env, rw, "use_te_rng_tracker", True, f"{va}: CUDA graphs")
+        if _true(g("bias_activation_fusion")) and g("add_bias_linear") is False \
+                and not (g("activation_func") == "silu" and _true(g("gated_linear_unit"))):
+            _set(env, rw, "bias_activation_fusion", False, f"{va}: no linear bias (--bias-gelu-fusion)")
         if "variable_seq_lengths" in given:
             _set(env, rw, "variable_seq_lengths", False, f"{va}: always False")
     return rw
@@ -164,6 +168,11 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     return infer_frontend(data)
 
 
+# Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit)
+# (megatron/training/argument_utils.py core_transformer_config_from_args)
+LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True), "squared_relu": ("squared_relu", False)}
+
+
 def _lm_aliases(data: dict, lines: dict) -> dict:
     """Megatron-LM dests that name a megatron-core field differently, under the megatron-core name."""
     out = dict(data)
@@ -174,6 +183,12 @@ def _lm_aliases(data: dict, lines: dict) -> dict:
             out[name] = out.pop(alias)
             if alias in lines:
                 lines.setdefault(name, lines[alias])
+    for flag, (func, gated) in LM_ACTIVATIONS.items():
+        if out.get(flag) is True and "activation_func" not in out:
+            out["activation_func"] = func
+            lines.setdefault("activation_func", lines.get(flag, 0))
+            if gated:
+                out.setdefault("gated_linear_unit", True)
     if out.get("recompute_activations") is True and "recompute_granularity" not in out:
         out["recompute_granularity"] = "selective"
         lines.setdefault("recompute_granularity", lines.get("recompute_activations", 0))

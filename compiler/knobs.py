@@ -132,7 +132,7 @@ KNOBS: tuple[Knob, ...] = (
     _arch("qk_pos_emb_head_dim", "opt_int", None),
     _arch("v_head_dim", "opt_int", None),
     # MLA's own YaRN fields (MLATransformerConfig); ordinary attention reads the yarn_* below
-    _arch("rope_type", "str", None),
+    _arch("rope_type", "enum", None, (None, "rope", "yarn")),
     _arch("rotary_scaling_factor", "float", None),
     _arch("original_max_position_embeddings", "opt_int", None, lm=None,
           doc="MLATransformerConfig only; Megatron-LM has no flag (its default 4096 applies)"),
@@ -337,6 +337,32 @@ def display(field: str) -> str:
     return k.path if k and k.path else field
 
 
+# Fields only an attention variant reads, by the plan field that turns it on (a GPTModelProvider has no MLA
+# fields, Megatron-LM refuses --rope-type yarn without MLA; the linear-attention sizes are read by
+# experimental_attention_variant's layers only): the emitters write them only when the variant is in use.
+VARIANT_ONLY = {
+    **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
+                     "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                     "mscale_all_dim"), "multi_latent_attention"),
+    **dict.fromkeys(("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                     "linear_num_value_heads"), "experimental_attention_variant"),
+}
+
+# megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
+# fusions.fused_bias_geglu.quick_gelu, activations.squared_relu)
+ACTIVATION_FUNCS = ("gelu", "silu", "quick_gelu", "squared_relu")
+
+
+def mlp_activation(arch: dict) -> tuple[str, bool] | None:
+    """(activation_func, gated_linear_unit) that a model document's architecture states, or None when it
+    names no activation (megatron-core's defaults, gelu and not gated, hold).  swiglu is silu, gated."""
+    activation = arch.get("activation")
+    if not activation:
+        return None
+    return ("silu" if activation == "swiglu" else activation,
+            activation == "swiglu" or bool(arch.get("gated_linear_unit")))
+
+
 # Platform facts: read from the platform document, never chosen by the solver.
 GPU_PRODUCTS = ("none", "A100", "H100", "H200", "B100", "B200", "B300", "GB200", "GB300", "other")
 FACTS: tuple[Knob, ...] = (
@@ -354,6 +380,13 @@ FACTS: tuple[Knob, ...] = (
     # torch.distributed's backend (Megatron-LM --distributed-backend, default nccl; gloo on CPU)
     _K("distributed_backend", "platform.distributed_backend", "enum", "nccl", ("nccl", "gloo"),
        bridge="dist.distributed_backend"),
+    # The MLP activation as megatron-core holds it (TransformerConfig.activation_func by name, and
+    # gated_linear_unit), from the model document's activation (knobs.mlp_activation); fusion and
+    # Megatron-LM's activation flags depend on the pair.
+    _K("activation_func", "model.architecture.activation", "enum", "gelu", ACTIVATION_FUNCS, lm=None,
+       doc="the MLP activation function (swiglu: silu, gated); Megatron-LM: --swiglu / --quick-geglu / --squared-relu"),
+    _K("gated_linear_unit", "model.architecture.gated_linear_unit", "bool", False, lm=None,
+       doc="a gated MLP (swiglu implies it); Megatron-LM: --swiglu / --quick-geglu"),
     # Facts of the recipe's own values that no rule could compare otherwise (lists, floats); computed by
     # compiler.config.derived_facts, never chosen by the solver.
     _K("path_env_vars", None, "str", None,

@@ -9,6 +9,7 @@ field_catalogue.py, the type checks are lint_values.py, what each front-end does
 from __future__ import annotations
 
 import json
+import marshal
 import re
 from dataclasses import dataclass, field
 
@@ -237,6 +238,9 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             line=min((lines.get(k, 0) for k in launch_only), default=0)))
 
     # --- defaults for what was not given
+    for field in ("activation_func", "gated_linear_unit"):  # facts that are megatron-core fields (gelu, not gated)
+        if field not in given:
+            env[field] = K.FACT_BY_FIELD[field].default
     for k in K.KNOBS:
         if k.field in env:
             continue
@@ -261,6 +265,12 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
 
 def _read_field(key, value, env, given, known, findings, lines) -> bool:
     """Read one field into env/given (UnusableInput on a wrong type); False when the name is unknown."""
+    if key == "activation_func":  # a name, a dotted callable (torch.nn.functional.silu) or Bridge's {_target_: ...}
+        given[key] = value
+        target = value.get("_target_") if isinstance(value, dict) else value
+        name = target.rsplit(".", 1)[-1] if isinstance(target, str) else None
+        env[key] = name if name in K.ACTIVATION_FUNCS else UNKNOWN
+        return True
     if key in K.FACT_BY_FIELD:
         fact = K.FACT_BY_FIELD[key]
         if fact.kind == "version":
@@ -409,9 +419,24 @@ def _display(env: dict, display: dict) -> dict:
     out["cuda_graph_scopes_msg"] = f" with scopes {modules}" if isinstance(modules, list) and modules else ""
     offload = g("offload_modules")
     if isinstance(offload, list):  # megatron-core's own set expressions, so the text is the one it prints
-        # before 0.19 (fused_group_mlp came with it); built as Python builds its set literal, so it prints alike
-        allowed = set(frozenset(K.OFFLOAD_MODULES[:-1]))
+        # before 0.19 (fused_group_mlp came with it)
+        allowed = _set_literal(*K.OFFLOAD_MODULES[:-1])
         out["invalid_modules"], out["allowed_modules"] = str(set(offload) - allowed), str(allowed)
-        out["offload_inside_moe"] = str({"moe_act", "expert_fc1", "fused_group_mlp"} & set(offload))
-        out["moe_partial_offload"] = str({"expert_fc1", "moe_act"} & set(offload))
+        out["offload_inside_moe"] = str(_set_literal("moe_act", "expert_fc1", "fused_group_mlp") & set(offload))
+        out["moe_partial_offload"] = str(_set_literal("expert_fc1", "moe_act") & set(offload))
     return out
+
+
+def _set_literal(*items: str) -> set:
+    """The set a literal {items...} in an installed (byte-compiled) module is, in its iteration order, so that
+    printing it gives the text Megatron prints.  CPython builds a literal of three or more constants as
+    set().update(a frozenset constant), and the .pyc stores that frozenset sorted by marshal.dumps (bpo-37596),
+    so its elements are re-added in that order on import; a shorter literal adds its items in source order.
+    A set's iteration order depends on its insertion history, so any other construction (set(frozenset(...)),
+    a fresh compile) prints the same elements in another order under some hash seeds."""
+    if len(items) < 3:
+        out: set = set()
+        for item in items:
+            out.add(item)
+        return out
+    return set(marshal.loads(marshal.dumps(frozenset(items))))

@@ -229,6 +229,10 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
                 continue  # written through the composite flags below, or from ddp_config
             if knob is None and section == "tc" and name in plan["model"] and plan["model"][name] == value:
                 continue  # MLA's copy of a GPTModel argument (plan.megatron_view): one flag, from plan.model
+            if K.VARIANT_ONLY.get(name) == "multi_latent_attention" and not plan["transformer_config"].get(
+                    "multi_latent_attention") and value is not None:
+                notes.append(f"{name}={json.dumps(value)}: only multi-latent attention reads it (off here)")
+                continue
             if knob is None:
                 why = RUNTIME_ONLY.get(name, "not in moeforge's knob table")
                 notes.append(f"{name}={json.dumps(value)}: {why}")

@@ -103,10 +103,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     for quant in ("fp8", "fp4"):
         if not env.get(quant):
             tc.pop(f"{quant}_recipe", None)
-    activation = arch.get("activation")
+    activation = K.mlp_activation(arch)
     if activation:
-        tc["gated_linear_unit"] = activation == "swiglu" or bool(arch.get("gated_linear_unit"))
-        tc["activation_func"] = "silu" if activation == "swiglu" else activation
+        tc["activation_func"], tc["gated_linear_unit"] = activation
     if moe.get("layer_freq") is not None:
         tc["moe_layer_freq"] = moe["layer_freq"]
     if tc.get("recompute_modules") == [] or (tc.get("recompute_granularity") == "selective"

@@ -11,6 +11,7 @@ from .expr import F, IsSet, Not, Or
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 MLA_TC = "megatron-core transformer/transformer_config.py MLATransformerConfig.__post_init__"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
+LM_CONFIG = "Megatron-LM megatron/training/argument_utils.py core_transformer_config_from_args"
 
 GROUPS, GROUP_TOPK = F("moe_router_num_groups"), F("moe_router_group_topk")
 GROUP_ROUTING = IsSet(GROUP_TOPK) & (GROUP_TOPK > 0)
@@ -20,6 +21,21 @@ MTP = IsSet(F("mtp_num_layers")) & (F("mtp_num_layers") > 0)
 DSA = F("experimental_attention_variant") == "dsa"
 BEFORE_V18 = (("megatron_core", "<0.18.0"),)
 V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
+ACT, GATED = F("activation_func"), F("gated_linear_unit") == True  # noqa: E712
+MLA_YARN = MLA & (F("rope_type") != "rope")  # MLATransformerConfig.rope_type defaults to yarn
+VIA_LM = F("entrypoint") == "megatron-lm"
+
+
+def _not_in_megatron_lm(rule_id: str, when, require, what: str, fix: str) -> tuple:
+    """A model Megatron-LM's flags cannot state: Megatron-LM raises nothing, it builds another model.  An
+    error when the launch runs Megatron-LM (moeforge's words: Megatron says nothing); otherwise a warning
+    that megatron-lm.args, which every compile writes, would not build the plan's model."""
+    return (Rule(rule_id, "error", VIA_LM & when, require, f"the launch runs Megatron-LM, which {what}", LM_CONFIG,
+                 fix + ", or use runtime.entrypoint: moeforge", None, origin="moeforge"),
+            Rule(rule_id + "_ARGS", "warning", Not(VIA_LM) & when, require,
+                 f"megatron-lm.args cannot state this model: Megatron-LM {what}", LM_CONFIG, fix, None,
+                 origin="megatron-lm"))
+
 
 RULES = (
     Rule("ROUTER_GROUP_TOPK_NEEDS_NUM_GROUPS", "error", GROUP_ROUTING, IsSet(GROUPS) & (GROUPS > 0),
@@ -42,6 +58,11 @@ RULES = (
          "multi-latent attention has no output gate", MLA_TC,
          "set model.architecture.attention_output_gate: false (or multi_latent_attention: false)",
          "Output gate is not supported for MLA yet."),
+    Rule("MLA_ROPE_FUSION_NEEDS_YARN", "error", MLA & (F("apply_rope_fusion") == True),  # noqa: E712
+         F("rope_type") != "rope",
+         "multi-latent attention fuses RoPE only in its YaRN flavour", MLA_TC,
+         "set kernels.apply_rope_fusion: false (or model.architecture.rope_type: yarn)",
+         "apply_rope_fusion for MLA only works with YARN RoPE."),
     # Megatron-LM passes --group-query-attention whenever num_query_groups < num_attention_heads
     Rule("MLA_NO_GROUP_QUERY_ATTENTION", "error", MLA & IsSet(QUERY_GROUPS), QUERY_GROUPS >= HEADS,
          "multi-latent attention has no grouped-query attention (num_query_groups below the heads)", ARGS,
@@ -88,9 +109,40 @@ RULES = (
     Rule("DSA_NO_ROPE_FUSION", "error", DSA, F("apply_rope_fusion") == False,  # noqa: E712
          "DeepSeek sparse attention has no fused RoPE", TC, "set kernels.apply_rope_fusion: false",
          "RoPE fusion is not supported for DSAttention"),
+    Rule("DSA_NO_LINEAR_BIAS", "error", DSA, F("add_bias_linear") == False,  # noqa: E712
+         "DeepSeek sparse attention (absorbed MLA) has no linear bias", TC,
+         "set model.architecture.add_bias_linear: false",
+         "DSA uses AbsorbedMLASelfAttention, which requires add_bias_linear=False. Disable linear bias for DSA "
+         "configs.", versions=V19),
     Rule("GDN_NEEDS_LINEAR_ATTENTION_FREQ", "error", F("experimental_attention_variant") == "gated_delta_net",
          IsSet(F("linear_attention_freq")),
          "Gated DeltaNet needs the pattern of linear and softmax layers", TC,
          "set model.architecture.linear_attention_freq (N: every Nth layer is softmax attention)",
          "linear_attention_freq must be set for linear gated_delta_net."),
+    # --- models Megatron-LM's flags cannot state
+    # Megatron-LM states an activation by one flag each (argument_utils.core_transformer_config_from_args):
+    # none: GELU; --swiglu: SiLU, gated; --quick-geglu: quick-GELU, gated; --squared-relu.  Another pair
+    # launches as something else.
+    *_not_in_megatron_lm(
+        "ACTIVATION_NOT_IN_MEGATRON_LM", ACT != "gelu",
+        Or((ACT == "silu") & GATED, (ACT == "quick_gelu") & GATED, (ACT == "squared_relu") & Not(GATED)),
+        "has flags for GELU, SwiGLU, gated quick-GELU and squared ReLU only (this MLP activation would launch "
+        "as another one)",
+        "set model.architecture.activation to swiglu, quick_gelu with gated_linear_unit: true, or squared_relu "
+        "without it"),
+    *_not_in_megatron_lm(
+        "ACTIVATION_GATED_GELU_NOT_IN_MEGATRON_LM", (ACT == "gelu") & GATED, Not(GATED),
+        "has no flag for a gated GELU MLP (GEGLU; it would launch a plain GELU MLP)",
+        "set model.architecture.gated_linear_unit: false, or activation: quick_gelu or swiglu"),
+    # MLATransformerConfig's own YaRN fields: Megatron-LM's --yarn-* flags fill only the non-MLA yarn_* fields
+    # (argument_utils._apply_yarn_config_from_args returns early for MLA), so MLA launches with the defaults
+    *_not_in_megatron_lm(
+        "MLA_YARN_CORRECTION_NOT_IN_MEGATRON_LM",
+        MLA_YARN & Or(IsSet(F("original_max_position_embeddings")), IsSet(F("beta_fast")), IsSet(F("beta_slow"))),
+        Or(Not(IsSet(F("original_max_position_embeddings"))), F("original_max_position_embeddings") == 4096)
+        & Or(Not(IsSet(F("beta_fast"))), F("beta_fast") == 32.0)
+        & Or(Not(IsSet(F("beta_slow"))), F("beta_slow") == 1.0),
+        "has no flag for MLA's YaRN original_max_position_embeddings / beta_fast / beta_slow (it would launch "
+        "with megatron-core's 4096 / 32 / 1)",
+        "keep original_max_position_embeddings 4096, beta_fast 32 and beta_slow 1, or leave them unset"),
 )

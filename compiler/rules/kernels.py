@@ -5,9 +5,13 @@ defaults them off. The plan states each one (compiler.knobs, `kernels.*`), so wh
 rewrites at start-up must be known here.
 """
 from . import Rule
-from .expr import F
+from .architecture import ACT, GATED
+from .expr import F, Not
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
+TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
+FUSED = F("bias_activation_fusion") == True  # noqa: E712
+SWIGLU = (ACT == "silu") & GATED
 
 RULES = (
     Rule("ROPE_FUSION_NEEDS_PLAIN_ROPE", "warning", F("apply_rope_fusion") == True,  # noqa: E712
@@ -23,4 +27,33 @@ RULES = (
          "Megatron-LM accepts attention_backend local only with --spec local, which its GPT model builder "
          "cannot load", ARGS, "set kernels.attention_backend: auto (or unfused for the non-fused kernel)",
          "--attention-backend local is only supported with --spec local", origin="megatron-lm"),
+    # --- the fused bias + activation kernel (megatron-core 0.16-0.19): which activations it has
+    Rule("BIAS_ACTIVATION_FUSION_ACTIVATION", "error", FUSED, ACT != "squared_relu",
+         "the fused bias-activation kernel exists for GELU, SwiGLU and quick-GEGLU only", TC,
+         "set kernels.bias_activation_fusion: false",
+         "When bias_activation_fusion is True, activation function should be either gelu, swiglu, or quick_geglu"),
+    Rule("BIAS_GELU_FUSION_NEEDS_BIAS", "error", FUSED & (ACT == "gelu") & Not(GATED),
+         F("add_bias_linear") == True,  # noqa: E712
+         "the fused bias-GELU kernel of a plain (not gated) MLP needs the linear bias", TC,
+         "set kernels.bias_activation_fusion: false (or model.architecture.add_bias_linear: true)",
+         "When bias_activation_fusion is True, gated_linear_unit is False and activation function is gelu, "
+         "add_bias_linear must also be True."),
+    Rule("BIAS_QUICK_GELU_FUSION_NEEDS_GLU", "error", FUSED & (ACT == "quick_gelu"), GATED,
+         "the fused bias-quick-GELU kernel is the gated one (quick-GEGLU)", TC,
+         "set kernels.bias_activation_fusion: false (or model.architecture.gated_linear_unit: true)",
+         "When bias_activation_fusion is True and activation function is quick_gelu, gated_linear_unit must be "
+         "True."),
+    Rule("BIAS_FUSION_GLU_OFFSET_NEEDS_QUICK_GELU", "error", FUSED & (F("glu_linear_offset") != 0.0),
+         ACT == "quick_gelu",
+         "only the fused quick-GEGLU kernel adds the GLU linear offset", TC,
+         "set kernels.bias_activation_fusion: false (or model.architecture.glu_linear_offset: 0)",
+         "When bias_activation_fusion is True and glu_linear_offset is non-zero, activation function must be "
+         "quick_gelu."),
+    # validate_args: "Disable bias gelu fusion if we are disabling bias altogether"; every activation but
+    # SwiGLU reads --bias-gelu-fusion (megatron/training/argument_utils.py core_transformer_config_from_args)
+    Rule("BIAS_GELU_FUSION_OFF_WITHOUT_BIAS", "warning", FUSED & (F("add_bias_linear") == False) & Not(SWIGLU),  # noqa: E712
+         Not(FUSED),
+         "Megatron-LM turns the fused bias-activation kernel off when the model has no linear bias (except "
+         "for SwiGLU)", ARGS, "set kernels.bias_activation_fusion: false", None, origin="megatron-lm",
+         silent={"bias_activation_fusion": False}),
 )

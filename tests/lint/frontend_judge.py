@@ -39,6 +39,19 @@ LM_DEST = {"num_moe_experts": "num_experts", "use_te_rng_tracker": "te_rng_track
            "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers"}
 
 
+def _activation(kw: dict) -> dict:
+    """activation_func by name (as lint-config reads it) as megatron-core's callable."""
+    if isinstance(kw.get("activation_func"), str):
+        import torch.nn.functional as F
+
+        from megatron.core.activations import squared_relu
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu  # the object TransformerConfig compares
+
+        kw = {**kw, "activation_func": {"gelu": F.gelu, "silu": F.silu, "quick_gelu": quick_gelu,
+                                        "squared_relu": squared_relu}[kw["activation_func"]]}
+    return kw
+
+
 def _verdict(fn, cfg):
     out = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
@@ -58,7 +71,7 @@ def _mcore(cfg):
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kw = {k: v for k, v in cfg.items() if k != "world_size"}
+    kw = _activation({k: v for k, v in cfg.items() if k != "world_size"})
     if kw.get("pipeline_model_parallel_size", 1) > 1:
         kw["pipeline_dtype"] = torch.bfloat16
     TransformerConfig(**kw)
@@ -103,8 +116,17 @@ def _lm(cfg):
     args.tokenizer_type, args.vocab_size = "NullTokenizer", 1024
     args.position_embedding_type = "rope"  # the MoE models use RoPE (MTP refuses learned_absolute)
     args.apply_rope_fusion = False  # the fused RoPE kernel needs Transformer Engine, absent here
+    # the activation by Megatron-LM's flags (none: GELU), its fusion by the flag of that activation
+    act, gated = cfg.get("activation_func", "gelu"), cfg.get("gated_linear_unit", False)
+    flag = {("silu", True): "swiglu", ("quick_gelu", True): "quick_geglu", ("squared_relu", False): "squared_relu",
+            ("gelu", False): None}[(act, gated)]
+    if flag:
+        setattr(args, flag, True)
     for key, value in cfg.items():
-        if key == "world_size":
+        if key in ("world_size", "activation_func", "gated_linear_unit"):
+            continue
+        if key == "bias_activation_fusion":
+            setattr(args, "bias_swiglu_fusion" if flag == "swiglu" else "bias_gelu_fusion", value)
             continue
         if key == "virtual_pipeline_model_parallel_size":
             args.num_virtual_stages_per_pipeline_rank = value
@@ -141,8 +163,8 @@ def _bridge(cfg):
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import DistributedDataParallelConfig, OptimizerConfig
 
-    model_kw = {k: v for k, v in cfg.items()
-                if k not in ("world_size", "overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer")}
+    model_kw = _activation({k: v for k, v in cfg.items() if k not in ("world_size", "overlap_grad_reduce",
+                                                                       "overlap_param_gather", "use_distributed_optimizer")})
     model = GPTModelProvider(**model_kw)
     if model.pipeline_model_parallel_size > 1:
         model.pipeline_dtype = torch.bfloat16

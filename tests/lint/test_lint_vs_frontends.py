@@ -48,6 +48,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
+from compiler.frontends import LM_ACTIVATIONS  # noqa: E402
 from compiler.lintconfig import lint_mapping  # noqa: E402
 from compiler.rules import CATALOGUE  # noqa: E402
 from compiler.rules.expr import version_int  # noqa: E402
@@ -183,11 +184,16 @@ LM_ALSO = {"LAYOUT_WORLD_DIVISIBLE", "LAYOUT_EXPERT_WORLD_DIVISIBLE", "LAYOUT_VP
 LM_RULES = compared("megatron-lm", (OUTSIDE_TRANSFORMER_CONFIG - LM_ALSO) | {"OFFLOAD_NEEDS_TE"})
 
 
+LM_STATES = {("gelu", False), *LM_ACTIVATIONS.values()}  # the activations Megatron-LM's flags can state
+
+
 def for_lm(cfg: dict) -> dict:
     cfg = {k: v for k, v in for_mcore019(cfg).items() if k not in LM_NOT_GENERATED}
     cfg.pop("cuda_graph_modules", None)
     if cfg.get("cuda_graph_impl") not in (None, "none"):
         cfg["cuda_graph_impl"] = "none"
+    if (cfg.get("activation_func", "gelu"), cfg.get("gated_linear_unit", False)) not in LM_STATES:
+        cfg.pop("activation_func", None), cfg.pop("gated_linear_unit", None)  # no Megatron-LM flag says it
     cfg["world_size"] = world_of(cfg)
     cfg["hidden_size"] = 96  # divisible by 6 and 8 heads: validate_args asserts it without a message
     return cfg

@@ -66,6 +66,8 @@ GDN = {"experimental_attention_variant": "gated_delta_net", "linear_attention_fr
        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
        "linear_num_value_heads": 32}
 ASYNC = {"async_save": True, "ckpt_format": "torch_dist"}
+FUSED = {"bias_activation_fusion": True}
+SWIGLU = {"activation_func": "silu", "gated_linear_unit": True}
 
 
 def c(*parts, **kw):
@@ -454,6 +456,8 @@ CASES = {
     "ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS": (c(moe_router_group_topk=16, moe_router_num_groups=8),
                                              c(moe_router_group_topk=8, moe_router_num_groups=8)),
     "MLA_NO_ATTENTION_OUTPUT_GATE": (c(MLA, attention_output_gate=True), MLA),
+    "MLA_ROPE_FUSION_NEEDS_YARN": (c(MLA, rope_type="rope", apply_rope_fusion=True),
+                                   c(MLA, rope_type="yarn", apply_rope_fusion=True)),
     "MLA_NO_GROUP_QUERY_ATTENTION": (c(MLA, num_query_groups=4), c(MLA, num_query_groups=16)),
     "MTP_NEEDS_ROPE_OR_NO_POSITION_EMBEDDING": (c(NO_EPO, mtp_num_layers=1, position_embedding_type="yarn"),
                                                 c(NO_EPO, mtp_num_layers=1, position_embedding_type="rope")),
@@ -468,12 +472,30 @@ CASES = {
     "DSA_NO_ROPE_FUSION": (c(experimental_attention_variant="dsa", apply_rope_fusion=True),
                            c(experimental_attention_variant="dsa")),
     "GDN_NEEDS_LINEAR_ATTENTION_FREQ": (c(GDN, linear_attention_freq=None), GDN),
+    "DSA_NO_LINEAR_BIAS": (c(experimental_attention_variant="dsa", add_bias_linear=True),
+                           c(experimental_attention_variant="dsa")),
+    # --- the fused bias + activation kernel
+    "BIAS_ACTIVATION_FUSION_ACTIVATION": (c(FUSED, activation_func="squared_relu"), c(FUSED, SWIGLU)),
+    "BIAS_GELU_FUSION_NEEDS_BIAS": (FUSED, c(FUSED, add_bias_linear=True)),
+    "BIAS_QUICK_GELU_FUSION_NEEDS_GLU": (c(FUSED, activation_func="quick_gelu"),
+                                         c(FUSED, activation_func="quick_gelu", gated_linear_unit=True)),
+    "BIAS_FUSION_GLU_OFFSET_NEEDS_QUICK_GELU": (c(FUSED, SWIGLU, glu_linear_offset=1.0),
+                                                c(FUSED, activation_func="quick_gelu", gated_linear_unit=True,
+                                                  glu_linear_offset=1.0)),
+    "BIAS_GELU_FUSION_OFF_WITHOUT_BIAS": (FUSED, c(FUSED, swiglu=True)),
     "HIDDEN_DIVISIBLE_BY_HEADS": (c(hidden_size=1000), c(hidden_size=1000, kv_channels=64)),
     # --- Megatron-LM's own refusals
     "DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM": (c(DWG, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False),
                                             c(DWG, overlap_grad_reduce=False, overlap_param_gather=False)),
     "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
     "ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM": (c(attention_backend="local"), c(attention_backend="unfused")),
+    **{rid + suffix: (c(entry, failing), c(entry, passing))
+       for rid, failing, passing in (
+           ("ACTIVATION_NOT_IN_MEGATRON_LM", {"activation_func": "silu"}, SWIGLU),
+           ("ACTIVATION_GATED_GELU_NOT_IN_MEGATRON_LM", {"gated_linear_unit": True}, {"activation_func": "gelu"}),
+           ("MLA_YARN_CORRECTION_NOT_IN_MEGATRON_LM", c(MLA, rope_type="yarn", beta_fast=16.0),
+            c(MLA, rope_type="yarn", beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=4096)))
+       for suffix, entry in (("", INDEXED), ("_ARGS", {"entrypoint": "moeforge"}))},
     "CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK": (c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
                                                c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
                                                  check_for_nan_in_loss_and_grad=False)),
