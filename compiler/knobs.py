@@ -348,6 +348,12 @@ VARIANT_ONLY = {
                      "linear_num_value_heads"), "experimental_attention_variant"),
 }
 
+# MLATransformerConfig's own defaults (megatron-core 0.16-0.19) that an MLA plan states when the model document
+# leaves them unset: Megatron-LM's flags default otherwise (--kv-lora-rank 32, --rotary-scaling-factor 1.0) and
+# Bridge's override would be null
+MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+                "rotary_scaling_factor": 40.0}
+
 # megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
 # fusions.fused_bias_geglu.quick_gelu, activations.squared_relu)
 ACTIVATION_FUNCS = ("gelu", "silu", "quick_gelu", "squared_relu")

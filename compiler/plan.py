@@ -127,6 +127,8 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
         # null: no query compression, as Hugging Face, Megatron-LM and Bridge read it (MLATransformerConfig alone
         # would fill in 512)
         tc.setdefault("q_lora_rank", None)
+        for name, value in K.MLA_DEFAULTS.items():
+            tc.setdefault(name, value)
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
     return out

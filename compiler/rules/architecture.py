@@ -54,6 +54,14 @@ RULES = (
          "set model.moe.router_group_topk <= model.moe.router_num_groups",
          "moe_router_group_topk ({moe_router_group_topk}) should be smaller than moe_router_num_groups "
          "({moe_router_num_groups})."),
+    # softmax over a single selected logit is constant: its gradient is zero
+    Rule("ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX", "error",
+         (F("moe_router_topk") == 1) & (F("moe_router_score_function") == "softmax")
+         & (F("moe_router_load_balancing_type") != "sinkhorn"),
+         F("moe_router_pre_softmax") == True,  # noqa: E712
+         "top-1 routing with softmax scores needs the softmax before the top-k", TC,
+         "set model.moe.router_pre_softmax: true (or router_score_function: sigmoid)",
+         "Please use --moe-router-pre-softmax when topk is 1."),
     Rule("MLA_NO_ATTENTION_OUTPUT_GATE", "error", MLA, F("attention_output_gate") == False,  # noqa: E712
          "multi-latent attention has no output gate", MLA_TC,
          "set model.architecture.attention_output_gate: false (or multi_latent_attention: false)",

@@ -49,6 +49,7 @@ REGRESSIONS = (
     ("qwen3-235b-a22b/gb200-nvl72-bf16-x256", ["recompute.modules=[]"]),
     ("deepseek-v3/gb200-nvl72-bf16", ["model.architecture.rotary_base=50000"]),
     ("deepseek-v3/h100-bf16", ["model.architecture.q_lora_rank=null"]),
+    ("deepseek-v3/h100-bf16", ["model.architecture.kv_lora_rank=null", "model.architecture.v_head_dim=null"]),
     ("gpt-oss-120b/h100-bf16", ["model.architecture.add_qkv_bias=false"]),
     # the fused bias-activation kernel: chosen only where megatron-core has it and Megatron-LM keeps it
     ("tiny-moe/cpu", ["platform=h100", "training.global_batch_size=16"]),
@@ -57,6 +58,7 @@ REGRESSIONS = (
     ("qwen3-30b-a3b/b300-bf16", ["model.architecture.glu_linear_offset=0.5"]),
     ("deepseek-v3/h100-bf16", ["model.architecture.rope_type=rope"]),  # MLA fuses RoPE only with YaRN
     ("qwen3-30b-a3b/b200-bf16-x64", ["model.architecture.rope_type=yarn"]),  # inert without MLA, refused by LM
+    ("gpt-oss-120b/gb200-nvl72-bf16", ["model.moe.router_topk=1", "model.moe.router_pre_softmax=true"]),
     # models Megatron-LM's flags cannot state: warned, and judged by Bridge
     ("qwen3-30b-a3b/h100-bf16", ["model.architecture.activation=gelu"]),
     ("deepseek-v3/gb200-nvl72-bf16", ["model.architecture.beta_fast=0.5"]),

@@ -220,6 +220,9 @@ HANDPICKED = [
         ["core_attn"], ["core_attn", "attn_proj", "expert_fc1", "moe_act"], [], ["attn_proj"], ["fused_group_mlp"])),
     # group-limited routing: valid, then each check
     *({"moe_router_group_topk": k, "moe_router_num_groups": g} for k, g in ((2, 4), (2, None), (2, 3), (8, 4))),
+    # top-1 softmax routing: valid with the softmax first or sigmoid scores, refused otherwise
+    {"moe_router_topk": 1}, {"moe_router_topk": 1, "moe_router_pre_softmax": True},
+    {"moe_router_topk": 1, "moe_router_score_function": "sigmoid"},
     # aux-loss-free routing needs the sigmoid score function; DeepSeek sparse attention's own exclusions
     {"moe_router_enable_expert_bias": True},
     {"moe_router_enable_expert_bias": True, "moe_router_score_function": "sigmoid"},
