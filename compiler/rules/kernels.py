@@ -27,6 +27,13 @@ RULES = (
          "Megatron-LM accepts attention_backend local only with --spec local, which its GPT model builder "
          "cannot load", ARGS, "set kernels.attention_backend: auto (or unfused for the non-fused kernel)",
          "--attention-backend local is only supported with --spec local", origin="megatron-lm"),
+    # validate_args asks torch.cuda for the compute capability (megatron-core itself falls back to SequentialMLP
+    # on the local spec from 0.18, and TE's grouped GEMM runs on Ampere and later)
+    Rule("MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM", "error", F("moe_grouped_gemm") == True,  # noqa: E712
+         F("gpu_major") >= 8,
+         "Megatron-LM runs grouped-GEMM experts only on an Ampere or newer GPU (compute capability >= 8)", ARGS,
+         "set moe.grouped_gemm: false (SequentialMLP experts), or use a platform with an Ampere or newer GPU",
+         "Unsupported compute capability for GroupedGEMM kernels.", origin="megatron-lm"),
     # --- the fused bias + activation kernel (megatron-core 0.16-0.19): which activations it has
     Rule("BIAS_ACTIVATION_FUSION_ACTIVATION", "error", FUSED, ACT != "squared_relu",
          "the fused bias-activation kernel exists for GELU, SwiGLU and quick-GEGLU only", TC,
