@@ -6,7 +6,7 @@ rewrites at start-up must be known here.
 """
 from . import Rule
 from .architecture import ACT, GATED
-from .expr import F, Not
+from .expr import F, AtLeast, Not
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
@@ -27,6 +27,13 @@ RULES = (
          "Megatron-LM accepts attention_backend local only with --spec local, which its GPT model builder "
          "cannot load", ARGS, "set kernels.attention_backend: auto (or unfused for the non-fused kernel)",
          "--attention-backend local is only supported with --spec local", origin="megatron-lm"),
+    # the fused kernel is Transformer Engine's (rope_utils imports it from megatron.core.extensions); MLA only warns
+    Rule("ROPE_FUSION_NEEDS_TE", "error", (F("apply_rope_fusion") == True)  # noqa: E712
+         & (F("multi_latent_attention") == False),  # noqa: E712
+         AtLeast("transformer_engine", "1.4.0"),
+         "the fused RoPE kernel is Transformer Engine's (>= 1.4)", TC,
+         "set kernels.apply_rope_fusion: false, or use a platform with Transformer Engine >= 1.4",
+         "apply_rope_fusion is not available. Please install TE >= 1.4."),
     # validate_args asks torch.cuda for the compute capability (megatron-core itself falls back to SequentialMLP
     # on the local spec from 0.18, and TE's grouped GEMM runs on Ampere and later)
     Rule("MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM", "error", F("moe_grouped_gemm") == True,  # noqa: E712

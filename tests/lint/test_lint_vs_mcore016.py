@@ -220,6 +220,7 @@ HANDPICKED = [
         ["core_attn"], ["core_attn", "attn_proj", "expert_fc1", "moe_act"], [], ["attn_proj"], ["fused_group_mlp"])),
     # group-limited routing: valid, then each check
     *({"moe_router_group_topk": k, "moe_router_num_groups": g} for k, g in ((2, 4), (2, None), (2, 3), (8, 4))),
+    {"apply_rope_fusion": True},  # the fused RoPE kernel is TE's (absent here)
     # top-1 softmax routing: valid with the softmax first or sigmoid scores, refused otherwise
     {"moe_router_topk": 1}, {"moe_router_topk": 1, "moe_router_pre_softmax": True},
     {"moe_router_topk": 1, "moe_router_score_function": "sigmoid"},

@@ -489,6 +489,7 @@ CASES = {
     "DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM": (c(DWG, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False),
                                             c(DWG, overlap_grad_reduce=False, overlap_param_gather=False)),
     "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
+    "ROPE_FUSION_NEEDS_TE": (c(V(te=None), apply_rope_fusion=True), c(apply_rope_fusion=True)),
     "MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM": (c(gpu={"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}),
                                                      c(gpu=A100)),
     "ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM": (c(attention_backend="local"), c(attention_backend="unfused")),
