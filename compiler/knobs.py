@@ -352,7 +352,8 @@ VARIANT_ONLY = {
 # leaves them unset: Megatron-LM's flags default otherwise (--kv-lora-rank 32, --rotary-scaling-factor 1.0) and
 # Bridge's override would be null
 MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
-                "rotary_scaling_factor": 40.0}
+                "rope_type": "yarn", "rotary_scaling_factor": 40.0, "original_max_position_embeddings": 4096,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}
 
 # megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
 # fusions.fused_bias_geglu.quick_gelu, activations.squared_relu)

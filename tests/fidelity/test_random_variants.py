@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -89,7 +91,7 @@ def variants() -> list[tuple[str, list[str]]]:
     return out
 
 
-def compile_accepted(cases, out: Path, limit: int) -> dict[str, tuple[str, list[str], set]]:
+def compile_accepted(cases, out: Path, limit: int, recipes: Path = ROOT / "recipes") -> dict[str, tuple[str, list[str], set]]:
     """Compile each case in process (the `compile` command's stages); keep what moeforge accepts:
     {build dir: (recipe, sets, warning rule ids)}."""
     kept = {}
@@ -97,7 +99,7 @@ def compile_accepted(cases, out: Path, limit: int) -> dict[str, tuple[str, list[
         if len(kept) >= limit:
             break
         try:
-            resolved = resolve(load(rid, sets, ROOT / "recipes"))
+            resolved = resolve(load(rid, sets, recipes))
             plan = build(resolved)
         except CompileError:
             continue  # refused with located diagnostics: the other suites check those
@@ -107,12 +109,30 @@ def compile_accepted(cases, out: Path, limit: int) -> dict[str, tuple[str, list[
     return kept
 
 
+# MLATransformerConfig fields with a default of their own (megatron-core 0.16-0.19), stated by DeepSeek-V3's document
+MLA_WITH_DEFAULTS = ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
+                     "rotary_scaling_factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                     "mscale_all_dim")
+
+
+def mla_model_unset(recipes: Path) -> Path:
+    """A copy of the catalogue whose DeepSeek-V3 document leaves every MLA field with an MLATransformerConfig
+    default unset (the plan must state those defaults: Megatron-LM's and Bridge's differ or are null)."""
+    shutil.copytree(ROOT / "recipes", recipes)
+    doc = recipes / "models" / "deepseek-v3.yaml"
+    unset = re.compile(rf"^\s+({'|'.join(MLA_WITH_DEFAULTS)}):")
+    doc.write_text("".join(line for line in doc.read_text().splitlines(keepends=True) if not unset.match(line)))
+    return recipes
+
+
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory):
     out = tmp_path_factory.mktemp("fidelity-random")
     fixed = compile_accepted(REGRESSIONS, out / "fixed", len(REGRESSIONS))
     assert len(fixed) == len(REGRESSIONS), "a regression variant no longer compiles"
-    cases = {**fixed, **compile_accepted(variants(), out / "random", N_VARIANTS)}
+    sparse = compile_accepted([("deepseek-v3/h100-bf16", [])], out / "mla-unset", 1, mla_model_unset(out / "recipes"))
+    assert len(sparse) == 1, "DeepSeek-V3 without its MLA defaults no longer compiles"
+    cases = {**fixed, **sparse, **compile_accepted(variants(), out / "random", N_VARIANTS)}
     dirs = [Path(d) for d in cases]
     return cases, run_judge_dirs("megatron_lm_judge.py", dirs), run_judge_dirs("bridge_judge.py", dirs)
 
