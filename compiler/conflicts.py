@@ -139,7 +139,8 @@ def _violation(pins, rules: list[Rule], core: list[str], hard: list[Rule], other
     from .pipeline import megatron_display
 
     return from_rule(rule, values, message=message, severity="error", pos=pins[anchor].pos if anchor else _file_of(pins),
-                     notes=notes, help=help_, code=code, source="; ".join(dict.fromkeys(r.source for r in rules)),
+                     notes=notes, help=help_, code=code,
+                     source="; ".join(dict.fromkeys(part for r in rules for part in r.source.split("; "))),
                      fields=sorted({f for r in rules for f in r.fields}), display=megatron_display(rule, values),
                      fixes=tuple((K.display(f), v) for f, v, _ in fixes))
 

@@ -170,7 +170,8 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
 
 # Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit)
 # (megatron/training/argument_utils.py core_transformer_config_from_args)
-LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True), "squared_relu": ("squared_relu", False)}
+LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True),
+                  "squared_relu": ("squared_relu", False)}
 
 
 def _lm_aliases(data: dict, lines: dict) -> dict:

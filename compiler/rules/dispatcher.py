@@ -21,7 +21,8 @@ HARNESS = "Megatron-Bridge scripts/performance/utils/utils.py (HybridEP topology
 
 DISP, BACKEND = F("moe_token_dispatcher_type"), F("moe_flex_dispatcher_backend")
 FLEX = DISP == "flex"
-DEEPEP = FLEX & (BACKEND == "deepep")
+# an unset backend is deepep: megatron-core's and Megatron-LM's default (a plan never leaves it to Bridge's fallback)
+DEEPEP = FLEX & Or(BACKEND == "deepep", Not(IsSet(BACKEND)))
 HYBRIDEP = FLEX & (BACKEND == "hybridep")
 NCCLEP = FLEX & (BACKEND == "ncclep")
 ON_GPU = F("device") == "cuda"
@@ -141,6 +142,23 @@ RULES = (
          "Invalid backend: ncclepPlease set --moe-flex-dispatcher-backend=deepep or "
          "--moe-flex-dispatcher-backend=hybridep",
          versions=(("megatron_core", "<0.19.0"),)),
+    # MoEFlexTokenDispatcher's NCCL EP manager (0.19): TE's NCCL EP ops, and a receive buffer sized by the rank
+    # capacity (later releases run without one, eagerly)
+    Rule("NCCLEP_NEEDS_TE", "error", NCCLEP, AtLeast("transformer_engine", "0.1.0"),
+         "the ncclep backend is Transformer Engine's NCCL EP", TD,
+         "use a platform whose Transformer Engine is built with NCCL EP, or moe.flex_backend: deepep / hybridep",
+         "TransformerEngine NCCL EP is unavailable. The 'ncclep' backend requires a TransformerEngine build with "
+         "NCCL EP support (NVTE_BUILD_WITH_NCCL_EP=1).", versions=V19),
+    Rule("NCCLEP_NEEDS_RANK_CAPACITY", "error", NCCLEP, IsSet(F("moe_expert_rank_capacity_factor")),
+         "the ncclep backend sizes its receive buffer by the per-rank capacity factor", TD,
+         "set moe.expert_rank_capacity_factor (generously: exceeding it traps), or moe.flex_backend: hybridep",
+         "The 'ncclep' backend requires moe_expert_rank_capacity_factor to be set: it sizes the per-rank receive "
+         "buffer. Exceeding the budget hard-traps, so set it generously.",
+         versions=(("megatron_core", ">=0.19.0,<0.20.0"),)),
+    Rule("NCCLEP_NEEDS_SUPPORTED_GPU", "error", NCCLEP & ON_GPU, F("gpu_major").isin(9, 10),
+         "NCCL EP runs on Hopper and Blackwell only", f"{FDB} validate_flex_dispatcher_backend",
+         "use moe.flex_backend: hybridep (or deepep), or moe.dispatcher: alltoall on this GPU",
+         "NCCL EP is supported for Hopper and Blackwell GPUs. Current GPU: {gpu_name}", origin="megatron-bridge"),
     Rule("NCCLEP_NEEDS_FLEX", "error", BACKEND == "ncclep", FLEX,
          "the ncclep backend needs the flex dispatcher", TC,
          "set moe.dispatcher: flex", "moe_flex_dispatcher_backend='ncclep' requires moe_token_dispatcher_type='flex'.",

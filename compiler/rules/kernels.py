@@ -65,8 +65,8 @@ RULES = (
          "quick_gelu."),
     # validate_args: "Disable bias gelu fusion if we are disabling bias altogether"; every activation but
     # SwiGLU reads --bias-gelu-fusion (megatron/training/argument_utils.py core_transformer_config_from_args)
-    Rule("BIAS_GELU_FUSION_OFF_WITHOUT_BIAS", "warning", FUSED & (F("add_bias_linear") == False) & Not(SWIGLU),  # noqa: E712
-         Not(FUSED),
+    Rule("BIAS_GELU_FUSION_OFF_WITHOUT_BIAS", "warning",
+         FUSED & (F("add_bias_linear") == False) & Not(SWIGLU), Not(FUSED),  # noqa: E712
          "Megatron-LM turns the fused bias-activation kernel off when the model has no linear bias (except "
          "for SwiGLU)", ARGS, "set kernels.bias_activation_fusion: false", None, origin="megatron-lm",
          silent={"bias_activation_fusion": False}),

@@ -91,7 +91,8 @@ def variants() -> list[tuple[str, list[str]]]:
     return out
 
 
-def compile_accepted(cases, out: Path, limit: int, recipes: Path = ROOT / "recipes") -> dict[str, tuple[str, list[str], set]]:
+def compile_accepted(cases, out: Path, limit: int,
+                     recipes: Path = ROOT / "recipes") -> dict[str, tuple[str, list[str], set]]:
     """Compile each case in process (the `compile` command's stages); keep what moeforge accepts:
     {build dir: (recipe, sets, warning rule ids)}."""
     kept = {}

@@ -163,8 +163,8 @@ def _bridge(cfg):
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import DistributedDataParallelConfig, OptimizerConfig
 
-    model_kw = _activation({k: v for k, v in cfg.items() if k not in ("world_size", "overlap_grad_reduce",
-                                                                       "overlap_param_gather", "use_distributed_optimizer")})
+    skip = ("world_size", "overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer")
+    model_kw = _activation({k: v for k, v in cfg.items() if k not in skip})
     model = GPTModelProvider(**model_kw)
     if model.pipeline_model_parallel_size > 1:
         model.pipeline_dtype = torch.bfloat16

@@ -17,6 +17,7 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 B200 = {"name": "NVIDIA B200", "compute_capability": "10.0"}
 GB200 = {"name": "NVIDIA GB200", "compute_capability": "10.0"}
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
+V100 = {"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}
 
 
 def V(mcore="0.19.0", te="2.12.0", torch="2.9.0"):
@@ -66,6 +67,7 @@ GDN = {"experimental_attention_variant": "gated_delta_net", "linear_attention_fr
        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
        "linear_num_value_heads": 32}
 ASYNC = {"async_save": True, "ckpt_format": "torch_dist"}
+NCCLEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep", **RANKCAP}
 FUSED = {"bias_activation_fusion": True}
 SWIGLU = {"activation_func": "silu", "gated_linear_unit": True}
 
@@ -105,8 +107,7 @@ CASES = {
     "EP_OVERLAP_NCCLEP_NO_EXPERT_FC1_OFFLOAD": (
         c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep",
           fine_grained_activation_offloading=True, offload_modules=["expert_fc1"]),
-        c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep",
-          fine_grained_activation_offloading=True, offload_modules=["core_attn"])),
+        c(NCCLEP, fine_grained_activation_offloading=True, offload_modules=["core_attn"])),
     "EP_OVERLAP_EARLY_ATTN_RELEASE_NEEDS_EP_OVERLAP": (c(NO_EPO, ep_overlap_early_attn_memory_release=True),
                                                        c(ep_overlap_early_attn_memory_release=True)),
     # --- delayed wgrad
@@ -180,10 +181,11 @@ CASES = {
                                        c(FLEX_DEEPEP, moe_enable_deepep=True)),
     "MOE_ENABLE_DEEPEP_DEPRECATED": (c(FLEX_DEEPEP, moe_enable_deepep=True), FLEX_DEEPEP),
     "NCCLEP_NEEDS_MCORE_0_19": (
-        c(V("0.18.0"), moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep"),
-        c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep")),
-    "NCCLEP_NEEDS_FLEX": (c(moe_flex_dispatcher_backend="ncclep"),
-                          c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep")),
+        c(V("0.18.0"), moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep"), NCCLEP),
+    "NCCLEP_NEEDS_FLEX": (c(moe_flex_dispatcher_backend="ncclep"), NCCLEP),
+    "NCCLEP_NEEDS_TE": (c(NCCLEP, V(te=None)), NCCLEP),
+    "NCCLEP_NEEDS_RANK_CAPACITY": (c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep"), NCCLEP),
+    "NCCLEP_NEEDS_SUPPORTED_GPU": (c(NCCLEP, gpu=A100), NCCLEP),
     "FLEX_BACKEND_IGNORED_WITHOUT_FLEX": (c(moe_flex_dispatcher_backend="hybridep"), FLEX_HYBRIDEP),
     "RANK_CAPACITY_NEEDS_HYBRIDEP_OR_NCCLEP": (c(FLEX_DEEPEP, RANKCAP), c(FLEX_HYBRIDEP, RANKCAP)),
     "RANK_CAPACITY_NEEDS_OP_FUSER": (c(FLEX_HYBRIDEP, moe_expert_rank_capacity_factor=1.5),
@@ -490,8 +492,7 @@ CASES = {
                                             c(DWG, overlap_grad_reduce=False, overlap_param_gather=False)),
     "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
     "ROPE_FUSION_NEEDS_TE": (c(V(te=None), apply_rope_fusion=True), c(apply_rope_fusion=True)),
-    "MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM": (c(gpu={"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}),
-                                                     c(gpu=A100)),
+    "MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM": (c(gpu=V100), c(gpu=A100)),
     "ATTENTION_BACKEND_LOCAL_NOT_IN_MEGATRON_LM": (c(attention_backend="local"), c(attention_backend="unfused")),
     **{rid + suffix: (c(entry, failing), c(entry, passing))
        for rid, failing, passing in (
