@@ -168,12 +168,6 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     return infer_frontend(data)
 
 
-# Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit)
-# (megatron/training/argument_utils.py core_transformer_config_from_args)
-LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True),
-                  "squared_relu": ("squared_relu", False)}
-
-
 def _lm_aliases(data: dict, lines: dict) -> dict:
     """Megatron-LM dests that name a megatron-core field differently, under the megatron-core name."""
     out = dict(data)
@@ -184,7 +178,7 @@ def _lm_aliases(data: dict, lines: dict) -> dict:
             out[name] = out.pop(alias)
             if alias in lines:
                 lines.setdefault(name, lines[alias])
-    for flag, (func, gated) in LM_ACTIVATIONS.items():
+    for flag, (func, gated) in K.LM_ACTIVATIONS.items():
         if out.get(flag) is True and "activation_func" not in out:
             out["activation_func"] = func
             lines.setdefault("activation_func", lines.get(flag, 0))

@@ -358,6 +358,10 @@ MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 
 # megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
 # fusions.fused_bias_geglu.quick_gelu, activations.squared_relu)
 ACTIVATION_FUNCS = ("gelu", "silu", "quick_gelu", "squared_relu")
+# Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit); no flag: GELU, not gated
+# (megatron/training/argument_utils.py core_transformer_config_from_args)
+LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True),
+                  "squared_relu": ("squared_relu", False)}
 
 
 def mlp_activation(arch: dict) -> tuple[str, bool] | None:

@@ -129,15 +129,13 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     tc, model = plan["transformer_config"], plan["model"]
     out = []
     act, gated = tc.get("activation_func"), tc.get("gated_linear_unit")
-    if gated and act == "silu":
-        out.append(("swiglu", True))
-    elif gated and act == "quick_gelu":
-        out.append(("quick_geglu", True))
-    elif act == "squared_relu":
-        out.append(("squared_relu", True))
+    # the flag of this activation (a gated one needs the gate; squared ReLU's flag ignores it)
+    flag = next((f for f, (func, needs_gate) in K.LM_ACTIVATIONS.items() if act == func and (gated or not needs_gate)),
+                None)
+    if flag:
+        out.append((flag, True))
     if "bias_activation_fusion" in tc:  # Megatron-LM reads it from the flag of the activation in use
-        out.append(("bias_swiglu_fusion" if gated and act == "silu" else "bias_gelu_fusion",
-                    tc["bias_activation_fusion"]))
+        out.append(("bias_swiglu_fusion" if flag == "swiglu" else "bias_gelu_fusion", tc["bias_activation_fusion"]))
     if "persist_layer_norm" in tc:
         out.append(("no_persist_layer_norm", not tc["persist_layer_norm"]))
     heads, groups = tc.get("num_attention_heads"), tc.get("num_query_groups")

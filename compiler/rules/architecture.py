@@ -5,6 +5,7 @@ megatron-core TransformerConfig / MLATransformerConfig.__post_init__ (0.16-0.19)
 validate_args.  A catalogue model passes them all; a new or edited model document is checked here before
 a launch would be refused.
 """
+from .. import knobs as K
 from . import Rule
 from .expr import F, IsSet, Not, Or
 
@@ -133,7 +134,7 @@ RULES = (
     # launches as something else.
     *_not_in_megatron_lm(
         "ACTIVATION_NOT_IN_MEGATRON_LM", ACT != "gelu",
-        Or((ACT == "silu") & GATED, (ACT == "quick_gelu") & GATED, (ACT == "squared_relu") & Not(GATED)),
+        Or(*[(ACT == func) & (GATED if gated else Not(GATED)) for func, gated in K.LM_ACTIVATIONS.values()]),
         "has flags for GELU, SwiGLU, gated quick-GELU and squared ReLU only (this MLP activation would launch "
         "as another one)",
         "set model.architecture.activation to swiglu, quick_gelu with gated_linear_unit: true, or squared_relu "

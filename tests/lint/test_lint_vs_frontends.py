@@ -49,7 +49,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from compiler.frontends import LM_ACTIVATIONS  # noqa: E402
+from compiler.knobs import LM_ACTIVATIONS  # noqa: E402
 from compiler.lintconfig import lint_mapping  # noqa: E402
 from compiler.rules import CATALOGUE  # noqa: E402
 from compiler.rules.expr import version_int  # noqa: E402
