@@ -109,5 +109,7 @@ if __name__ == "__main__":
     results = [validate(r) for r in rows]
     print(table(results))
     if "--update-readme" in sys.argv[2:]:
+        from ..emit import write_file_atomically
+
         readme = Path(__file__).resolve().parents[2] / "README.md"
-        readme.write_text(update_readme(readme.read_text(), results))
+        write_file_atomically(readme, update_readme(readme.read_text(), results))

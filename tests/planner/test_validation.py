@@ -3,7 +3,7 @@ bridge_tuned_layouts.json, from shared/reference/bridge-perf-configs-subset.md),
 same model, GPU type and count, sequence length and GBS must (a) find the tuned layout legal and within
 memory and (b) rank it in its top 10 or estimate it within 15 % of its own best.
 
-(a) is asserted on every row whose layout folds.  (b) holds on 16 of the 20; the other four are
+(a) is asserted on every row whose layout folds.  (b) holds on 18 of the 20; the other two are
 listed in KNOWN_MISSES with what the model says, and asserted to still miss: a row that starts
 passing fails here until it leaves the list, so the list (and the README's table) stays the truth.
 """
@@ -20,8 +20,9 @@ ROWS = json.loads(FIXTURE.read_text())["rows"]
 RESULTS: dict = {}
 # Where the step-time model disagrees with Megatron-Bridge's tuning (docs/layout-model.md, "Validation").
 # Two tuned layouts run their EP group across nodes without EP overlap, priced by the fabric's bytes
-# (a measured GPT-OSS pair supports that price, tests/compiler/test_estimate_measured.py).  No published
-# measurement covers these two layouts.
+# (a measured GPT-OSS pair supports that price, tests/compiler/test_estimate_measured.py).  Megatron-Bridge
+# measured the B200 layout in MXFP8 only: slower than the model's BF16 estimate of it, at half the tokens/s
+# of the GB200 layout that passes (test_estimate_measured.py, fp8 rows; docs/layout-model.md, section 7).
 KNOWN_MISSES = {
     "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes without EP overlap: its all-to-all (DeepEP, 49 "
                                    "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.5x the best (EP16 MBS2 "
@@ -88,8 +89,14 @@ def test_tuned_candidates_are_the_catalogue_recipes_layouts():
     assert doc["optimizer"] == dict(space.TRAINING_DEFAULTS["optimizer"])
 
 
-def test_print_the_table():
-    """The table for the README (rank, estimates, ratio), of the rows validated above."""
-    if not RESULTS:
-        pytest.skip("no validation rows ran in this session")
-    print("\n" + validation.table([RESULTS[_id(r)] for r in ROWS if _id(r) in RESULTS]))
+def test_readme_table_is_current():
+    """The README's validation table (rank, estimates, ratio, pass) is what the rows above measured:
+    a change to the model that moves a row must come with `make validate-layouts`."""
+    if len(RESULTS) != len(ROWS):
+        pytest.skip("the README table needs every validation row of this session")
+    results = [RESULTS[_id(r)] for r in ROWS]
+    print("\n" + validation.table(results))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert validation.README_BEGIN in readme
+    assert validation.update_readme(readme, results) == readme, \
+        "README.md's validation table is stale: run `make validate-layouts` and review the diff"
