@@ -136,6 +136,26 @@ def test_smoke_run_calibration(recipe):
     assert abs(ratio - 1) < SMOKE_TOLERANCE, ratio
 
 
+# Megatron-Bridge's controlled run of its tuned Qwen3-30B-A3B H100 layout with EP overlap (#5094,
+# skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml measured_result): EP16 HybridEP, combined-1F1B
+# overlap, TE CUDA graphs on moe_router/moe_preprocess, "rank0_peak_allocated_gib: 62.166" (GiB).
+PRODUCTION_PEAK_ALLOCATED = 62.166 * 2**30
+
+
+def test_production_ep_overlap_run_calibration():
+    """The second measured peak: the same model with HybridEP and EP overlap (whose combined 1F1B holds
+    one more layer than one micro-batch), within the smoke run's tolerance."""
+    from compiler.planner import validation
+    rows = json.loads((ROOT / "tests" / "data" / "bridge_tuned_layouts.json").read_text())["rows"]
+    row = next(r for r in rows if (r["model"], r["gpu"], r["ngpu"]) == ("qwen3-30b-a3b", "h100", 16))
+    assert (row["ep"], row["flex_backend"], row["ep_overlap"], row["mbs"]) == (16, "hybridep", True, 1)
+    est, _ = M.peak(validation.tuned_plan(row))
+    ratio = est.allocated / PRODUCTION_PEAK_ALLOCATED
+    print(f"\nEP16 HybridEP EP overlap: estimated allocated {est.allocated / 2**30:.2f} GiB vs measured 62.17 GiB: "
+          f"ratio {ratio:.3f}")
+    assert abs(ratio - 1) < SMOKE_TOLERANCE, ratio
+
+
 def _bridge_rows() -> list[str]:
     """Catalogue recipes whose header names a tuned Megatron-Bridge row (they ran, so they fit)."""
     out = []
