@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from . import project
-from .compose import display_path, resolve_recipe
+from .compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
 from .diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 
 NON_RECIPE_DIRS = {"platforms", "models"}
@@ -97,8 +97,7 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
     missing = [f for f in files if not f.exists()]
     for path in missing:
         results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)),
-                                         help="give a recipe file, a directory of recipes, or a recipe id "
-                                              "(MODEL/NAME under recipes/, e.g. tiny-moe/cpu)")]
+                                         help=RECIPE_NOT_FOUND_HELP)]
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):
         results[display_path(path.resolve(), project.recipes())] = diags

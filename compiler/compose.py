@@ -72,6 +72,10 @@ def _base_of(real: Path, root: Path) -> Path:
     return root
 
 
+RECIPE_NOT_FOUND_HELP = ("give a recipe file, a directory of recipes, or a recipe id (MODEL/NAME under recipes/, "
+                         "e.g. tiny-moe/cpu)")
+
+
 def resolve_recipe(name: str, root: Path | None = None) -> Path:
     """`tiny-moe/cpu`, `recipes/tiny-moe/cpu.yaml`, a path, or `builtin:tiny-moe/cpu` (a recipe of
     the built-in catalogue): the file, inside recipes/ (or inside the built-in catalogue)."""
@@ -89,6 +93,9 @@ def resolve_recipe(name: str, root: Path | None = None) -> Path:
                                            "(MODEL/PLATFORM, e.g. qwen3-30b-a3b/h100-bf16)")])
         candidate = root / f"{name}.yaml"
     elif not candidate.is_absolute() and not candidate.exists():
+        if not (root / name).exists():  # neither from here nor under recipes/: name it as it was given
+            raise CompileError([error("E_RECIPE_NOT_FOUND", f"no such file: {name}", Position(str(name)),
+                                      help=RECIPE_NOT_FOUND_HELP)])
         candidate = root / name
     return _inside(candidate, root, Position(str(name)), "E_RECIPE_NOT_FOUND")
 
@@ -102,7 +109,8 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
         raise CompileError([error("E_PATH_ESCAPE", f"'{path}' resolves outside recipes/ ({real})", pos,
                                   help="recipes may only reference files inside recipes/ (no .., no symlinks out)")])
     if not real.is_file():
-        raise CompileError([error(code, f"no such file: {display_path(path, root)}", pos)])
+        raise CompileError([error(code, f"no such file: {display_path(path, root)}", pos,
+                                  help=RECIPE_NOT_FOUND_HELP if code == "E_RECIPE_NOT_FOUND" else None)])
     return real
 
 

@@ -301,3 +301,14 @@ def test_check_takes_ids_as_compile_does_and_names_a_file_that_is_no_recipe(monk
     assert rc == 1 and "'README.md' is a file but not a recipe" in out and "recipes/README.md.yaml" not in out
     rc, out, _ = run("check", "nosuch/x")
     assert rc == 1 and "no such file" in out and "recipe id (MODEL/NAME" in out
+
+
+def test_a_missing_recipe_path_is_named_as_given(monkeypatch):
+    """`compile recipes/x.yaml` (and plan-layout --evaluate) name the missing file as the user wrote it, not as
+    recipes/recipes/x.yaml, and say what to give, as check does."""
+    monkeypatch.chdir(ROOT)
+    for argv in (("compile", "recipes/nosuch.yaml"), ("plan-layout", "--evaluate", "recipes/nosuch.yaml")):
+        rc, out, err = run(*argv)
+        text = out + err
+        assert rc != 0 and "no such file: recipes/nosuch.yaml" in text, text
+        assert "recipes/recipes" not in text and "recipe id (MODEL/NAME" in text, text

@@ -15,7 +15,7 @@ asserted to still deviate.
 The file's ``fp8_rows`` are Megatron-Bridge's MXFP8 runs of Qwen3-Next-80B-A3B with the layouts of its
 BF16 recipes, the model of the planner's two validation misses (tests/planner/test_validation.py).
 The model is BF16, so they bound rather than calibrate: the tuned B200 layout that the planner
-finds 2.5x slower than its best measured slower still than the model's BF16 estimate of it, and at
+finds 2.5x slower than its best ran, in MXFP8, slower than the model's BF16 estimate of it, and at
 half the tokens/s of the GB200 layout that the planner finds within 8 % of its best.
 ``pytest -s`` prints the table (docs/layout-model.md, section 6, has it).
 """
@@ -104,8 +104,8 @@ def _measured_step_s(row: dict) -> float:
 def test_fp8_rows_count_the_catalogue_model(name):
     """The published MXFP8 runs are the catalogue's Qwen3-Next (MTP, vocabulary, layer pattern): their Model
     TFLOP/s are tokens/s x Megatron-LM's FLOPs per token less the attention output gate's GEMM
-    (6 h x heads x head-dim on each full-attention layer), which Megatron-Bridge's count added after that
-    container (NVIDIA-NeMo/Megatron-Bridge#3029).  Within 0.5 %: the published columns are rounded."""
+    (6 h x heads x head-dim on each full-attention layer), a term Megatron-Bridge's count gained in
+    NVIDIA-NeMo/Megatron-Bridge#3029.  Within 0.5 %: the published columns are rounded."""
     row, est = FP8[name], _estimate(name)
     plan = validation.tuned_plan({**TUNED[row["tuned"]], **row["override"]})
     tc = plan["transformer_config"]
@@ -118,7 +118,6 @@ def test_fp8_rows_count_the_catalogue_model(name):
     print(f"\n{name}: published {row['model_tflops_per_gpu']} TFLOP/s/GPU, Megatron-LM's count less the gate "
           f"{counted:.1f}, with it {row['tokens_per_s_per_gpu'] * per_token / 1e12:.1f}")
     assert full_attention == 12 and counted == pytest.approx(row["model_tflops_per_gpu"], rel=0.005)
-
 
 
 @pytest.mark.parametrize("name", sorted(FP8))
