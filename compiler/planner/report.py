@@ -41,6 +41,12 @@ def _mem(ev: Evaluated, cap: float | None) -> str:
     return f"{used:5.1f}/{cap:g} ({cap - used:+.1f})" if cap else f"{used:5.1f}"
 
 
+# What the estimates stand on, under every table: the absolute numbers are the model's (docs/layout-model.md,
+# section 6, has the measurements and where it misses them).
+CALIBRATION_NOTE = ("step times: docs/layout-model.md, calibrated on H100 runs without fused permutation or CUDA "
+                    "graphs; Megatron-Bridge's tuned runs with them measured up to 1.5x faster (section 6)")
+
+
 def table(result: Result) -> str:
     s, cap = result.setting, result.setting.capacity_gb
     nodes = f"{s.nodes} node{'s' if s.nodes > 1 else ''}"
@@ -57,7 +63,7 @@ def table(result: Result) -> str:
         lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
         if note:
             lines.append(note)
-    return "\n".join(lines)
+    return "\n".join(lines + ["", CALIBRATION_NOTE])
 
 
 def _row(num: str, ev: Evaluated, cap) -> tuple:

@@ -12,7 +12,7 @@ import yaml
 from compiler.cli import main
 from compiler.diagnostics import CompileError
 from compiler import pipeline_layout
-from compiler.planner import search, space
+from compiler.planner import report, search, space
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {"layout", "dispatcher", "overlap", "recompute", "memory_gb", "step_time_s", "mfu", "feasible", "reasons"}
@@ -95,6 +95,7 @@ def test_text_table_and_explain():
     lines = out.splitlines()
     assert "candidates estimated" in lines[0]
     assert lines[2].split()[:2] == ["#", "layout"] and lines[3].startswith("1  TP") and lines[4].startswith("2  TP")
+    assert lines[5:7] == ["", report.CALIBRATION_NOTE]  # under the table: what the absolute numbers stand on
     explain = out[out.index("rank 2:"):]
     for item in ("weights", "gradients", "optimizer", "activations", "allowance", "compute", "ep_a2a", "pp_bubble",
                  "dp_reduce"):
