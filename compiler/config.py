@@ -174,6 +174,14 @@ def launch_settings(data: dict, name: str) -> dict:
     return out
 
 
+def _model_document(c: Composed) -> dict | None:
+    """The model document as its file says it (recipes and --set change the composed copy only)."""
+    for doc in c.documents:
+        if isinstance(doc.data, dict) and str(doc.data.get("schema", "")).startswith("moeforge/model/"):
+            return doc.data
+    return None
+
+
 def facts(c: Composed) -> dict[str, Pin]:
     out = {}
     for k in FACTS:
@@ -189,6 +197,9 @@ def facts(c: Composed) -> dict[str, Pin]:
             value = int(str(raw).split(".")[0]) if raw else 0
         elif k.field == "gpu_product":
             value = gpu_product(raw)
+        elif k.field == "model_document_mla":
+            arch = (_model_document(c) or {}).get("architecture")
+            value = bool(isinstance(arch, dict) and arch.get("multi_latent_attention") is True)
         elif k.field in ("activation_func", "gated_linear_unit"):
             arch = lookup(c.data, "model.architecture")
             activation = K.mlp_activation(arch) if isinstance(arch, dict) else None

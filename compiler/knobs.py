@@ -398,6 +398,11 @@ FACTS: tuple[Knob, ...] = (
        doc="the MLP activation function (swiglu: silu, gated); Megatron-LM: --swiglu / --quick-geglu / --squared-relu"),
     _K("gated_linear_unit", "model.architecture.gated_linear_unit", "bool", False, lm=None,
        doc="a gated MLP (swiglu implies it); Megatron-LM: --swiglu / --quick-geglu"),
+    # What the model document itself says, before a recipe or --set changes it: Megatron-Bridge's recipe for a
+    # model builds the provider its checkpoint's architecture maps to, an MLA one only for an MLA model.
+    _K("model_document_mla", "model.architecture.multi_latent_attention", "bool", False, lm=None,
+       doc="the model document itself states multi-latent attention (Megatron-Bridge's recipe for it then "
+           "builds an MLATransformerConfig provider)"),
     # Facts of the recipe's own values that no rule could compare otherwise (lists, floats); computed by
     # compiler.config.derived_facts, never chosen by the solver.
     _K("path_env_vars", None, "str", None,

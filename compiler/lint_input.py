@@ -251,6 +251,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
+    if "model_document_mla" not in given:  # a linted config is its own model document: MLA there is MLA's provider
+        env["model_document_mla"] = env.get("multi_latent_attention") is True
 
     _normalise(env, given, findings, lines, mcore)
     _derive(env)

@@ -143,6 +143,15 @@ RULES = (
         "ACTIVATION_GATED_GELU_NOT_IN_MEGATRON_LM", (ACT == "gelu") & GATED, Not(GATED),
         "has no flag for a gated GELU MLP (GEGLU; it would launch a plain GELU MLP)",
         "set model.architecture.gated_linear_unit: false, or activation: quick_gelu or swiglu"),
+    # Megatron-Bridge's recipe for a model whose own document has no MLA builds a GPTModelProvider: Hydra refuses
+    # the MLA-only overrides (kv_lora_rank, beta_fast, ...), which that dataclass does not have.
+    Rule("MLA_NOT_IN_BRIDGE_GPT_PROVIDER", "warning", MLA & Not(F("model_document_mla")),
+         Not(MLA) | F("model_document_mla"),
+         "bridge.overrides cannot turn multi-latent attention on: Megatron-Bridge's recipe for this model builds a "
+         "GPTModelProvider, which has no MLA fields (only an MLA model's recipe builds an MLATransformerConfig "
+         "provider)", "Megatron-Bridge models/gpt_provider.py GPTModelProvider; models/mla_provider.py",
+         "state multi_latent_attention in the model document (and its MLA fields), or leave it off",
+         None, origin="megatron-bridge"),
     # MLATransformerConfig's own YaRN fields: Megatron-LM's --yarn-* flags fill only the non-MLA yarn_* fields
     # (argument_utils._apply_yarn_config_from_args returns early for MLA), so MLA launches with the defaults
     *_not_in_megatron_lm(

@@ -501,6 +501,7 @@ CASES = {
            ("MLA_YARN_CORRECTION_NOT_IN_MEGATRON_LM", c(MLA, rope_type="yarn", beta_fast=16.0),
             c(MLA, rope_type="yarn", beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=4096)))
        for suffix, entry in (("", INDEXED), ("_ARGS", {"entrypoint": "moeforge"}))},
+    "MLA_NOT_IN_BRIDGE_GPT_PROVIDER": (c(MLA, model_document_mla=False), MLA),
     "CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK": (c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
                                                c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
                                                  check_for_nan_in_loss_and_grad=False)),
