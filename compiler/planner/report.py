@@ -43,8 +43,8 @@ def _mem(ev: Evaluated, cap: float | None) -> str:
 
 # What the estimates stand on, under every table: the absolute numbers are the model's (docs/layout-model.md,
 # section 6, has the measurements and where it misses them).
-CALIBRATION_NOTE = ("step times: docs/layout-model.md, calibrated on H100 runs without fused permutation or CUDA "
-                    "graphs; Megatron-Bridge's tuned runs with them measured up to 1.5x faster (section 6)")
+CALIBRATION_NOTE = ("step times: docs/layout-model.md, calibrated on H100 alltoall runs with unfused permutation; "
+                    "Megatron-Bridge's tuned runs (HybridEP, CUDA graphs) measured up to 1.5x faster (section 6)")
 
 
 def table(result: Result) -> str:

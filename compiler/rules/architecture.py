@@ -23,6 +23,7 @@ DSA = F("experimental_attention_variant") == "dsa"
 BEFORE_V18 = (("megatron_core", "<0.18.0"),)
 V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
 ACT, GATED = F("activation_func"), F("gated_linear_unit") == True  # noqa: E712
+MODEL_MLA = F("model_document_mla") == True  # noqa: E712
 MLA_YARN = MLA & (F("rope_type") != "rope")  # MLATransformerConfig.rope_type defaults to yarn
 VIA_LM = F("entrypoint") == "megatron-lm"
 
@@ -145,8 +146,7 @@ RULES = (
         "set model.architecture.gated_linear_unit: false, or activation: quick_gelu or swiglu"),
     # Megatron-Bridge's recipe for a model whose own document has no MLA builds a GPTModelProvider: Hydra refuses
     # the MLA-only overrides (kv_lora_rank, beta_fast, ...), which that dataclass does not have.
-    Rule("MLA_NOT_IN_BRIDGE_GPT_PROVIDER", "warning", MLA & Not(F("model_document_mla")),
-         Not(MLA) | F("model_document_mla"),
+    Rule("MLA_NOT_IN_BRIDGE_GPT_PROVIDER", "warning", MLA & Not(MODEL_MLA), Not(MLA) | MODEL_MLA,
          "bridge.overrides cannot turn multi-latent attention on: Megatron-Bridge's recipe for this model builds a "
          "GPTModelProvider, which has no MLA fields (only an MLA model's recipe builds an MLATransformerConfig "
          "provider)", "Megatron-Bridge models/gpt_provider.py GPTModelProvider; models/mla_provider.py",
