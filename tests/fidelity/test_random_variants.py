@@ -43,6 +43,10 @@ N_VARIANTS = int(os.environ.get("MOEFORGE_FIDELITY_VARIANTS", "60"))
 PREFIXES = ("parallelism.", "moe.", "recompute.", "cuda_graph.", "overlap.", "kernels.", "precision.", "optimizer.",
             "training.micro_batch_size", "training.global_batch_size", "training.seq_length", "training.te_op_fuser",
             "training.calculate_per_token_loss", "training.gradient_accumulation_fusion")
+# the model document's MLP activation (the schema's names, and gating), which no recipe knob sets
+_ARCH = json.loads((ROOT / "schemas" / "model.v1.json").read_text())["properties"]["architecture"]["properties"]
+MODEL_DOC_DOMAINS = {"model.architecture.activation": _ARCH["activation"]["enum"],
+                     "model.architecture.gated_linear_unit": [True, False]}
 # variants this differential found wrong once (the emitted launch was refused, or built another model)
 REGRESSIONS = (
     ("qwen3-30b-a3b/gb200-nvl72-bf16", ["recompute.offload.enabled=true", 'recompute.offload.modules=["core_attn"]']),
@@ -80,14 +84,15 @@ def _value(v) -> str:
 
 def variants() -> list[tuple[str, list[str]]]:
     rng = random.Random(SEED)
-    paths = sorted(k.path for k in K.KNOBS if k.path and k.path.startswith(PREFIXES))
+    paths = sorted([k.path for k in K.KNOBS if k.path and k.path.startswith(PREFIXES)] + list(MODEL_DOC_DOMAINS))
     recipes = [r for r in fuzzlib.RECIPE_IDS if not r.startswith("tiny-moe")]
     out = []
     for _ in range(N_VARIANTS * 3):
         sets = []
         for _ in range(rng.randint(1, 3)):
             path = rng.choice(paths)
-            domain = [v for v in fuzzlib.knob_domain(tuple(path.split("."))) if v != "auto"]
+            domain = (MODEL_DOC_DOMAINS.get(path)
+                      or [v for v in fuzzlib.knob_domain(tuple(path.split("."))) if v != "auto"])
             if domain:
                 sets.append(f"{path}={_value(rng.choice(domain))}")
         out.append((rng.choice(recipes), sets))
