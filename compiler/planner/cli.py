@@ -92,5 +92,5 @@ def _evaluate(args) -> int:
 
         print(json.dumps(report.record(ev, cap), indent=2))
     else:
-        print(report.explain(ev, cap, args.evaluate))
+        print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE)
     return 0

@@ -150,6 +150,7 @@ def test_evaluate_a_catalogue_recipe():
     assert rec["recompute"]["granularity"] is None and rec["step_time_s"] > 0
     rc, out, _ = run("plan-layout", "--evaluate", "qwen3-30b-a3b/h100-bf16")
     assert rc == 0 and "activations" in out and "ep_a2a" in out
+    assert out.rstrip().endswith(report.CALIBRATION_NOTE)
     rc, out, _ = run("plan-layout", "--evaluate", "no-such/recipe")
     assert rc == 1 and "error[" in out
 
