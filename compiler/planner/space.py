@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 
 from .. import knobs as K
 from ..layout import Layout, LayoutError
+from ..rules.expr import version_int
+from ..rules.precision import PERMUTE_FUSION_TE
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MBS = (1, 2, 4)
@@ -109,8 +111,13 @@ class Candidate:
             par["pipeline_layout"] = self.split
         moe = {"dispatcher": self.dispatcher, "flex_backend": self.backend,
                "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}}
-        if (s.plat.get("software") or {}).get("grouped_gemm"):
+        software = s.plat.get("software") or {}
+        if software.get("grouped_gemm"):
             moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
+        if version_int(software.get("transformer_engine")) >= version_int(PERMUTE_FUSION_TE):
+            # TE's fused permutation, as Megatron-Bridge's MoE providers set it (its GPT-OSS perf recipes turn it
+            # off); the step-time model does not price it (docs/layout-model.md, section 6)
+            moe["permute_fusion"] = True
         if s.force_balance:
             moe["router"] = {"force_load_balancing": True}
         doc = {"schema": "moeforge/recipe/v3", "revision": 1,

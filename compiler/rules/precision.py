@@ -15,6 +15,9 @@ ON_GPU = F("device") == "cuda"
 MOE = IsSet(F("num_moe_experts"))
 PAD_Q = Or(F("moe_router_padding_for_quantization") == True, F("moe_router_padding_for_fp8") == True)  # noqa: E712
 
+# the Transformer Engine release with the fused MoE permutation kernels (moe_utils.fused_permute)
+PERMUTE_FUSION_TE = "2.1.0"
+
 RULES = (
     Rule("PRECISION_BF16_FP16_EXCLUSIVE", "error", F("bf16") == True, F("fp16") == False,  # noqa: E712
          "bf16 and fp16 are mutually exclusive", TC, "set precision.dtype to one of bf16, fp16",
@@ -81,7 +84,7 @@ RULES = (
          "--moe-router-padding-for-fp8 is going to be deprecated. Use --moe-router-padding-for-quantization "
          "instead.", lint_only=True),
     Rule("PERMUTE_FUSION_NEEDS_TE_2_1", "error", F("moe_permute_fusion") == True,  # noqa: E712
-         AtLeast("transformer_engine", "2.1.0"),
+         AtLeast("transformer_engine", PERMUTE_FUSION_TE),
          "fused MoE permutation needs Transformer Engine >= 2.1.0", TC,
          "set moe.permute_fusion: false, or use a platform with TE >= 2.1.0",
          "fused permutation is not available. Please install TE >= 2.1.0."),

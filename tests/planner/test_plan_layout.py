@@ -1,5 +1,6 @@
 """Issue 15: `moeforge plan-layout` - the JSON fields checks read, --emit/--evaluate/--all/--explain, bad
 input as one line, and legality judged by the rule catalogue (never by the planner)."""
+import dataclasses
 import io
 import json
 import shutil
@@ -74,6 +75,17 @@ def test_all_gives_reasons(qwen16):
     assert over and all(c["memory_gb"] > 80 and "> 80 GB" in c["reasons"][0] for c in over)
 
 
+def test_kernels_follow_the_platforms_software():
+    """Fused permutation where the platform's Transformer Engine has it (PERMUTE_FUSION_NEEDS_TE_2_1's release),
+    not where it has none or an older one."""
+    s = search.setting("qwen3-30b-a3b", "h100", 16)
+    cand = space.Candidate(ep=16)
+    assert cand.recipe(s)["moe"]["permute_fusion"] is True
+    for te in (None, "2.0.0"):
+        plat = {**s.plat, "software": {**s.plat["software"], "transformer_engine": te}}
+        assert "permute_fusion" not in cand.recipe(dataclasses.replace(s, plat=plat))["moe"]
+
+
 def test_legality_is_the_rule_catalogues():
     """A candidate the rules reject comes back with the rule id: EP overlap with PP needs a virtual pipeline."""
     s = search.setting("qwen3-30b-a3b", "h100", 16)
@@ -125,6 +137,7 @@ def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
         {k: best["layout"][k] for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
     assert doc["training"]["micro_batch_size"] == best["layout"]["mbs"]
     assert doc["moe"]["dispatcher"] == best["dispatcher"]
+    assert doc["moe"]["permute_fusion"] is True   # h100 ships TE 2.12: fused permutation, as Bridge's providers
     assert f"{best['step_time_s']:.2f} s/step" in doc["description"]
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]   # no temporary left behind
     rc, out, err = run("--root", str(root), "compile", str(target), "--out", str(tmp_path / "build"))
