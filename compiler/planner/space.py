@@ -115,8 +115,8 @@ class Candidate:
         if software.get("grouped_gemm"):
             moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
         if version_int(software.get("transformer_engine")) >= version_int(PERMUTE_FUSION_TE):
-            # TE's fused permutation, as Megatron-Bridge's MoE providers set it (its GPT-OSS perf recipes turn it
-            # off); the step-time model does not price it (docs/layout-model.md, section 6)
+            # TE's fused permutation, as Megatron-Bridge's MoE providers and perf recipes set it; the step-time
+            # model does not price it (docs/layout-model.md, section 6)
             moe["permute_fusion"] = True
         if s.force_balance:
             moe["router"] = {"force_load_balancing": True}
