@@ -43,6 +43,11 @@ RULES = (
          AtLeast("transformer_engine", "1.11.0"),
          "FP8 grouped GEMM needs Transformer Engine >= 1.11.0", TC, "use a platform with TE >= 1.11.0",
          "Only transformer-engine>=1.11.0 supports FP8 grouped gemm, but your version is {transformer_engine}."),
+    Rule("PRECISION_FP8_DELAYED_NO_BF16_FIRST_LAST", "error",
+         FP8 & (F("first_last_layers_bf16") == True), F("fp8_recipe") != "delayed",  # noqa: E712
+         "delayed-scaling FP8 cannot keep the first and last layers in BF16", TC,
+         "set precision.fp8_recipe to tensorwise, blockwise or mxfp8, or first_last_layers_bf16: false",
+         "Delayed scaling does not support first / last layer in BF16."),
     Rule("PRECISION_MXFP8_NEEDS_BLACKWELL", "error", FP8 & (F("fp8_recipe") == "mxfp8") & ON_GPU,
          F("gpu_major") >= 10,
          "MXFP8 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine MXFP8BlockScaling; {SEEDS}",

@@ -174,6 +174,8 @@ HANDPICKED = [
     {"recompute_granularity": "selective", "recompute_modules": ["moe_act"], "fp8": "e4m3",
      "fp8_recipe": "tensorwise"},
     {"recompute_granularity": "selective", "recompute_modules": ["layernorm"], "fp8": "e4m3"},
+    {"fp8": "e4m3", "fp8_recipe": "delayed", "first_last_layers_bf16": True},    # delayed scaling keeps no BF16 ends
+    {"fp8": "e4m3", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True},
     {"enable_cuda_graph": True, "external_cuda_graph": True},
     {"enable_cuda_graph": True},
     {"external_cuda_graph": True, "cuda_graph_scope": ["attn"]},

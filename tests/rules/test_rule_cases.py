@@ -293,6 +293,8 @@ CASES = {
     "PRECISION_LOW_NEEDS_TE": (c(FP8, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False), FP8),
     "PRECISION_MOE_FP8_NEEDS_TE_1_7": (c(FP8, V(te="1.6.0")), c(FP8, V(te="1.7.0"), moe_grouped_gemm=False)),
     "PRECISION_FP8_GROUPED_GEMM_NEEDS_TE_1_11": (c(FP8, V(te="1.10.0")), c(FP8, V(te="1.11.0"))),
+    "PRECISION_FP8_DELAYED_NO_BF16_FIRST_LAST": (c(FP8, fp8_recipe="delayed", first_last_layers_bf16=True),
+                                                 c(FP8, first_last_layers_bf16=True)),
     "PRECISION_MXFP8_NEEDS_BLACKWELL": (c(FP8, fp8_recipe="mxfp8"), c(FP8, fp8_recipe="mxfp8", gpu=B200)),
     "PRECISION_NVFP4_NEEDS_BLACKWELL": (c(fp4="e2m1"), c(fp4="e2m1", gpu=B200)),
     "PRECISION_FP8_NEEDS_HOPPER": (c(FP8, gpu=A100), FP8),
