@@ -13,6 +13,7 @@ SEEDS = "seeds: perf-moe-optimization-workflow (FP8 recipe quick decision)"
 FP8, FP4 = IsSet(F("fp8")), IsSet(F("fp4"))
 ON_GPU = F("device") == "cuda"
 MOE = IsSet(F("num_moe_experts"))
+BF16_ENDS = FP8 & (F("first_last_layers_bf16") == True)  # noqa: E712 - megatron-core checks these under fp8 only
 PAD_Q = Or(F("moe_router_padding_for_quantization") == True, F("moe_router_padding_for_fp8") == True)  # noqa: E712
 
 # the Transformer Engine release with the fused MoE permutation kernels (moe_utils.fused_permute)
@@ -43,11 +44,17 @@ RULES = (
          AtLeast("transformer_engine", "1.11.0"),
          "FP8 grouped GEMM needs Transformer Engine >= 1.11.0", TC, "use a platform with TE >= 1.11.0",
          "Only transformer-engine>=1.11.0 supports FP8 grouped gemm, but your version is {transformer_engine}."),
-    Rule("PRECISION_FP8_DELAYED_NO_BF16_FIRST_LAST", "error",
-         FP8 & (F("first_last_layers_bf16") == True), F("fp8_recipe") != "delayed",  # noqa: E712
+    Rule("PRECISION_FP8_DELAYED_NO_BF16_FIRST_LAST", "error", BF16_ENDS, F("fp8_recipe") != "delayed",
          "delayed-scaling FP8 cannot keep the first and last layers in BF16", TC,
          "set precision.fp8_recipe to tensorwise, blockwise or mxfp8, or first_last_layers_bf16: false",
          "Delayed scaling does not support first / last layer in BF16."),
+    *[Rule(f"PRECISION_BF16_{end.upper()}_LAYERS_PER_STAGE", "error", BF16_ENDS,
+           (F(f"num_layers_at_{end}_in_bf16") >= 0)
+           & (F(f"num_layers_at_{end}_in_bf16") * F("pipeline_model_parallel_size") <= F("num_layers")),
+           f"the BF16 layers at the {end} must fit in one pipeline stage", TC,
+           f"set precision.num_layers_at_{end}_in_bf16 between 0 and num_layers / pp",
+           f"num_layers_at_{end}_in_bf16 ({{num_layers_at_{end}_in_bf16}}) must be between 0 and number of layers "
+           "per pipeline stage ({num_layers_per_pipeline_rank}).") for end in ("start", "end")],
     Rule("PRECISION_MXFP8_NEEDS_BLACKWELL", "error", FP8 & (F("fp8_recipe") == "mxfp8") & ON_GPU,
          F("gpu_major") >= 10,
          "MXFP8 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine MXFP8BlockScaling; {SEEDS}",

@@ -176,6 +176,8 @@ HANDPICKED = [
     {"recompute_granularity": "selective", "recompute_modules": ["layernorm"], "fp8": "e4m3"},
     {"fp8": "e4m3", "fp8_recipe": "delayed", "first_last_layers_bf16": True},    # delayed scaling keeps no BF16 ends
     {"fp8": "e4m3", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True},
+    {"fp8": "e4m3", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 99},
+    {"fp8": "e4m3", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 99},
     {"enable_cuda_graph": True, "external_cuda_graph": True},
     {"enable_cuda_graph": True},
     {"external_cuda_graph": True, "cuda_graph_scope": ["attn"]},
