@@ -146,7 +146,7 @@ RULES = (
         "set model.architecture.gated_linear_unit: false, or activation: quick_gelu or swiglu"),
     # Megatron-Bridge's recipe for a model whose own document has no MLA builds a GPTModelProvider: Hydra refuses
     # the MLA-only overrides (kv_lora_rank, beta_fast, ...), which that dataclass does not have.
-    Rule("MLA_NOT_IN_BRIDGE_GPT_PROVIDER", "warning", MLA & Not(MODEL_MLA), Not(MLA) | MODEL_MLA,
+    Rule("MLA_NOT_IN_BRIDGE_GPT_PROVIDER", "warning", MLA & Not(MODEL_MLA), MODEL_MLA,
          "bridge.overrides cannot turn multi-latent attention on: Megatron-Bridge's recipe for this model builds a "
          "GPTModelProvider, which has no MLA fields (only an MLA model's recipe builds an MLATransformerConfig "
          "provider)", "Megatron-Bridge models/gpt_provider.py GPTModelProvider; models/mla_provider.py",
