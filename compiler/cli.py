@@ -155,6 +155,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:  # a path or a permission the user chose (init DIR, --emit FILE), not a bug in moeforge
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"moeforge: error: {where}{exc.strerror or exc}: choose a path you can write to", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug in moeforge, not in the recipe: say so plainly
+        print(f"moeforge: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
         from .lintconfig import main_lint_config
         return main_lint_config(argv[1:])
@@ -175,11 +189,6 @@ def _main(argv: list[str]) -> int:
     except CompileError as exc:
         print(render_all(exc.diagnostics, getattr(args, "format", "text")))
         return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # a bug in moeforge, not in the recipe: say so plainly
-        print(f"moeforge: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
 
 
 _FORMATS = ("text", "json", "github")

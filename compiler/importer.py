@@ -29,12 +29,11 @@ from pathlib import Path
 import yaml
 
 from . import knobs as K
+from . import project
 from .launch_text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
 from .megatron_args import DERIVED, RUNTIME_ONLY, lm_parser
 from .rules.expr import version_int
-
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
 @dataclass
@@ -347,13 +346,12 @@ def from_bridge(text: str) -> tuple[dict, dict, list]:
     return recipe, model, bad
 
 
-# ----------------------------------------------------------------------- platform
-
 # ----------------------------------------------------------------------- the whole import
 
-def import_text(text: str, name: str = "<launch>", platform: str | None = None, root: Path = RECIPES,
+def import_text(text: str, name: str = "<launch>", platform: str | None = None, root: Path | None = None,
                 recipe_name: str | None = None) -> Imported:
     kind = detect(text, name)
+    root = project.recipes() if root is None else root
     platforms = platform_docs(root)
     notes, rid, launcher = {}, None, {"env": {}}
     if kind == "bridge":
@@ -432,7 +430,7 @@ def main(args) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"{source}: error: cannot read: {exc}", file=sys.stderr)
         return 2
-    root = Path(args.root) if args.root else RECIPES
+    root = Path(args.root) if args.root else project.recipes()
     try:
         imp = import_text(text, source, args.platform, root, args.name)
         recipe_path, model_path = write(imp, root, Path(source).name, args.force)
@@ -446,5 +444,5 @@ def main(args) -> int:
     for text_, why in imp.unmapped:
         print(f"not imported: {text_}  ({why})")
     rid = recipe_path.resolve().relative_to(root.resolve()).with_suffix("")
-    print(f"next: moeforge compile {rid}" + ("" if root.resolve() == RECIPES.resolve() else f"  (recipes root {root})"))
+    print(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve() else f"  (recipes root {root})"))
     return 0

@@ -19,6 +19,7 @@ import yaml
 
 from . import knobs as K
 from .megatron_args import lm_parser
+from .resources import BUILTIN_RECIPES
 
 
 class ImportError_(Exception):
@@ -336,11 +337,14 @@ def knob_value(k: K.Knob, raw):
 # ----------------------------------------------------------------------- the platform it runs on
 
 def platform_docs(root: Path) -> dict[str, dict]:
+    """The platforms a recipe under ``root`` can name: the built-in catalogue's, then root/platforms (which win),
+    as compose resolves a platform name."""
     out = {}
-    for path in sorted((root / "platforms").glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
-        if isinstance(data, dict) and data.get("name"):
-            out[data["name"]] = data
+    for top in dict.fromkeys((BUILTIN_RECIPES, root)):
+        for path in sorted((top / "platforms").glob("*.yaml")):
+            data = yaml.safe_load(path.read_text())
+            if isinstance(data, dict) and data.get("name"):
+                out[data["name"]] = data
     return out
 
 

@@ -25,7 +25,7 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
     (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
     override list; with `gpu` and `versions` from the platform the launch names, when it names one.
     None: not one of those (an ordinary YAML / JSON mapping)."""
-    from . import importer, launch_text
+    from . import launch_text, project
 
     kind = launch_text.detect(text, name)
     if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
@@ -52,7 +52,7 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         else:
             words = launch_text.launch_words(text)[0]
         dests, bad = launch_text.parse_flags(words)
-        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(importer.RECIPES))[0]
+        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()))[0]
     except launch_text.ImportError_ as exc:
         raise UnusableInput(str(exc)) from None
     flags = dests.pop("__flags__", {})
@@ -76,7 +76,7 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
             data.setdefault(key, None)
             lines[key] = line_of(text, key)
     if platform is not None:
-        doc = launch_text.platform_docs(importer.RECIPES)[platform]
+        doc = launch_text.platform_docs(project.recipes())[platform]
         data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
         data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
     return data, lines

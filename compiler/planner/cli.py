@@ -74,7 +74,7 @@ def _run(args) -> int:
               file=sys.stderr if args.format == "json" else sys.stdout)
     if args.emit:
         path = emit.write(args.emit, emit.recipe_text(result.ranked[0], s))
-        print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {path}; {emit.next_step(path)}", file=sys.stderr)
     return 0
 
 

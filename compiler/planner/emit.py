@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from .. import project
 from ..emit import write_file_atomically
-from .search import GIB, Evaluated
+from .search import GIB, Evaluated, PlannerError
 from .space import Setting
 
 HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
@@ -30,5 +31,18 @@ def recipe_text(ev: Evaluated, s: Setting) -> str:
 
 def write(path: str | Path, text: str) -> Path:
     path = Path(path)
-    write_file_atomically(path, text)
+    try:
+        write_file_atomically(path, text)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != path else ""
+        raise PlannerError(f"--emit {path}: cannot write it ({where}{exc.strerror or exc}): choose a writable "
+                           "path, under recipes/ to compile it") from None
     return path
+
+
+def next_step(path: Path) -> str:
+    """How to compile the written recipe: compile reads recipes only from the project's recipes/."""
+    recipes = project.recipes().resolve()
+    if path.resolve().is_relative_to(recipes):
+        return f"compile it: moeforge compile {path}"
+    return f"it lies outside {recipes}: move it there to compile it (moeforge compile recipes/NAME.yaml)"

@@ -312,3 +312,12 @@ def test_a_missing_recipe_path_is_named_as_given(monkeypatch):
         text = out + err
         assert rc != 0 and "no such file: recipes/nosuch.yaml" in text, text
         assert "recipes/recipes" not in text and "recipe id (MODEL/NAME" in text, text
+
+
+def test_a_path_that_cannot_be_written_is_one_line_not_an_internal_error(tmp_path):
+    """`init DIR` where DIR cannot be made is the user's path, not a bug in moeforge: one line naming it, exit 1."""
+    (tmp_path / "plain-file").write_text("x")
+    rc, out, err = run("init", str(tmp_path / "plain-file" / "project"))
+    assert rc == 1 and "internal error" not in err and "Traceback" not in err
+    assert err == f"moeforge: error: {tmp_path}/plain-file/project: Not a directory: choose a path you can write " \
+                  "to\n"

@@ -153,3 +153,21 @@ def test_platform_must_be_named_when_unclear(root, tmp_path, capsys):
 def test_dense_model_is_refused(root):
     with pytest.raises(importer.ImportError_, match="no --num-experts"):
         importer.import_text("--num-layers 2\n--hidden-size 64\n", "a.args", "h100", root)
+
+
+def test_import_writes_into_the_project_it_runs_in(tmp_path, monkeypatch, capsys):
+    """In a user's project (`moeforge init`, no platform files of its own) `moeforge import` writes under that
+    project's recipes/, never into moeforge's own catalogue, reads the built-in platforms as compile does, and the
+    recipe it writes compiles there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    before = sorted(p.name for p in (RECIPES / "models").iterdir())
+    assert main(["import", str(DATA / "qwen3_30b_a3b_h100.sh")]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path}/recipes/imported/qwen3_30b_a3b_h100-imported.yaml" in out
+    assert "next: moeforge compile imported/qwen3_30b_a3b_h100-imported\n" in out
+    assert sorted(p.name for p in (RECIPES / "models").iterdir()) == before
+    assert not (RECIPES / "imported").exists()
+    assert main(["compile", "imported/qwen3_30b_a3b_h100-imported", "--quiet"]) == 0
+    plan = json.loads((tmp_path / "build/imported/qwen3_30b_a3b_h100-imported/plan.json").read_text())
+    assert plan["platform"]["name"] == "h100" and plan["layout"]["ep"] == 16

@@ -130,6 +130,7 @@ def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
     rc, out, err = run("--root", str(root), "plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16",
                        "--top", "1", "--format", "json", "--emit", str(target))
     assert rc == 0, err
+    assert f"wrote {target}; compile it: moeforge compile {target}" in err
     best = json.loads(out)["candidates"][0]
     doc = yaml.safe_load(target.read_text())
     par = doc["parallelism"]
@@ -150,6 +151,20 @@ def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
     rc, out, _ = run("--root", str(root), "plan-layout", "--evaluate", str(target), "--format", "json")
     again = json.loads(out)
     assert rc == 0 and again["step_time_s"] == best["step_time_s"] and again["memory_gb"] == best["memory_gb"]
+
+
+def test_emit_where_it_cannot_be_written_or_compiled(tmp_path):
+    """--emit into a path that cannot be written is one line naming the path, after the table; a recipe
+    written outside recipes/ comes with how to make it compile (compile reads only recipes/)."""
+    (tmp_path / "plain-file").write_text("x")
+    argv = ("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "1", "--emit")
+    rc, out, err = run(*argv, str(tmp_path / "plain-file" / "x.yaml"))
+    assert rc == 1 and "TP" in out and "Traceback" not in err
+    assert err.strip() == f"moeforge plan-layout: error: --emit {tmp_path}/plain-file/x.yaml: cannot write it " \
+                          f"({tmp_path}/plain-file: File exists): choose a writable path, under recipes/ to compile it"
+    rc, out, err = run(*argv, str(tmp_path / "x.yaml"))
+    assert rc == 0 and (tmp_path / "x.yaml").exists()
+    assert f"it lies outside {ROOT / 'recipes'}: move it there to compile it" in err
 
 
 def test_evaluate_a_catalogue_recipe():
