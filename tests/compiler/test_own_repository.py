@@ -204,3 +204,11 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
                 "s = json.loads(SCHEMA_FILE.read_text()); "
                 "jsonschema.validate(json.load(open('build/mine/plan.json')), s); print(SCHEMA_FILE)"], user, env)
     assert proc.returncode == 0 and "moeforge_data" in proc.stdout, proc.stdout + proc.stderr
+    # import a launch script and plan a layout: both write into this project, and what they write compiles
+    script = REPO / "tests" / "data" / "import" / "qwen3_30b_a3b_h100.sh"
+    assert f"wrote {user}/recipes/imported/qwen3_30b_a3b_h100-imported.yaml" in moeforge("import", str(script))
+    moeforge("compile", "imported/qwen3_30b_a3b_h100-imported", "--quiet")
+    moeforge("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "1",
+             "--emit", "recipes/planned.yaml")
+    assert "build/planned/" in moeforge("compile", "planned")
+    assert not list(env_dir.rglob("*-imported.yaml")) and not list(env_dir.rglob("planned.yaml"))
