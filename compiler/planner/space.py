@@ -118,8 +118,11 @@ class Candidate:
             # TE's fused permutation, as Megatron-Bridge's MoE providers and perf recipes set it; the step-time
             # model does not price it (docs/layout-model.md, section 6)
             moe["permute_fusion"] = True
+        # the router in FP32, as megatron-core asks from 32 experts on and moeforge's advice under that
+        # (PRECISION_ROUTER_DTYPE_MANY_EXPERTS, PRECISION_ROUTER_FP32): the emitted recipe compiles without either
+        moe["router"] = {"dtype": "fp32"}
         if s.force_balance:
-            moe["router"] = {"force_load_balancing": True}
+            moe["router"]["force_load_balancing"] = True
         doc = {"schema": "moeforge/recipe/v3", "revision": 1,
                "name": f"{s.model}-{s.platform}-x{s.gpus}-planned",
                "description": description or f"{s.model} on {s.gpus} x {s.platform}: {self.describe()}, "

@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from compiler.layout import LayoutError
 from compiler.planner import search, space, validation
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "bridge_tuned_layouts.json"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "data" / "bridge_tuned_layouts.json"
 ROWS = json.loads(FIXTURE.read_text())["rows"]
 RESULTS: dict = {}
 # Where the step-time model disagrees with Megatron-Bridge's tuning (docs/layout-model.md, "Validation").
@@ -85,7 +87,8 @@ def test_tuned_candidates_are_the_catalogue_recipes_layouts():
     s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"], True)
     doc = validation.tuned_candidate(row, s).recipe(s)
     assert doc["parallelism"]["pipeline_layout"] == "Et*4|(t*4|)*14tmL"
-    assert doc["moe"]["router"] == {"force_load_balancing": True}
+    catalogue = yaml.safe_load((ROOT / "recipes" / "deepseek-v3" / "b200-bf16.yaml").read_text())
+    assert doc["moe"]["router"] == catalogue["moe"]["router"] == {"force_load_balancing": True, "dtype": "fp32"}
     assert doc["optimizer"] == dict(space.TRAINING_DEFAULTS["optimizer"])
 
 
