@@ -3,7 +3,8 @@
 Run under .venv312 (megatron-bridge 0.6.2, megatron-core 0.19.2):
     .venv312/bin/python tests/fidelity/bridge_judge.py build/<recipe> ... [--json]
 
-For each build dir: build Bridge's own pretrain recipe for the model (RECIPES), apply the
+For each build dir: build Bridge's own pretrain recipe for the model (RECIPES; for a model it has no
+recipe for, its plain GPT recipe, or DeepSeek-V3's when the plan has MLA, as bridge.overrides says), apply the
 bridge.overrides lines with Bridge's own applier (training.utils.omegaconf_utils.
 process_config_with_overrides: Hydra syntax, struct mode, so an unknown key is refused the way
 Bridge's scripts refuse it), run what Bridge's pretrain() runs before it builds anything
@@ -59,9 +60,11 @@ RECIPES = {
                      "megatron.bridge.recipes.gpt_oss.h100.gpt_oss:gpt_oss_120b_pretrain_64gpu_h100_bf16_config"),
 }
 
-# Models Bridge ships no recipe for (the CPU test model) start from its plain GPT pretrain recipe: the
-# overrides state every model field, so the starting point only supplies the training scaffolding.
+# Models Bridge ships no recipe for (the CPU test model, models outside the catalogue) start from its plain GPT
+# pretrain recipe: the overrides state every model field, so the starting point only supplies the training
+# scaffolding. An MLA model starts from an MLA provider's recipe (DeepSeek-V3's), as bridge.overrides' header says.
 FALLBACK_RECIPE = "megatron.bridge.recipes.gpt.h100.vanilla_gpt:vanilla_gpt_pretrain_1gpu_h100_bf16_config"
+MLA_FALLBACK_MODEL = "deepseek-v3"
 
 # Provider fields that legitimately differ from the plan. Keep it short; each needs a reason.
 LAUNCH_ONLY_EXCEPTIONS = {
@@ -218,6 +221,8 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
     model = plan["recipe"]["id"].split("/")[0]
     verdict = {"recipe": plan["recipe"]["id"], "build_dir": str(build_dir), "judge": "megatron-bridge",
                "accepted": False, "error": None, "diffs": [], "notes": jl.emulate_platform(plan)}
+    if model not in RECIPES and plan["transformer_config"].get("multi_latent_attention"):
+        model = MLA_FALLBACK_MODEL
     module, func = (RECIPES[model][1] if model in RECIPES else FALLBACK_RECIPE).split(":")
     verdict["notes"].append(f"Bridge recipe: {module}.{func}")
     saved_env = dict(os.environ)

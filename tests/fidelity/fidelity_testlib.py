@@ -40,13 +40,15 @@ def platform_mcore(recipe_id: str) -> str:
     return str(platform.get("software", {}).get("megatron_core", ""))
 
 
-def compile_all(ids: list[str], out: Path, overrides: dict[str, list[str]] | None = None) -> dict[str, Path]:
-    """Compile each recipe into out/<id>/ with the compiler's CLI (what users run), with the given
-    --set overrides per recipe id."""
+def compile_all(ids: list[str], out: Path, overrides: dict[str, list[str]] | None = None,
+                root: Path = ROOT) -> dict[str, Path]:
+    """Compile each recipe of the project at ``root`` into out/<id>/ with the compiler's CLI (what users run),
+    with the given --set overrides per recipe id."""
     dirs = {}
     for rid in ids:
         sets = [a for o in (overrides or {}).get(rid, []) for a in ("--set", o)]
-        subprocess.run([sys.executable, "-m", "compiler", "compile", rid, "--out", str(out), *sets],
+        subprocess.run([sys.executable, "-m", "compiler", "--root", str(root), "compile", rid, "--out", str(out),
+                        *sets],
                        cwd=ROOT, check=True, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
         dirs[rid] = out / rid
@@ -96,6 +98,18 @@ def uneven_cases(out: Path) -> dict[str, Path]:
     """Compile each UNEVEN variant into out/<i>/<recipe> (the build dirs), by name."""
     return {name: compile_all([v["recipe"]], out / str(i), {v["recipe"]: v["sets"]})[v["recipe"]]
             for i, (name, v) in enumerate(sorted(UNEVEN.items()))}
+
+
+# Models outside the catalogue, in a user's project (its own recipes/models, the built-in platforms): Mixtral-8x7B
+# (GQA, no Megatron-Bridge recipe: Bridge's plain GPT recipe) and DeepSeek-V2-Lite (MLA without a query LoRA:
+# an MLA provider's recipe, as bridge.overrides says).
+OUTSIDE = HERE / "outside_catalogue"
+OUTSIDE_RECIPES = ["mixtral-8x7b/h100-bf16", "deepseek-v2-lite/h100-bf16"]
+
+
+def outside_cases(out: Path) -> dict[str, Path]:
+    """Compile OUTSIDE_RECIPES of the OUTSIDE project into out/<recipe> (the build dirs), by recipe id."""
+    return compile_all(OUTSIDE_RECIPES, out, root=OUTSIDE)
 
 
 def assert_verdict(v: dict) -> None:
