@@ -3,8 +3,10 @@
 Only meaningful on top of EP overlap. Transformer Engine version gates come from
 Megatron-Bridge CommOverlapConfig (TE >= 2.7.0 with grad-reduce overlap or gradient
 accumulation fusion; TE >= 2.12.0, gradient accumulation fusion and no attention bias when
-the delayed wgrad would be captured in a CUDA graph) and megatron-core TransformerConfig
-(TE >= 2.10.0 with partial TE CUDA graphs; 0.16: not with the legacy grouped GEMM).
+the delayed wgrad would be captured in a CUDA graph), megatron-core TransformerConfig
+(TE >= 2.10.0 with partial TE CUDA graphs; 0.16: not with the legacy grouped GEMM) and
+Megatron-LM's validate_args (TE >= 2.8.0 with grad-reduce overlap; TE >= 2.7.0 with the
+gradient accumulation fusion off).
 
 Bridge decides "captured in a graph" from the configured modules alone, ignoring
 cuda_graph_impl: wgrad_in_graph = attn or (moe_router and shared experts without
@@ -16,6 +18,7 @@ from .expr import F, AtLeast, Has, IsSet, Not, Or
 
 MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.14+)"
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
+LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
 DWG = F("delay_wgrad_compute") == True  # noqa: E712
 EP_OVERLAP = F("overlap_moe_expert_parallel_comm") == True  # noqa: E712
@@ -93,10 +96,28 @@ RULES = (
     # from megatron-core 0.17 the local layers have backward_dw, but Megatron-LM still refuses the local spec
     Rule("DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", "error", DWG, AtLeast("transformer_engine", "0.1.0"),
          "delayed wgrad needs the Transformer Engine layer spec in Megatron-LM",
-         "Megatron-LM megatron/training/arguments.py validate_args",
+         LM_ARGS,
          "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
          "Delaying wgrad compute is only supported with transformer_engine implementation", origin="megatron-lm",
          versions=(("megatron_core", ">=0.17.0"),)),
+    # validate_args' own TE gates (Megatron-LM 0.16-0.19), stricter than Bridge's: grad-reduce overlap from TE 2.8,
+    # and gradient accumulation fusion off only from TE 2.7, where Bridge allows fusion on only from TE 2.7; so
+    # below TE 2.7 no setting of the fusion passes both front-ends, and delayed wgrad needs a newer TE
+    Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", "error", DWG & (F("overlap_grad_reduce") == True),  # noqa: E712
+         AtLeast("transformer_engine", "2.8.0"),
+         "delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.8.0 in Megatron-LM", LM_ARGS,
+         f"use a platform with TE >= 2.8.0, or set overlap.grad_reduce: false, {OFF}",
+         "overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute",
+         origin="megatron-lm"),
+    Rule("DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM", "error",
+         DWG & (F("gradient_accumulation_fusion") == False),  # noqa: E712
+         AtLeast("transformer_engine", "2.7.0"),
+         "delayed wgrad without gradient accumulation fusion needs Transformer Engine >= 2.7.0 in Megatron-LM "
+         "(and Megatron-Bridge refuses the fusion with delayed wgrad below TE 2.7.0)", LM_ARGS,
+         f"use a platform with TE >= 2.7.0, {OFF}",
+         "disabling gradient_accumulation_fusion is only supported with TE >= 2.7.0 when enabling "
+         "delay_wgrad_compute",
+         origin="megatron-lm"),
     # megatron-core 0.18+: the other way of hiding the dispatch backward behind expert wgrad
     Rule("DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18", "error",
          F("overlap_dispatch_backward_with_experts_wgrad") == True,  # noqa: E712

@@ -112,14 +112,15 @@ CASES = {
                                                        c(ep_overlap_early_attn_memory_release=True)),
     # --- delayed wgrad
     "DELAY_WGRAD_NEEDS_EP_OVERLAP": (c(DWG, NO_EPO), DWG),
+    # below TE 2.7 Megatron-LM wants the fusion on with delayed wgrad and Bridge wants it off: the passing
+    # cases take a newer TE
     "DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7": (
-        c(DWG, V(te="2.6.0")), c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False,
-                                 gradient_accumulation_fusion=False)),
+        c(DWG, V(te="2.6.0")), c(DWG, V(te="2.8.0"))),
     "DELAY_WGRAD_GRAD_ACC_FUSION_NEEDS_TE_2_7": (
         c(DWG, V(te="2.6.0"), gradient_accumulation_fusion=True, overlap_grad_reduce=False,
           overlap_param_gather=False),
-        c(DWG, V(te="2.6.0"), overlap_grad_reduce=False, overlap_param_gather=False,
-          gradient_accumulation_fusion=False)),
+        c(DWG, V(te="2.7.0"), gradient_accumulation_fusion=True, overlap_grad_reduce=False,
+          overlap_param_gather=False)),
     "DELAY_WGRAD_CUDA_GRAPH_NEEDS_TE_2_12": (
         c(DWG, G, V(te="2.11.0"), cuda_graph_modules=DROPLESS, gradient_accumulation_fusion=True),
         c(DWG, G, V(te="2.11.0"), cuda_graph_modules=["moe_router", "moe_preprocess"])),
@@ -496,6 +497,12 @@ CASES = {
     # --- Megatron-LM's own refusals
     "DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM": (c(DWG, V(te=None), overlap_grad_reduce=False, overlap_param_gather=False),
                                             c(DWG, overlap_grad_reduce=False, overlap_param_gather=False)),
+    "DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM": (c(DWG, V(te="2.7.0")), c(DWG, V(te="2.8.0"))),
+    "DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM": (
+        c(DWG, V(te="2.6.0"), gradient_accumulation_fusion=False, overlap_grad_reduce=False,
+          overlap_param_gather=False),
+        c(DWG, V(te="2.7.0"), gradient_accumulation_fusion=False, overlap_grad_reduce=False,
+          overlap_param_gather=False)),
     "LAYOUT_VPP_ONE_IS_NO_VPP": (c(PP2, virtual_pipeline_model_parallel_size=1), PP2),
     "ROPE_FUSION_NEEDS_TE": (c(V(te=None), apply_rope_fusion=True), c(apply_rope_fusion=True)),
     "MOE_GROUPED_GEMM_NEEDS_AMPERE_IN_MEGATRON_LM": (c(gpu=V100), c(gpu=A100)),
