@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from . import knobs as K
-from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index, nan_check
+from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
 from .rules.expr import version_int
 
 # Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
@@ -49,7 +49,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 def _bridge_value(path: str, value) -> str:
     """An override value: JSON, except torch dtypes inside a config node Bridge instantiates."""
-    if path.startswith("mixed_precision.") and value in DTYPES:
+    if (path.startswith("mixed_precision.") or path.endswith("_dtype")) and value in DTYPES:
         return "{_target_:torch.%s,_call_:false}" % value  # instantiate returns the dtype object itself
     return json.dumps(value)
 
@@ -104,7 +104,8 @@ def training_io(plan: dict, mcore: int) -> dict:
     for field, value in (("exit_signal_handler", saves),
                          ("exit_signal", K.EXIT_SIGNAL if saves else K.knob("exit_signal").default)):
         out.update((path, value) for path in K.knob(field).bridge_paths)
-    out.update((path, nan_check(plan)) for path in K.knob("check_for_nan_in_loss_and_grad").bridge_paths)
+    nan_check = plan["ddp_config"]["check_for_nan_in_grad"]
+    out.update((path, nan_check) for path in K.knob("check_for_nan_in_loss_and_grad").bridge_paths)
     backend = K.FACT_BY_FIELD["distributed_backend"]
     out.update((path, plan["platform"].get("distributed_backend") or backend.default) for path in backend.bridge_paths)
     return out

@@ -17,6 +17,11 @@ OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "moe_act", "attn_norm
 LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 _K = Knob
+# torch dtype names as the plan spells them, and Megatron-LM's spelling of its optimizer dtype arguments
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_LM = (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"))
+OPTIMIZER_PRECISION = ("use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+                       "exp_avg_sq_dtype")
 V17 = 17_000  # version_int("0.17.0"): megatron-core renamed several fields there
 
 
@@ -71,6 +76,10 @@ KNOBS: tuple[Knob, ...] = (
        doc="the learning rate the decay ends at (OptimizerConfig.min_lr; Megatron-LM --min-lr: 0.0)"),
     _K("weight_decay", "schedule.weight_decay", "float", 0.01, section="optimizer", bridge="optimizer.weight_decay",
        doc="decoupled weight decay (megatron-core OptimizerConfig, Megatron-LM --weight-decay: 0.01)"),
+    _K("apply_wd_to_qk_layernorm", "schedule.apply_wd_to_qk_layernorm", "bool", False, section="optimizer",
+       bridge="optimizer.apply_wd_to_qk_layernorm",
+       doc="weight decay on the QK-norm weights too (OptimizerConfig, Megatron-LM --apply-wd-to-qk-layernorm): "
+           "Megatron-Bridge's Qwen3-Next recipes set it"),
     _K("clip_grad", "schedule.clip_grad", "float", 1.0, section="optimizer", bridge="optimizer.clip_grad",
        doc="gradient clipping by global L2 norm"),
     _K("adam_beta1", "schedule.adam_beta1", "float", 0.9, section="optimizer", bridge="optimizer.adam_beta1"),
@@ -267,6 +276,22 @@ KNOBS: tuple[Knob, ...] = (
         # Megatron-LM 0.19 arguments.py: --no-gradient-accumulation-fusion, store_false (default True)
         frontend_defaults=(("megatron-lm", True),)),
     _K("use_megatron_fsdp", "optimizer.megatron_fsdp", "bool", False),
+    # DDP and optimizer fields the plan states (derived: no recipe path; compiler/plan.py megatron_view), so that
+    # no front-end's own default or recipe stands in for them: Megatron-LM builds both configs from its
+    # arguments (training.py get_model / get_megatron_optimizer_config), and Megatron-Bridge's recipes set some
+    # (DeepSeek-V3's turns the precision-aware optimizer on with BF16 moments, several average in the collective)
+    _K("align_param_gather", None, "bool", False, section="ddp", lm=None, bridge="ddp.align_param_gather",
+       doc="Megatron-LM derives it (validate_args: on for the interleaved schedule, off otherwise), as "
+           "Megatron-Bridge's CommOverlapConfig does; the param all-gathers of all pipeline stages start together"),
+    _K("average_in_collective", None, "bool", False, section="ddp", lm="ddp_average_in_collective",
+       bridge="ddp.average_in_collective", doc="average the gradients inside the reduce collective: off, the "
+                                               "default of megatron-core and Megatron-LM"),
+    _K("use_precision_aware_optimizer", None, "bool", False, section="optimizer",
+       bridge="optimizer.use_precision_aware_optimizer",
+       doc="TE FusedAdam with lower-precision main grads / moments: off (megatron-core's and Megatron-LM's default)"),
+    *(_K(name, None, "enum", "float32", DTYPE_NAMES, section="optimizer", bridge=f"optimizer.{name}",
+         lm_values=DTYPE_LM, doc="FP32 without the precision-aware optimizer (megatron-core requires it)")
+      for name in OPTIMIZER_PRECISION[1:]),
     *IO_KNOBS,  # training I/O: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval
     # --- launch (rendered by the launch templates; not in the plan) ------------------------------
     _K("logs_dir", "launch.logs_dir", "str", None, lm=None, bridge=None,

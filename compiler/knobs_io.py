@@ -85,9 +85,10 @@ IO_KNOBS: tuple[Knob, ...] = (
        doc=f"{EXIT_SIGNAL} when checkpoint.save is set: the launchers forward it (Slurm sends it "
        "launch.signal_margin_s before the time limit) (computed)"),
     _K("check_for_nan_in_loss_and_grad", None, "bool", True, lm="check_for_nan_in_loss_and_grad",
-       bridge="rerun_state_machine.check_for_nan_in_loss",
-       doc="the per-step NaN check of loss and gradients; off with cuda_graph.impl full_iteration, which "
-       "Megatron-LM and Megatron-Bridge refuse to run with it (computed)"),
+       bridge=("rerun_state_machine.check_for_nan_in_loss", "ddp.check_for_nan_in_grad"),
+       doc="the per-step NaN check of loss and gradients (the plan's ddp_config.check_for_nan_in_grad); off with "
+       "cuda_graph.impl full_iteration, which Megatron-LM and Megatron-Bridge refuse to run with it, and under "
+       "FP16's dynamic loss scaling, as Megatron-LM turns it off (computed: compiler/plan.py nan_check)"),
     _io("lr_decay_style", "schedule.decay", "enum", "constant", DECAY_STYLES, "schedule", "decay",
         lm="lr_decay_style", bridge="scheduler.lr_decay_style", lm_values=(("wsd", "WSD"),),
         doc="LR decay after warmup (Megatron-LM's default is linear; moeforge's is constant, what "

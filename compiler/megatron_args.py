@@ -14,8 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import knobs as K
-from .rules.cuda_graphs import FULL_ITER
-from .rules.expr import evaluate, version_int
+from .rules.expr import version_int
 
 DATA = Path(__file__).resolve().parent / "data"
 SECTIONS = (("transformer_config", "tc"), ("model", "model"), ("ddp_config", "ddp"), ("optimizer", "optimizer"),
@@ -28,6 +27,10 @@ DERIVED = {"params_dtype": "from --bf16/--fp16", "pipeline_dtype": "from --bf16/
            "share_embeddings_and_output_weights": "--untie-embeddings-and-output-weights",
            "bias_activation_fusion": "--no-bias-swiglu-fusion / --no-bias-gelu-fusion",
            "persist_layer_norm": "--no-persist-layer-norm"}
+# Plan fields that copy another section's value (megatron-core reads it from both configs): one flag, the owner's
+COPIES = {("optimizer", "use_distributed_optimizer"): "ddp_config", ("optimizer", "overlap_param_gather"): "ddp_config",
+          ("ddp", "delay_wgrad_compute"): "transformer_config", ("ddp", "check_for_nan_in_grad"): "the NaN check",
+          ("ddp", "fp8_param_gather"): "transformer_config", ("optimizer", "fp8_recipe"): "transformer_config"}
 RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes and the data-parallel size",
                 "report_window": "steps moeforge's runtime reports on",
                 "bucket_size": "megatron-core's default bucketing",
@@ -152,16 +155,6 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     return out
 
 
-def nan_check(plan: dict) -> bool:
-    """Megatron-LM's and Megatron-Bridge's per-step NaN check of the loss and gradients: off under a
-    full-iteration CUDA graph, which both refuse to combine with it (validate_args, ConfigContainer.validate)."""
-    tc = plan["transformer_config"]
-    graphs = {"cuda_graph_impl": tc.get("cuda_graph_impl", "none"), "enable_cuda_graph": False,
-              # megatron-core < 0.18 names the modules cuda_graph_scope (full iteration: local + [full_iteration])
-              "cuda_graph_modules": tc.get("cuda_graph_modules") or tc.get("cuda_graph_scope") or []}
-    return evaluate(FULL_ITER, graphs) is not True
-
-
 def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
     """dest -> (plan name, value) for the training-I/O sections (knobs.IO_SECTIONS) and the platform's
     distributed backend, each dest from its knob row; and a note for each value Megatron-LM has no flag for.
@@ -208,7 +201,7 @@ def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
     if ckpt["save"] is not None:
         put(K.knob("exit_signal_handler"), "save", True)
         put(K.knob("exit_signal"), "save", K.EXIT_SIGNAL)
-    put(K.knob("check_for_nan_in_loss_and_grad"), "cuda_graph_impl", nan_check(plan))
+    put(K.knob("check_for_nan_in_loss_and_grad"), "cuda_graph_impl", plan["ddp_config"]["check_for_nan_in_grad"])
     backend = K.FACT_BY_FIELD["distributed_backend"]
     put(backend, "distributed_backend", plan["platform"].get("distributed_backend") or backend.default)
     return wanted, notes
@@ -223,8 +216,8 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
     for plan_key, section in SECTIONS:
         for name, value in (plan.get(plan_key) or {}).items():
             knob = index.get((section, name))
-            if name in DERIVED or (section, name) == ("optimizer", "use_distributed_optimizer"):
-                continue  # written through the composite flags below, or from ddp_config
+            if name in DERIVED or (section, name) in COPIES:
+                continue  # written through the composite flags below, or from the section that owns it
             if knob is None and section == "tc" and name in plan["model"] and plan["model"][name] == value:
                 continue  # MLA's copy of a GPTModel argument (plan.megatron_view): one flag, from plan.model
             if K.VARIANT_ONLY.get(name) == "multi_latent_attention" and not plan["transformer_config"].get(
@@ -243,7 +236,7 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
             if dests == ("num_virtual_stages_per_pipeline_rank",) and tc_has_layout(plan):
                 continue  # the layout string implies the virtual stages; Megatron-LM refuses both
             if value is not None:
-                wanted.update((dest, (name, value)) for dest in dests)
+                wanted.update((dest, (name, knob.megatron_value(value))) for dest in dests)
     for dest, value in _composite(plan, by_dest):
         wanted[dest] = (dest, value)
     io, io_notes = training_io(plan, mcore)

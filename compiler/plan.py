@@ -14,7 +14,8 @@ from . import knobs as K
 from .config import env_vars
 from .diagnostics import CompileError, error
 from .layout import Layout
-from .rules.expr import version_int
+from .rules.cuda_graphs import FULL_ITER
+from .rules.expr import evaluate, version_int
 from .pipeline import Resolved
 from .validate import validator
 
@@ -98,6 +99,22 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
             continue
         out[k.section][name] = list(value) if k.kind == "set" else value
     tc, arch, moe = out["tc"], model.get("architecture", {}), model.get("moe", {})
+    # DDP and optimizer fields no recipe sets (knobs.py, the derived rows), stated so that no front-end default
+    # or Bridge recipe stands in: the front-ends' gradient NaN check, the DDP's copy of delayed wgrad (its hooks
+    # wait for backward_dw), param all-gathers aligned across stages on the interleaved schedule (Megatron-LM and
+    # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, param-gather overlap and the
+    # FP8 recipe, and the FP32 optimizer
+    out["ddp"].update(check_for_nan_in_grad=nan_check(env, out["tc"]),
+                      average_in_collective=K.BY_FIELD["average_in_collective"].default,
+                      delay_wgrad_compute=bool(env.get("delay_wgrad_compute")),
+                      align_param_gather=(env.get("pipeline_model_parallel_size") or 1) > 1
+                      and (env.get("virtual_pipeline_model_parallel_size") or 1) > 1)
+    out["ddp"]["fp8_param_gather"] = bool(env.get("fp8_param"))  # Megatron-LM: one flag, --fp8-param-gather
+    out["optimizer"]["overlap_param_gather"] = bool(env.get("overlap_param_gather"))
+    if env.get("fp8"):  # the optimizer reads the recipe for FP8 parameters (Megatron-LM copies --fp8-recipe)
+        out["optimizer"]["fp8_recipe"] = out["tc"].get("fp8_recipe")
+    for name in K.OPTIMIZER_PRECISION:
+        out["optimizer"][name] = K.BY_FIELD[name].default
     if not flex:
         tc.pop("moe_flex_dispatcher_backend", None)  # inert without flex: never emit a backend nobody uses
     for quant in ("fp8", "fp4"):
@@ -132,6 +149,17 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
     return out
+
+
+def nan_check(env: dict, tc: dict) -> bool:
+    """Megatron-LM's and Megatron-Bridge's per-step NaN check of the loss and gradients (on by default in both):
+    off under a full-iteration CUDA graph, which both refuse to combine with it (validate_args,
+    ConfigContainer.validate), and with FP16, whose dynamic loss scaling reads NaNs as a signal (validate_args
+    turns it off)."""
+    graphs = {"cuda_graph_impl": tc.get("cuda_graph_impl", "none"), "enable_cuda_graph": False,
+              # megatron-core < 0.18 names the modules cuda_graph_scope (full iteration: local + [full_iteration])
+              "cuda_graph_modules": tc.get("cuda_graph_modules") or tc.get("cuda_graph_scope") or []}
+    return evaluate(FULL_ITER, graphs) is not True and not env.get("fp16")
 
 
 def io_sections(env: dict) -> dict[str, dict]:

@@ -111,7 +111,8 @@ def build(plan):
                                        disable_bucketing=i > 0) for i, c in enumerate(chunks)]
 
     opt_known = {f.name for f in dataclasses.fields(OptimizerConfig)}
-    opt_values = {k: v for k, v in plan.section("optimizer").items()}
+    opt_values = {k: model.DTYPES[v] if k.endswith("_dtype") and isinstance(v, str) else v
+                  for k, v in plan.section("optimizer").items()}
     opt_values.update(bf16=cfg.bf16, fp16=cfg.fp16, params_dtype=cfg.params_dtype)
     opt_kwargs, opt_ignored = model.split_known(opt_values, opt_known, "optimizer")
     with cpu_support.device_scope():

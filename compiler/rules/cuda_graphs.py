@@ -77,7 +77,7 @@ RULES = (
          "cuda_graph_impl=full_iteration captures the whole iteration; per-layer modules must be empty", TC18,
          "set cuda_graph.modules: [] (or null)",
          'cuda_graph_modules must be empty when cuda_graph_impl="full_iteration".', versions=V18),
-    # a recipe's launches turn the check off themselves (compiler.megatron_args.nan_check); lint-config only
+    # a recipe's launches turn the check off themselves (compiler.plan.nan_check); lint-config only
     Rule("CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK", "error", FULL_ITER,
          F("check_for_nan_in_loss_and_grad") == False,  # noqa: E712
          "a full-iteration CUDA graph cannot run Megatron-LM's per-step NaN check of loss and gradients",

@@ -21,6 +21,7 @@ BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_
 LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
 DWG = F("delay_wgrad_compute") == True  # noqa: E712
+TE = AtLeast("transformer_engine", "0.1.0")  # Transformer Engine installed
 EP_OVERLAP = F("overlap_moe_expert_parallel_comm") == True  # noqa: E712
 M = F("cuda_graph_modules")
 ATTN_GRAPHED = Has(M, "attn")
@@ -102,15 +103,17 @@ RULES = (
          versions=(("megatron_core", ">=0.17.0"),)),
     # validate_args' own TE gates (Megatron-LM 0.16-0.19), stricter than Bridge's: grad-reduce overlap from TE 2.8,
     # and gradient accumulation fusion off only from TE 2.7, where Bridge allows fusion on only from TE 2.7; so
-    # below TE 2.7 no setting of the fusion passes both front-ends, and delayed wgrad needs a newer TE
-    Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", "error", DWG & (F("overlap_grad_reduce") == True),  # noqa: E712
+    # below TE 2.7 no setting of the fusion passes both front-ends, and delayed wgrad needs a newer TE.  Without
+    # TE at all the rules above that want TE speak (one reason, one fix)
+    Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", "error",
+         DWG & TE & (F("overlap_grad_reduce") == True),  # noqa: E712
          AtLeast("transformer_engine", "2.8.0"),
          "delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.8.0 in Megatron-LM", LM_ARGS,
          f"use a platform with TE >= 2.8.0, or set overlap.grad_reduce: false, {OFF}",
          "overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute",
          origin="megatron-lm"),
     Rule("DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM", "error",
-         DWG & (F("gradient_accumulation_fusion") == False),  # noqa: E712
+         DWG & TE & (F("gradient_accumulation_fusion") == False),  # noqa: E712
          AtLeast("transformer_engine", "2.7.0"),
          "delayed wgrad without gradient accumulation fusion needs Transformer Engine >= 2.7.0 in Megatron-LM "
          "(and Megatron-Bridge refuses the fusion with delayed wgrad below TE 2.7.0)", LM_ARGS,

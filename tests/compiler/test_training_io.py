@@ -57,7 +57,12 @@ def test_defaults_keep_the_harness_recipe_as_it_was():
     assert plan["eval"] == {"interval": None, "iters": 0}
     assert plan["optimizer"] == {"optimizer": "adam", "lr": 0.001, "min_lr": 0.0, "weight_decay": 0.01,
                                  "clip_grad": 1.0, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-08,
-                                 "use_distributed_optimizer": False}
+                                 "apply_wd_to_qk_layernorm": False,
+                                 "use_distributed_optimizer": False, "overlap_param_gather": False,
+                                 # the FP32 optimizer, stated so that no Bridge recipe's own stands in
+                                 "use_precision_aware_optimizer": False, "main_grads_dtype": "float32",
+                                 "main_params_dtype": "float32", "exp_avg_dtype": "float32",
+                                 "exp_avg_sq_dtype": "float32"}
     # Megatron-LM: mock data, the null tokenizer, exactly the plan's vocab, no evaluation, gloo
     assert args["--mock-data"] == [] and args["--tokenizer-type"] == ["NullTokenizer"]
     assert args["--vocab-size"] == args["--padded-vocab-size"] == ["128"]
@@ -190,3 +195,49 @@ def test_megatron_lm_args_only_use_flags_of_the_platforms_release(recipe):
     plan, args, _ = compiled(recipe)
     known = flag_tables()[release_for(plan["platform"]["software"]["megatron_core"])]
     assert set(args) <= set(known)
+
+
+def _overrides(plan) -> dict:
+    return dict(bridge_overrides(plan)[0])
+
+
+def test_ddp_and_optimizer_fields_are_stated_for_every_front_end():
+    """The plan states the DDP and optimizer fields that Megatron-LM derives from its arguments and Bridge recipes
+    set on their own, so the runtime, megatron-lm.args and bridge.overrides agree (the judges compare every field
+    of both configs): the NaN check, aligned param gathers on the interleaved schedule, the DDP's copy of delayed
+    wgrad, the optimizer's copy of param-gather overlap, FP8 parameters, and the FP32 optimizer (DeepSeek-V3's
+    Bridge recipe turns the precision-aware optimizer on with BF16 moments)."""
+    plan, args, notes = compiled("deepseek-v3/h100-bf16")   # PP8 VP4, overlapped param gathers
+    ddp, opt, over = plan["ddp_config"], plan["optimizer"], _overrides(plan)
+    assert ddp["align_param_gather"] is True and over["ddp.align_param_gather"] == "true"
+    assert any(n.startswith("align_param_gather=true: Megatron-LM derives it") for n in notes)
+    assert ddp["check_for_nan_in_grad"] is True and "--no-check-for-nan-in-loss-and-grad" not in args
+    assert opt["overlap_param_gather"] == ddp["overlap_param_gather"]
+    assert opt["use_precision_aware_optimizer"] is False and over["optimizer.use_precision_aware_optimizer"] == "false"
+    for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        assert opt[name] == "float32" and over[f"optimizer.{name}"] == "{_target_:torch.float32,_call_:false}"
+        assert f"--{name.replace('_', '-')}" not in args   # Megatron-LM's default fp32
+    assert ddp["average_in_collective"] is False and over["ddp.average_in_collective"] == "false"
+
+    plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16", ["moe.overlap.delay_wgrad=true"])
+    assert plan["ddp_config"]["delay_wgrad_compute"] is plan["transformer_config"]["delay_wgrad_compute"] is True
+    assert plan["ddp_config"]["align_param_gather"] is False   # PP1: no interleaving
+
+    plan, args, _ = compiled("deepseek-v3/b200-bf16", ["cuda_graph.impl=full_iteration", "cuda_graph.modules=[]"])
+    over = _overrides(plan)
+    assert plan["ddp_config"]["check_for_nan_in_grad"] is False and "--no-check-for-nan-in-loss-and-grad" in args
+    assert over["ddp.check_for_nan_in_grad"] == over["rerun_state_machine.check_for_nan_in_loss"] == "false"
+
+    plan, args, _ = compiled("qwen3-next-80b-a3b/h100-bf16", ["precision.fp8=e4m3", "precision.fp8_param=true"])
+    assert plan["ddp_config"]["fp8_param_gather"] is True and "--fp8-param-gather" in args
+    assert plan["optimizer"]["fp8_recipe"] == plan["transformer_config"]["fp8_recipe"]
+
+
+def test_weight_decay_on_qk_layernorm_is_a_recipe_setting():
+    """schedule.apply_wd_to_qk_layernorm reaches OptimizerConfig, --apply-wd-to-qk-layernorm and Bridge's optimizer;
+    the Qwen3-Next recipes set it, as Megatron-Bridge's qwen3_next recipes do."""
+    plan, args, _ = compiled("qwen3-next-80b-a3b/b200-bf16")
+    assert plan["optimizer"]["apply_wd_to_qk_layernorm"] is True and "--apply-wd-to-qk-layernorm" in args
+    assert _overrides(plan)["optimizer.apply_wd_to_qk_layernorm"] == "true"
+    plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16")
+    assert plan["optimizer"]["apply_wd_to_qk_layernorm"] is False and "--apply-wd-to-qk-layernorm" not in args

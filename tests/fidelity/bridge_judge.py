@@ -249,6 +249,7 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
 
     verdict["accepted"] = True
     verdict["diffs"] = jl.compare_config(plan, cfg.model, LAUNCH_ONLY_EXCEPTIONS, NOT_COMPARABLE)
+    verdict["diffs"] += jl.compare_training_configs(plan, {"ddp": cfg.ddp, "optimizer": cfg.optimizer})
     for path, want in training_io_expected(plan).items():
         got = dig(cfg, path)
         if not jl.same(jl.norm(want), jl.norm(got)):

@@ -254,6 +254,66 @@ def compare_config(plan: dict, actual_cfg, exceptions: dict, not_comparable: set
     return diffs
 
 
+# megatron-core DDP / optimizer fields a front-end may hold differently from the runtime without effect, each
+# with the condition under which that holds (the plan -> why; the exception applies only when the plan meets it)
+TRAINING_CONFIG_INERT = {
+    "data_parallel_sharding_strategy": (lambda plan: not plan["ddp_config"].get("use_megatron_fsdp"),
+                                        "read only by Megatron-FSDP (off here)"),
+    "fp8_recipe": (lambda plan: not plan["transformer_config"].get("fp8")
+                   and not plan["optimizer"].get("use_precision_aware_optimizer"),
+                   "the optimizer reads it only with FP8 or the precision-aware optimizer (both off here)"),
+    "megatron_fsdp_use_decoupled_grad": (lambda plan: not plan["ddp_config"].get("use_megatron_fsdp"),
+                                         "read only by Megatron-FSDP (off here)"),
+    # Megatron-LM's argument defaults differ from OptimizerConfig's for these three
+    "muon_momentum": (lambda plan: plan["optimizer"].get("optimizer", "adam") != "muon",
+                      "read only by the Muon optimizer (Adam here)"),
+    "optimizer_offload_fraction": (lambda plan: not plan["optimizer"].get("optimizer_cpu_offload"),
+                                   "read only with the optimizer offloaded to the CPU (off here)"),
+    "barrier_with_L1_time": (lambda plan: True, "a barrier before Megatron-LM's level-1 timers; moeforge's runtime "
+                                                "passes the optimizer no timers"),
+}
+
+
+def runtime_training_configs(plan: dict) -> dict:
+    """{"ddp": DistributedDataParallelConfig, "optimizer": OptimizerConfig} as runtime/train.py builds them from
+    the plan (its DDP and optimizer sections; the optimizer's dtypes by name, its precision from the model's)."""
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+
+    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    tc = plan["transformer_config"]
+    ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    opt_fields = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    opt = {k: dtypes[v] if k.endswith("_dtype") and isinstance(v, str) else v
+           for k, v in plan["optimizer"].items() if k in opt_fields}
+    opt.update(bf16=bool(tc.get("bf16")), fp16=bool(tc.get("fp16")), params_dtype=dtypes[tc["params_dtype"]])
+    with quiet():
+        return {"ddp": DistributedDataParallelConfig(**{k: v for k, v in plan["ddp_config"].items()
+                                                       if k in ddp_fields}),
+                "optimizer": OptimizerConfig(**opt)}
+
+
+def compare_training_configs(plan: dict, actual: dict) -> list[dict]:
+    """Every megatron-core DDP and optimizer field the runtime would build from the plan against ``actual``
+    ({"ddp": ..., "optimizer": ...}, what a front-end built), so no front-end default or Bridge recipe stands in
+    for a field the plan leaves implicit."""
+    diffs = []
+    for section, mine in runtime_training_configs(plan).items():
+        theirs = actual[section]
+        for f in dataclasses.fields(type(mine)):
+            want, got = getattr(mine, f.name), getattr(theirs, f.name, "<absent>")
+            if callable(want) and not isinstance(want, type):
+                continue  # hooks and timers, not settings
+            want_n, got_n = norm(want), norm(got)
+            if same(want_n, got_n):
+                continue
+            inert = TRAINING_CONFIG_INERT.get(f.name)
+            diffs.append({"field": f"{section}.{f.name}", "plan": want_n, "megatron": got_n, "stated_in_plan": True,
+                          "exception": inert[1] if inert and inert[0](plan) else None})
+    return diffs
+
+
 def is_failure(diff: dict) -> bool:
     return not diff.get("exception")
 

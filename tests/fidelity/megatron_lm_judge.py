@@ -154,7 +154,17 @@ def judge_one(build_dir: Path) -> dict:
             verdict["diffs"].append({"field": f"training I/O --{attr.replace('_', '-')}", "plan": jl.norm(want),
                                      "megatron": jl.norm(got), "stated_in_plan": True, "exception": None})
     verdict["diffs"] += vocab_and_tokenizer(plan, args, cfg, verdict["notes"])
+    verdict["diffs"] += jl.compare_training_configs(plan, megatron_training_configs(args))
     return verdict
+
+
+def megatron_training_configs(args) -> dict:
+    """The DDP and optimizer configs Megatron-LM's training loop builds from its arguments (training.py
+    get_megatron_ddp_config, get_megatron_optimizer_config)."""
+    from megatron.training.training import get_megatron_ddp_config, get_megatron_optimizer_config
+
+    with jl.quiet():
+        return {"ddp": get_megatron_ddp_config(args), "optimizer": get_megatron_optimizer_config(args)[0]}
 
 
 def vocab_and_tokenizer(plan: dict, args, cfg, notes: list) -> list[dict]:
