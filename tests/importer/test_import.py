@@ -171,3 +171,18 @@ def test_import_writes_into_the_project_it_runs_in(tmp_path, monkeypatch, capsys
     assert main(["compile", "imported/qwen3_30b_a3b_h100-imported", "--quiet"]) == 0
     plan = json.loads((tmp_path / "build/imported/qwen3_30b_a3b_h100-imported/plan.json").read_text())
     assert plan["platform"]["name"] == "h100" and plan["layout"]["ep"] == 16
+
+
+def test_arguments_the_plan_states_itself_are_dropped_with_that_reason(root):
+    """Megatron-LM arguments no recipe sets because the plan fixes them (the FP32 optimizer, the NaN check) are
+    reported with what the plan does instead, not as launch-only."""
+    cmd = ("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
+           "--num-experts 4 --seq-length 32 --use-distributed-optimizer --use-precision-aware-optimizer "
+           "--exp-avg-dtype bf16 --no-check-for-nan-in-loss-and-grad --apply-wd-to-qk-layernorm --log-throughput")
+    imp = importer.import_text(cmd, "cmd.txt", "h100", root)
+    why = dict(imp.unmapped)
+    assert why["--use-precision-aware-optimizer"].startswith("moeforge's plan states it, no recipe does: ")
+    assert why["--exp-avg-dtype bf16"].startswith("moeforge's plan states it") and "FP32" in why["--exp-avg-dtype bf16"]
+    assert why["--no-check-for-nan-in-loss-and-grad"].startswith("moeforge's plan states it")
+    assert why["--log-throughput"] == "a Megatron-LM argument moeforge has no knob for (launch-only)"
+    assert imp.recipe["schedule"]["apply_wd_to_qk_layernorm"] is True   # a recipe setting: imported
