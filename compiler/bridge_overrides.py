@@ -44,12 +44,12 @@ BRIDGE_FIXED = (
     # stands in for the plan's data (data.paths / data.blend are written as dataset.data_path)
     ("dataset.blend", "null"),
 )
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _bridge_value(path: str, value) -> str:
-    """An override value: JSON, except torch dtypes inside a config node Bridge instantiates."""
-    if (path.startswith("mixed_precision.") or path.endswith("_dtype")) and value in DTYPES:
+    """An override value: JSON, except torch dtypes (the precision's, the optimizer's main grads / params and
+    moments), which Bridge's configs hold as torch.dtype objects."""
+    if path.startswith(("mixed_precision.", "optimizer.")) and value in K.DTYPE_NAMES:
         return "{_target_:torch.%s,_call_:false}" % value  # instantiate returns the dtype object itself
     return json.dumps(value)
 
