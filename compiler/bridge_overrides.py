@@ -43,6 +43,10 @@ BRIDGE_FIXED = (
     # GPTDatasetConfig.finalize reads dataset.data_path only when blend is None: a recipe's own blend never
     # stands in for the plan's data (data.paths / data.blend are written as dataset.data_path)
     ("dataset.blend", "null"),
+    # one constant weight decay (the plan's, written as scheduler.start/end_weight_decay) and a warmup from zero:
+    # Megatron-LM's defaults, whatever the recipe's scheduler holds
+    ("scheduler.weight_decay_incr_style", '"constant"'),
+    ("scheduler.lr_warmup_init", "0.0"),
 )
 
 

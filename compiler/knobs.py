@@ -74,7 +74,10 @@ KNOBS: tuple[Knob, ...] = (
        doc="peak learning rate (OptimizerConfig.lr, Megatron-LM --lr)"),
     _K("min_lr", "schedule.min_lr", "float", 0.0, section="optimizer", bridge="optimizer.min_lr",
        doc="the learning rate the decay ends at (OptimizerConfig.min_lr; Megatron-LM --min-lr: 0.0)"),
-    _K("weight_decay", "schedule.weight_decay", "float", 0.01, section="optimizer", bridge="optimizer.weight_decay",
+    # Bridge's scheduler sets every step's decay from its start/end values (OptimizerParamScheduler; its default
+    # is 0.033), as Megatron-LM's does from --weight-decay
+    _K("weight_decay", "schedule.weight_decay", "float", 0.01, section="optimizer",
+       bridge=("optimizer.weight_decay", "scheduler.start_weight_decay", "scheduler.end_weight_decay"),
        doc="decoupled weight decay (megatron-core OptimizerConfig, Megatron-LM --weight-decay: 0.01)"),
     _K("apply_wd_to_qk_layernorm", "schedule.apply_wd_to_qk_layernorm", "bool", False, section="optimizer",
        bridge="optimizer.apply_wd_to_qk_layernorm",

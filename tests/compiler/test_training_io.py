@@ -218,6 +218,9 @@ def test_ddp_and_optimizer_fields_are_stated_for_every_front_end():
         assert opt[name] == "float32" and over[f"optimizer.{name}"] == "{_target_:torch.float32,_call_:false}"
         assert f"--{name.replace('_', '-')}" not in args   # Megatron-LM's default fp32
     assert ddp["average_in_collective"] is False and over["ddp.average_in_collective"] == "false"
+    # Bridge's scheduler sets every step's weight decay (its own default 0.033): the plan's, constant
+    assert over["scheduler.start_weight_decay"] == over["scheduler.end_weight_decay"] == over["optimizer.weight_decay"]
+    assert over["scheduler.weight_decay_incr_style"] == '"constant"' and over["scheduler.lr_warmup_init"] == "0.0"
 
     plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16", ["moe.overlap.delay_wgrad=true"])
     assert plan["ddp_config"]["delay_wgrad_compute"] is plan["transformer_config"]["delay_wgrad_compute"] is True

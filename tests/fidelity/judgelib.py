@@ -90,6 +90,10 @@ def training_io_expected(plan: dict) -> dict:
         "lr_decay_iters": sched["decay_iters"], "lr_wsd_decay_iters": sched["wsd_decay_iters"],
         "min_lr": opt["min_lr"], "adam_beta1": opt["adam_beta1"], "adam_beta2": opt["adam_beta2"],
         "adam_eps": opt["adam_eps"],
+        # the scheduler sets every step's weight decay (OptimizerParamScheduler): one constant value, the plan's,
+        # from a warmup that starts at zero
+        "start_weight_decay": opt["weight_decay"], "end_weight_decay": opt["weight_decay"],
+        "weight_decay_incr_style": "constant", "lr_warmup_init": 0.0,
         "log_interval": logging_["interval"], "tensorboard_dir": logging_["tensorboard"],
         "wandb_project": logging_["wandb_project"],
         # no evaluation: Megatron-LM still divides train_iters by eval_interval; eval_iters 0 evaluates nothing
