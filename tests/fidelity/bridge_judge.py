@@ -206,7 +206,8 @@ def training_io_expected(plan: dict) -> dict:
     for attr in ("save", "save_interval", "load", "async_save", "ckpt_format"):
         out[f"checkpoint.{attr}"] = lm[attr]
     for attr in ("lr_decay_style", "lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters", "lr_wsd_decay_iters",
-                 "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "lr_warmup_init"):
+                 "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "lr_warmup_init",
+                 "lr_wsd_decay_style"):
         out[f"scheduler.{attr}"] = lm[attr]
     # decay_iters null means train_iters: Bridge's validate() writes it in (Megatron-LM computes it at run time)
     out["scheduler.lr_decay_iters"] = lm["lr_decay_iters"] or plan["training"]["train_iters"]
