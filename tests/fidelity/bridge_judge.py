@@ -12,7 +12,8 @@ Bridge's scripts refuse it), run what Bridge's pretrain() runs before it builds 
 CommOverlapConfig.setup when present, which overwrite model / optimizer / DDP fields, then
 ConfigContainer.validate(), which finalizes the provider), and compare every TransformerConfig field
 of the provider with the config the plan implies, plus GPTModel, YaRN, training / optimizer / DDP
-values (FIELD_MAP).
+values (FIELD_MAP), and every field of the validated DDP and optimizer configs against the ones
+runtime/train.py builds from the plan (judgelib.compare_training_configs).
 
 What is stubbed, and why (no GPU, no network, no Transformer Engine here):
   - Bridge 0.6.2 imports transformer_engine.pytorch unconditionally in peft/lora_layers.py and
