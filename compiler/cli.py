@@ -423,7 +423,7 @@ def cmd_new(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from .importer import main as import_main
+    from .import_files import main as import_main
 
     return import_main(args)
 

@@ -6,8 +6,9 @@ and a few moeforge facts), so a rule reads like the Megatron check it mirrors.
 """
 from __future__ import annotations
 
-# AUTO, FRONTENDS, BYTE_*, IO_SECTIONS: re-exported, the rest of the compiler reads them as K.NAME
+# AUTO, FRONTENDS, BYTE_*, IO_SECTIONS, FACTS: re-exported, the rest of the compiler reads them as K.NAME
 from .knob import AUTO, FRONTENDS, Knob
+from .knobs_facts import ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, GPU_PRODUCTS, gpu_product  # noqa: F401
 from .knobs_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT
 
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -383,9 +384,6 @@ MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 
                 "rope_type": "yarn", "rotary_scaling_factor": 40.0, "original_max_position_embeddings": 4096,
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}
 
-# megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
-# fusions.fused_bias_geglu.quick_gelu, activations.squared_relu)
-ACTIVATION_FUNCS = ("gelu", "silu", "quick_gelu", "squared_relu")
 # Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit); no flag: GELU, not gated
 # (megatron/training/argument_utils.py core_transformer_config_from_args)
 LM_ACTIVATIONS = {"swiglu": ("silu", True), "quick_geglu": ("quick_gelu", True),
@@ -400,61 +398,3 @@ def mlp_activation(arch: dict) -> tuple[str, bool] | None:
         return None
     return ("silu" if activation == "swiglu" else activation,
             activation == "swiglu" or bool(arch.get("gated_linear_unit")))
-
-
-# Platform facts: read from the platform document, never chosen by the solver.
-GPU_PRODUCTS = ("none", "A100", "H100", "H200", "B100", "B200", "B300", "GB200", "GB300", "other")
-FACTS: tuple[Knob, ...] = (
-    _K("torch", "platform.software.torch", "version", None, doc="installed torch (0 when absent)"),
-    _K("transformer_engine", "platform.software.transformer_engine", "version", None),
-    _K("megatron_core", "platform.software.megatron_core", "version", None),
-    _K("gpu_major", "platform.gpu.compute_capability", "int", 0, doc="compute capability major (0: no GPU)"),
-    _K("gpu_product", "platform.gpu.name", "enum", "none", GPU_PRODUCTS),
-    _K("gpu_name", "platform.gpu.name", "str", None, doc="the device name as torch reports it (Megatron's messages quote it)"),
-    _K("gpus_per_node", "platform.gpus_per_node", "int", 8),
-    _K("nvlink_domain", "platform.nvlink_domain", "int", 8),
-    _K("deep_ep_installed", "platform.software.deep_ep", "bool", False),
-    _K("hybrid_ep_installed", "platform.software.hybrid_ep", "bool", False),
-    _K("device", "platform.device", "enum", "cuda", ("cpu", "cuda")),
-    # torch.distributed's backend (Megatron-LM --distributed-backend, default nccl; gloo on CPU)
-    _K("distributed_backend", "platform.distributed_backend", "enum", "nccl", ("nccl", "gloo"),
-       bridge="dist.distributed_backend"),
-    # The MLP activation as megatron-core holds it (TransformerConfig.activation_func by name, and
-    # gated_linear_unit), from the model document's activation (knobs.mlp_activation); fusion and
-    # Megatron-LM's activation flags depend on the pair.
-    _K("activation_func", "model.architecture.activation", "enum", "gelu", ACTIVATION_FUNCS, lm=None,
-       doc="the MLP activation function (swiglu: silu, gated); Megatron-LM: --swiglu / --quick-geglu / --squared-relu"),
-    _K("gated_linear_unit", "model.architecture.gated_linear_unit", "bool", False, lm=None,
-       doc="a gated MLP (swiglu implies it); Megatron-LM: --swiglu / --quick-geglu"),
-    # What the model document itself says, before a recipe or --set changes it: Megatron-Bridge's recipe for a
-    # model builds the provider its checkpoint's architecture maps to, an MLA one only for an MLA model.
-    _K("model_document_mla", "model.architecture.multi_latent_attention", "bool", False, lm=None,
-       doc="the model document itself states multi-latent attention (Megatron-Bridge's recipe for it then "
-           "builds an MLATransformerConfig provider)"),
-    # Facts of the recipe's own values that no rule could compare otherwise (lists, floats); computed by
-    # compiler.config.derived_facts, never chosen by the solver.
-    _K("path_env_vars", None, "str", None,
-       doc="the ${VAR} names in the recipe's paths, comma-separated (None: none); resolved at launch"),
-    _K("data_blend_weights_positive", None, "bool", True, doc="every data.blend weight is > 0"),
-    _K("min_lr_at_most_lr", None, "bool", True, doc="schedule.min_lr <= schedule.lr"),
-    # parallelism.pipeline_layout as megatron-core parses it (compiler/pipeline_layout.py; None: no layout)
-    _K("pipeline_layout_stages", None, "opt_int", None, doc="virtual stages (pp x vpp) of the pipeline layout"),
-    _K("pipeline_layout_decoder_layers", None, "opt_int", None, doc="decoder layers (t) in the pipeline layout"),
-    _K("pipeline_layout_mtp_layers", None, "opt_int", None, doc="MTP layers (m) in the pipeline layout"),
-    _K("pipeline_layout_stages_after_mtp", None, "opt_int", None,
-       doc="virtual stages after the first one holding an MTP layer"),
-    _K("pipeline_layout_problem", None, "str", None,
-       doc="the layout's first structural problem, in megatron-core's words (None: none)"),
-)
-FACT_BY_FIELD: dict[str, Knob] = {k.field: k for k in FACTS}
-
-
-def gpu_product(name: str | None) -> str:
-    """Classify a GPU by its device name the way Megatron-Bridge does (name prefixes)."""
-    if not name:
-        return "none"
-    upper = name.upper().replace("NVIDIA ", "")
-    for product in ("GB300", "GB200", "B300", "B200", "B100", "H200", "H100", "A100"):
-        if upper.startswith(product):
-            return product
-    return "other"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import emit, importer
+from compiler import emit, import_files, importer
 from compiler.check import recipe_ids
 from compiler.cli import main
 from compiler.compose import RECIPES
@@ -55,7 +55,7 @@ def test_catalogue_round_trip(rid, root, tmp_path):
     plan = json.loads((tmp_path / rid / "plan.json").read_text())
     imp = importer.import_text(args.read_text(), str(args), plan["platform"]["name"], root)
     assert imp.unmapped == []
-    recipe_path, _ = importer.write(imp, root, "megatron-lm.args", force=True)
+    recipe_path, _ = import_files.write(imp, root, "megatron-lm.args", force=True)
     plan2, _ = _compile(recipe_path, root)
     assert _diff(plan, plan2) == []
 
