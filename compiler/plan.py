@@ -120,9 +120,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     for quant in ("fp8", "fp4"):
         if not env.get(quant):
             tc.pop(f"{quant}_recipe", None)
-    activation = K.mlp_activation(arch)
-    if activation:
-        tc["activation_func"], tc["gated_linear_unit"] = activation
+    # stated even where the document names none (megatron-core's gelu, not gated): a Bridge recipe's own SwiGLU
+    # must not stand in for it
+    tc["activation_func"], tc["gated_linear_unit"] = K.mlp_activation(arch) or ("gelu", False)
     if moe.get("layer_freq") is not None:
         tc["moe_layer_freq"] = moe["layer_freq"]
     if tc.get("recompute_modules") == [] or (tc.get("recompute_granularity") == "selective"

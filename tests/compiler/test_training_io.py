@@ -244,3 +244,14 @@ def test_weight_decay_on_qk_layernorm_is_a_recipe_setting():
     assert _overrides(plan)["optimizer.apply_wd_to_qk_layernorm"] == "true"
     plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16")
     assert plan["optimizer"]["apply_wd_to_qk_layernorm"] is False and "--apply-wd-to-qk-layernorm" not in args
+
+
+def test_the_default_activation_is_stated_for_bridge():
+    """A model document that names no activation runs megatron-core's GELU, not gated; the plan states it and
+    bridge.overrides write it, so a Bridge recipe's own SwiGLU (Qwen's, DeepSeek's) does not stand in."""
+    plan, args, _ = compiled("tiny-moe/cpu")
+    assert (plan["transformer_config"]["activation_func"], plan["transformer_config"]["gated_linear_unit"]) == \
+        ("gelu", False)
+    over = _overrides(plan)
+    assert over["model.activation_func"] == '"gelu"' and over["model.gated_linear_unit"] == "false"
+    assert "--swiglu" not in args
