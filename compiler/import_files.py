@@ -10,7 +10,7 @@ import yaml
 from . import project
 from .emit import write_file_atomically
 from .importer import Imported, import_text
-from .launch_text import ImportError_
+from .launch_text import ImportError_, read_source
 
 
 def render(imp: Imported, doc: dict, kind: str, source: str) -> str:
@@ -40,10 +40,9 @@ def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[
 
 def main(args) -> int:
     source = args.source
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"{source}: error: cannot read: {exc}", file=sys.stderr)
+    text, why = read_source(source)
+    if why:
+        print(why, file=sys.stderr)
         return 2
     root = Path(args.root) if args.root else project.recipes()
     try:

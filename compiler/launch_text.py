@@ -13,6 +13,7 @@ import ast
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -332,6 +333,15 @@ def knob_value(k: K.Knob, raw):
             raise ValueError(f"not one of {', '.join(str(d) for d in k.domain)}")
         return value
     return raw
+
+
+def read_source(name: str) -> tuple[str | None, str | None]:
+    """(text, None) of a file, or of stdin for '-' (`moeforge import` and `lint-config` take either); (None, the
+    one-line error) when it cannot be read."""
+    try:
+        return (sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")), None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{name}: error: cannot read: {' '.join(str(exc).split())}"
 
 
 # ----------------------------------------------------------------------- the platform it runs on

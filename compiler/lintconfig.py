@@ -46,12 +46,12 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
 from dataclasses import replace
 
 from . import knobs as K
 from .diagnostics import Note, Position, fill, from_rule
+from .launch_text import read_source
 from .rules import CATALOGUE, Rule
 from .rules.expr import UNKNOWN, evaluate
 from .lint_input import (  # noqa: F401 - re-exported for callers and tests
@@ -208,10 +208,9 @@ def main_lint_config(argv) -> int:
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
     name = args.file
-    try:
-        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"{name}: error: cannot read: {_one_line(exc)}", file=sys.stderr)
+    text, why = read_source(name)
+    if why:
+        print(why, file=sys.stderr)
         return 2
     try:
         data, lines = parse(text, name)
