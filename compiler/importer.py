@@ -193,9 +193,10 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
                     "uses --vocab-size"))
     dtype = "bf16" if g("bf16") else "fp16" if g("fp16") else "fp32"
     _put(recipe, "precision.dtype", dtype)
-    # Megatron-LM validate_args: BF16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16
+    # Megatron-LM validate_args: BF16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16 or
+    # --main-grads-dtype bf16
     _put(recipe, "optimizer.grad_reduce_in_fp32", bool(g("accumulate_allreduce_grads_in_fp32"))
-         or (dtype == "bf16" and not g("grad_reduce_in_bf16")))
+         or (dtype == "bf16" and not g("grad_reduce_in_bf16") and g("main_grads_dtype", "fp32") == "fp32"))
     if g("transformer_impl") == "local" and platform.get("software", {}).get("transformer_engine"):
         decided.append("--transformer-impl local: the platform has Transformer Engine, so moeforge builds "
                        "the Transformer Engine spec")

@@ -283,19 +283,28 @@ KNOBS: tuple[Knob, ...] = (
     # DDP and optimizer fields the plan states (derived: no recipe path; compiler/plan.py megatron_view), so that
     # no front-end's own default or recipe stands in for them: Megatron-LM builds both configs from its
     # arguments (training.py get_model / get_megatron_optimizer_config), and Megatron-Bridge's recipes set some
-    # (DeepSeek-V3's turns the precision-aware optimizer on with BF16 moments, several average in the collective)
+    # (several average in the collective)
     _K("align_param_gather", None, "bool", False, section="ddp", lm=None, bridge="ddp.align_param_gather",
        doc="Megatron-LM derives it (validate_args: on for the interleaved schedule, off otherwise), as "
            "Megatron-Bridge's CommOverlapConfig does; the param all-gathers of all pipeline stages start together"),
     _K("average_in_collective", None, "bool", False, section="ddp", lm="ddp_average_in_collective",
        bridge="ddp.average_in_collective", doc="average the gradients inside the reduce collective: off, the "
                                                "default of megatron-core and Megatron-LM"),
-    _K("use_precision_aware_optimizer", None, "bool", False, section="optimizer",
+    # the precision-aware optimizer (Transformer Engine's FusedAdam): lower-precision main grads, master weights
+    # and Adam moments, as Megatron-Bridge's DeepSeek-V3 recipe runs it (BF16 main grads and moments); each dtype's
+    # domain is what Megatron-LM's argument accepts (--main-grads-dtype fp32|bf16, --main-params-dtype fp32|fp16;
+    # the moments' fp8 is left out)
+    _K("use_precision_aware_optimizer", "optimizer.precision_aware", "bool", False, section="optimizer",
        bridge="optimizer.use_precision_aware_optimizer",
-       doc="TE FusedAdam with lower-precision main grads / moments: off (megatron-core's and Megatron-LM's default)"),
-    *(_K(name, None, "enum", "float32", DTYPE_NAMES, section="optimizer", bridge=f"optimizer.{name}",
-         lm_values=DTYPE_LM, doc="FP32 without the precision-aware optimizer (megatron-core requires it)")
-      for name in OPTIMIZER_PRECISION[1:]),
+       doc="Transformer Engine's FusedAdam keeps main grads, master weights and Adam moments in the dtypes below "
+           "(OptimizerConfig, Megatron-LM --use-precision-aware-optimizer; off by default)"),
+    *(_K(name, f"optimizer.{name}", "enum", "float32", domain, section="optimizer", bridge=f"optimizer.{name}",
+         lm_values=DTYPE_LM, doc=f"{what}; float32 unless optimizer.precision_aware (megatron-core requires it)")
+      for name, domain, what in (
+          ("main_grads_dtype", ("float32", "bfloat16"), "the main gradients the optimizer reads"),
+          ("main_params_dtype", ("float32", "float16"), "the master weights"),
+          ("exp_avg_dtype", DTYPE_NAMES, "Adam's first moment"),
+          ("exp_avg_sq_dtype", DTYPE_NAMES, "Adam's second moment"))),
     *IO_KNOBS,  # training I/O: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval
     # --- launch (rendered by the launch templates; not in the plan) ------------------------------
     _K("logs_dir", "launch.logs_dir", "str", None, lm=None, bridge=None,
@@ -328,6 +337,9 @@ KNOBS: tuple[Knob, ...] = (
     _K("moe_use_legacy_grouped_gemm", None, "bool", False, doc="megatron-core 0.16 only"),
     _K("moe_router_padding_for_fp8", None, "bool", False, doc="deprecated: moe_router_padding_for_quantization"),
     _K("variable_seq_lengths", None, "bool", False),
+    *(_K(f"{q}_quantizer_factory", None, "str", None, doc=f"the Python import path of a custom {q.upper()} recipe's "
+         "quantizer factory: neither Megatron-LM 0.19 nor Megatron-Bridge has an argument for it")
+      for q in ("fp8", "fp4")),
 )
 
 BY_FIELD: dict[str, Knob] = {k.field: k for k in KNOBS}

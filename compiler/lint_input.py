@@ -30,9 +30,11 @@ from .rules.expr import UNKNOWN, evaluate, version_int
 from .rules.layout import SHOWN as LAYOUT_SHOWN
 
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
-# knobs that are not megatron-core dataclass fields but whose "not given" value is known
+# knobs that are not TransformerConfig fields but whose "not given" value is known (the optimizer's precision:
+# OptimizerConfig's defaults, which Megatron-LM's arguments share)
 NON_MCORE_DEFAULTS = {"use_megatron_fsdp": False, "global_batch_size": None,
-                      "hybridep_ranks_per_nvlink_domain": None, "check_for_nan_in_loss_and_grad": True}
+                      "hybridep_ranks_per_nvlink_domain": None, "check_for_nan_in_loss_and_grad": True,
+                      **{f: K.BY_FIELD[f].default for f in K.OPTIMIZER_PRECISION}}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "advice": 2, "info": 3}
 
 

@@ -103,7 +103,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     # or Bridge recipe stands in: the front-ends' gradient NaN check, the DDP's copy of delayed wgrad (its hooks
     # wait for backward_dw), param all-gathers aligned across stages on the interleaved schedule (Megatron-LM and
     # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, param-gather overlap and the
-    # FP8 recipe, and the FP32 optimizer
+    # FP8 recipe, and the optimizer's precision
     out["ddp"].update(check_for_nan_in_grad=nan_check(env, out["tc"]),
                       average_in_collective=K.BY_FIELD["average_in_collective"].default,
                       delay_wgrad_compute=bool(env.get("delay_wgrad_compute")),
@@ -111,14 +111,18 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
                       and (env.get("virtual_pipeline_model_parallel_size") or 1) > 1)
     out["ddp"]["fp8_param_gather"] = bool(env.get("fp8_param"))  # Megatron-LM: one flag, --fp8-param-gather
     out["optimizer"]["overlap_param_gather"] = bool(env.get("overlap_param_gather"))
-    if env.get("fp8"):  # the optimizer reads the recipe for FP8 parameters (Megatron-LM copies --fp8-recipe)
-        out["optimizer"]["fp8_recipe"] = out["tc"].get("fp8_recipe")
-    for name in K.OPTIMIZER_PRECISION:
-        out["optimizer"][name] = K.BY_FIELD[name].default
+    for name in K.OPTIMIZER_PRECISION:  # stated where the recipe leaves them (Bridge recipes set their own)
+        out["optimizer"].setdefault(name, K.BY_FIELD[name].default)
+    # the optimizer reads the FP8 recipe for FP8 parameters, and the precision-aware optimizer to decide whether
+    # TE or megatron-core keeps the master weights (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8),
+    # FP8 or not: Megatron-LM copies --fp8-recipe (default delayed), Bridge mixed_precision.fp8_recipe (tensorwise)
+    fp8_recipe_read = bool(env.get("fp8")) or out["optimizer"]["use_precision_aware_optimizer"]
+    if fp8_recipe_read:
+        out["optimizer"]["fp8_recipe"] = out["tc"].setdefault("fp8_recipe", K.BY_FIELD["fp8_recipe"].default)
     if not flex:
         tc.pop("moe_flex_dispatcher_backend", None)  # inert without flex: never emit a backend nobody uses
     for quant in ("fp8", "fp4"):
-        if not env.get(quant):
+        if not env.get(quant) and not (quant == "fp8" and fp8_recipe_read):
             tc.pop(f"{quant}_recipe", None)
     # stated even where the document names none (megatron-core's gelu, not gated): a Bridge recipe's own SwiGLU
     # must not stand in for it

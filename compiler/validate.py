@@ -63,6 +63,10 @@ def _diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
     if err.validator == "const" and path == ("schema",):
         return [error("E_SCHEMA_VERSION", f"schema: expected '{err.validator_value}', got {_show(err.instance)}",
                       pos_of(path), help="run `moeforge migrate` to bring the document to the current version")]
+    if err.validator == "const" and err.schema.get("description"):  # a value moeforge cannot honour yet: why
+        only = _show(err.validator_value)
+        return [error("E_SCHEMA", f"{where}: {_show(err.instance)} is not supported (only {only})", pos_of(path),
+                      help=err.schema["description"])]
     return [error("E_SCHEMA", f"{where}: {_message(err)}", pos_of(path))]
 
 

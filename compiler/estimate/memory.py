@@ -266,7 +266,10 @@ def states(counts: dict, plan: dict, lay: Layout) -> tuple[int, int, int, dict]:
     tc, ddp, opt = plan["transformer_config"], plan.get("ddp_config") or {}, plan.get("optimizer") or {}
     pbytes = DTYPE_BYTES[tc.get("params_dtype") or "float32"]
     gbytes = 4 if ddp.get("grad_reduce_in_fp32", pbytes == 4) else pbytes
-    state = 8 + (4 if pbytes < 4 else 0)  # exp_avg, exp_avg_sq (fp32) + fp32 master for 16-bit
+    # exp_avg, exp_avg_sq and, for 16-bit weights, the master copy: FP32 unless the precision-aware optimizer
+    # keeps them lower (plan.optimizer *_dtype)
+    moments = sum(DTYPE_BYTES[opt.get(f"{m}_dtype") or "float32"] for m in ("exp_avg", "exp_avg_sq"))
+    state = moments + (DTYPE_BYTES[opt.get("main_params_dtype") or "float32"] if pbytes < 4 else 0)
     total, expert = counts["total"], counts["expert"]
     distributed = bool(opt.get("use_distributed_optimizer", ddp.get("use_distributed_optimizer")))
     dp, edp = (lay.dp, lay.edp) if distributed else (1, 1)

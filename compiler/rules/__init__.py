@@ -25,9 +25,8 @@ from importlib import import_module
 from .expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate,
                    version_int)
 
-CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute",
-            "comm_overlap", "layout", "architecture", "precision", "kernels", "nvlink", "training_io", "advice",
-            "guidance")
+CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute", "comm_overlap", "layout",
+            "architecture", "precision", "optimizer", "kernels", "nvlink", "training_io", "advice", "guidance")
 
 ORIGINS = ("megatron-core", "megatron-bridge", "megatron-lm", "moeforge")
 

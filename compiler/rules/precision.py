@@ -55,6 +55,15 @@ RULES = (
            f"set precision.num_layers_at_{end}_in_bf16 between 0 and num_layers / pp",
            f"num_layers_at_{end}_in_bf16 ({{num_layers_at_{end}_in_bf16}}) must be between 0 and number of layers "
            "per pipeline stage ({num_layers_per_pipeline_rank}).") for end in ("start", "end")],
+    # a custom recipe builds its quantizers from a factory no front-end can be given (Megatron-LM 0.19 and
+    # Megatron-Bridge have no argument for it): for a recipe, custom is refused
+    *[Rule(f"PRECISION_{q.upper()}_CUSTOM_RECIPE_NEEDS_QUANTIZER_FACTORY", "error",
+           IsSet(F(q)) & (F(f"{q}_recipe") == "custom"), IsSet(F(f"{q}_quantizer_factory")),
+           f"a custom {q.upper()} recipe needs {q}_quantizer_factory, which neither Megatron-LM nor Megatron-Bridge "
+           "can pass", TC, f"set precision.{q}_recipe to a built-in recipe",
+           f"{q}_quantizer_factory must be provided when {q}_recipe is 'custom'. Specify a Python import path "
+           f"(e.g., package.module.quantizer_factory) via --{q}-quantizer-factory.")
+      for q in ("fp8", "fp4")],
     Rule("PRECISION_MXFP8_NEEDS_BLACKWELL", "error", FP8 & (F("fp8_recipe") == "mxfp8") & ON_GPU,
          F("gpu_major") >= 10,
          "MXFP8 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine MXFP8BlockScaling; {SEEDS}",

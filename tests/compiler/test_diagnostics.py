@@ -41,6 +41,13 @@ def test_wrong_type_is_located(recipes):
     assert d.code == "E_SCHEMA" and d.pos.line == 16 and "parallelism.ep" in d.message
 
 
+def test_a_setting_moeforge_cannot_plan_says_why(recipes):
+    """optimizer.megatron_fsdp: true reached no output (the launches ran megatron-core's DDP): refused, with why."""
+    [d] = _errors(recipes, "x/r", TINY, overrides=["optimizer.megatron_fsdp=true"])
+    assert d.code == "E_SCHEMA" and d.message == "optimizer.megatron_fsdp: true is not supported (only false)"
+    assert d.help.startswith("Megatron-FSDP is not planned yet") and d.pos.file == "--set optimizer.megatron_fsdp=true"
+
+
 def test_several_errors_are_reported_together(recipes):
     text = TINY.replace("  ep: 2", "  ep: 0").replace("  dispatcher: alltoall", "  dispatcher: a2a") \
                .replace("  seed: 1234", "  sed: 1234")

@@ -105,6 +105,20 @@ def test_expert_state_shards_over_expert_dp():
     assert a.optimizer == int(12 * ((a.parameters["total"] - a.parameters["expert"]) / 64 + a.parameters["expert"] / 8))
 
 
+def test_precision_aware_optimizer_keeps_its_state_in_its_dtypes():
+    """BF16 moments and an FP32 master (Megatron-Bridge's DeepSeek-V3 optimizer): 8 B of state per parameter;
+    an FP16 master too: 6 B."""
+    plan = _tiny_plan()
+    opt = plan["optimizer"] = {**plan["optimizer"], "use_precision_aware_optimizer": True,
+                               "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}
+    lay = Layout(world_size=64, ep=8)
+    a = M.estimate(plan, lay, 0)
+    sharded = (a.parameters["total"] - a.parameters["expert"]) / 64 + a.parameters["expert"] / 8
+    assert a.optimizer == int(8 * sharded)
+    opt["main_params_dtype"] = "float16"
+    assert M.estimate(plan, lay, 0).optimizer == int(6 * sharded)
+
+
 def test_te_spec_replicates_mla_down_projections():
     """TE builds MLA's q/kv down projections as TELinear(parallel_mode="duplicated"); the local spec
     (the fixture's) shards them over TP: the difference is exactly those two matrices per layer."""

@@ -261,13 +261,13 @@ def compare_config(plan: dict, actual_cfg, exceptions: dict, not_comparable: set
 # megatron-core DDP / optimizer fields a front-end may hold differently from the runtime without effect, each
 # with the condition under which that holds (the plan -> why; the exception applies only when the plan meets it)
 TRAINING_CONFIG_INERT = {
-    "data_parallel_sharding_strategy": (lambda plan: not plan["ddp_config"].get("use_megatron_fsdp"),
-                                        "read only by Megatron-FSDP (off here)"),
+    "data_parallel_sharding_strategy": (lambda plan: True, "read only by Megatron-FSDP, which moeforge does not plan "
+                                                           "(recipe.v3.json optimizer.megatron_fsdp)"),
     "fp8_recipe": (lambda plan: not plan["transformer_config"].get("fp8")
                    and not plan["optimizer"].get("use_precision_aware_optimizer"),
                    "the optimizer reads it only with FP8 or the precision-aware optimizer (both off here)"),
-    "megatron_fsdp_use_decoupled_grad": (lambda plan: not plan["ddp_config"].get("use_megatron_fsdp"),
-                                         "read only by Megatron-FSDP (off here)"),
+    "megatron_fsdp_use_decoupled_grad": (lambda plan: True, "read only by Megatron-FSDP, which moeforge does not "
+                                                            "plan"),
     # Megatron-LM's argument defaults differ from OptimizerConfig's for these three
     "muon_momentum": (lambda plan: plan["optimizer"].get("optimizer", "adam") != "muon",
                       "read only by the Muon optimizer (Adam here)"),
@@ -276,6 +276,25 @@ TRAINING_CONFIG_INERT = {
     "barrier_with_L1_time": (lambda plan: True, "a barrier before Megatron-LM's level-1 timers; moeforge's runtime "
                                                 "passes the optimizer no timers"),
 }
+
+
+def te_fused_adam_signature() -> None:
+    """megatron-core's OptimizerConfig checks that TE's FusedAdam takes the precision-aware arguments when a
+    configuration uses use_precision_aware_optimizer: a FusedAdam signature (TE >= 1.13, the platform's TE) is
+    provided as transformer_engine.pytorch.optimizers, with nothing else of TE in it. Call it only after every
+    megatron module has been imported, so their HAVE_TE probes stay honest."""
+    if "transformer_engine" in sys.modules:
+        return
+    te, te_pt, te_opt = (types.ModuleType(n) for n in (
+        "transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers"))
+
+    class FusedAdam:  # signature of TE 2.x transformer_engine.pytorch.optimizers.FusedAdam
+        def __init__(self, params, lr=1e-3, *, master_weight_dtype=None, exp_avg_dtype=None,
+                     exp_avg_sq_dtype=None, use_decoupled_grad=False, **kwargs):
+            raise RuntimeError("placeholder: no Transformer Engine on this machine")
+
+    te_opt.FusedAdam, te_pt.optimizers, te.pytorch = FusedAdam, te_opt, te_pt
+    sys.modules.update({m.__name__: m for m in (te, te_pt, te_opt)})
 
 
 def runtime_training_configs(plan: dict) -> dict:

@@ -17,7 +17,8 @@ NullTokenizer's end-of-document id as build_tokenizer makes it.
 GPU facts: validate_args asks torch.cuda for the compute capability (grouped GEMM check) and
 megatron for the device arch, and megatron-core asks for TE's version and fused kernels; there
 is no GPU or TE here, so they answer from plan.platform (judgelib.emulate_platform). Nothing else
-is stubbed; torch.distributed is never initialised.
+is stubbed but the signature of TE's FusedAdam, which megatron-core's OptimizerConfig checks for the
+precision-aware optimizer (judgelib.te_fused_adam_signature); torch.distributed is never initialised.
 """
 
 from __future__ import annotations
@@ -156,14 +157,17 @@ def judge_one(build_dir: Path) -> dict:
             verdict["diffs"].append({"field": f"training I/O --{attr.replace('_', '-')}", "plan": jl.norm(want),
                                      "megatron": jl.norm(got), "stated_in_plan": True, "exception": None})
     verdict["diffs"] += vocab_and_tokenizer(plan, args, cfg, verdict["notes"])
-    verdict["diffs"] += jl.compare_training_configs(plan, megatron_training_configs(args))
+    verdict["diffs"] += jl.compare_training_configs(plan, megatron_training_configs(plan, args))
     return verdict
 
 
-def megatron_training_configs(args) -> dict:
+def megatron_training_configs(plan: dict, args) -> dict:
     """The DDP and optimizer configs Megatron-LM's training loop builds from its arguments (training.py
     get_megatron_ddp_config, get_megatron_optimizer_config)."""
     from megatron.training.training import get_megatron_ddp_config, get_megatron_optimizer_config
+
+    if plan["platform"].get("software", {}).get("transformer_engine"):
+        jl.te_fused_adam_signature()
 
     with jl.quiet():
         return {"ddp": get_megatron_ddp_config(args), "optimizer": get_megatron_optimizer_config(args)[0]}

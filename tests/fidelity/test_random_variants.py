@@ -75,6 +75,12 @@ REGRESSIONS = (
     ("qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap", ["platform.software.transformer_engine=2.7.0",
                                                        "moe.overlap.delay_wgrad=true", "overlap.grad_reduce=auto",
                                                        "overlap.param_gather=auto"]),
+    # the precision-aware optimizer (Megatron-Bridge's DeepSeek-V3 optimizer: BF16 main grads and moments); Bridge's
+    # own FP8 recipe (tensorwise), which decides who keeps the master weights, must not stand in for Megatron-LM's
+    ("deepseek-v3/h100-bf16", ["optimizer.precision_aware=true", "optimizer.main_grads_dtype=bfloat16",
+                               "optimizer.exp_avg_dtype=bfloat16", "optimizer.exp_avg_sq_dtype=bfloat16"]),
+    # ... with FP16 master weights, which TE's FusedAdam keeps
+    ("qwen3-30b-a3b/h100-bf16", ["optimizer.precision_aware=true", "optimizer.main_params_dtype=float16"]),
     # the WSD schedule's annealing style: Megatron-LM's default, stated for Bridge (whose own default differs)
     ("qwen3-30b-a3b/h100-bf16", ["schedule.decay=wsd", "schedule.wsd_decay_iters=2"]),
     # MLA on a model whose Bridge recipe builds a GPTModelProvider: warned, and judged by Megatron-LM

@@ -174,15 +174,18 @@ def test_import_writes_into_the_project_it_runs_in(tmp_path, monkeypatch, capsys
 
 
 def test_arguments_the_plan_states_itself_are_dropped_with_that_reason(root):
-    """Megatron-LM arguments no recipe sets because the plan fixes them (the FP32 optimizer, the NaN check) are
-    reported with what the plan does instead, not as launch-only."""
+    """Megatron-LM arguments no recipe sets because the plan fixes them (the NaN check) are reported with what the
+    plan does instead, not as launch-only; the precision-aware optimizer is a recipe setting, imported."""
     cmd = ("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
-           "--num-experts 4 --seq-length 32 --use-distributed-optimizer --use-precision-aware-optimizer "
-           "--exp-avg-dtype bf16 --no-check-for-nan-in-loss-and-grad --apply-wd-to-qk-layernorm --log-throughput")
+           "--num-experts 4 --seq-length 32 --bf16 --use-distributed-optimizer --use-precision-aware-optimizer "
+           "--exp-avg-dtype bf16 --main-grads-dtype bf16 --no-check-for-nan-in-loss-and-grad "
+           "--apply-wd-to-qk-layernorm --log-throughput")
     imp = importer.import_text(cmd, "cmd.txt", "h100", root)
     why = dict(imp.unmapped)
-    assert why["--use-precision-aware-optimizer"].startswith("moeforge's plan states it, no recipe does: ")
-    assert why["--exp-avg-dtype bf16"].startswith("moeforge's plan states it") and "FP32" in why["--exp-avg-dtype bf16"]
     assert why["--no-check-for-nan-in-loss-and-grad"].startswith("moeforge's plan states it")
     assert why["--log-throughput"] == "a Megatron-LM argument moeforge has no knob for (launch-only)"
+    opt = imp.recipe["optimizer"]
+    assert (opt["precision_aware"], opt["exp_avg_dtype"], opt["main_grads_dtype"]) == (True, "bfloat16", "bfloat16")
+    # BF16 main grads: Megatron-LM's validate_args leaves the BF16 gradient reduce in BF16 (no FP32 accumulation)
+    assert opt["grad_reduce_in_fp32"] is False
     assert imp.recipe["schedule"]["apply_wd_to_qk_layernorm"] is True   # a recipe setting: imported

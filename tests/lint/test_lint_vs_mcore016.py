@@ -14,8 +14,8 @@ Intentional differences (rules left out of the comparison, and why):
 | rule(s)                                                     | why not compared here                                              |
 |-------------------------------------------------------------|--------------------------------------------------------------------|
 | origin megatron-bridge (EP_OVERLAP_NEEDS_EXPERTS, EP_OVERLAP_NO_MOE_RECOMPUTE on 0.16, DELAY_WGRAD_*_TE_*, DELAY_WGRAD_CUDA_GRAPH_*, DEEPEP/HYBRIDEP_NEEDS_SUPPORTED_GPU, HYBRIDEP_*, TP_OVERLAP_* (silent), SHARED_EXPERT_OVERLAP_OFF_WITH_FLEX (silent), FLEX_NEEDS_BACKEND (silent), CUDA_GRAPH_NEEDS_TE_RNG_TRACKER, CUDA_GRAPH_LOCAL_ONLY_FULL_ITERATION_IN_BRIDGE, LAYOUT_ETP_DEFAULT_DIFFERS, DP_OVERLAP_BRIDGE_NEEDS_DIST_OPT) | Megatron-Bridge checks (CommOverlapConfig, flex_dispatcher_backend, GPTModelProvider); megatron-core accepts these configurations |
-| origin megatron-lm (PP_OVERLAP_NEEDS_VPP, PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3, DP_PARAM_GATHER_*, TP_OVERLAP_NEEDS_SP_IN_MEGATRON_LM, RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM, LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM) | Megatron-LM validate_args only; lint-config reports them only for --frontend megatron-lm (this suite lints as megatron-core); tests/lint/test_lint_vs_frontends.py compares them with Megatron-LM 0.19 |
-| origin moeforge (DELAY_WGRAD_NEEDS_TE_BACKWARD_DW, *_PACKAGE_INSTALLED, CUDA_GRAPH_NEEDS_GPU, CUDA_GRAPH_TE_NEEDS_TE, PRECISION_LOW_NEEDS_TE, PRECISION_*_NEEDS_BLACKWELL/HOPPER, RANK_CAPACITY_NEEDS_MCORE_0_18, DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18, FLEX_BACKEND_IGNORED_WITHOUT_FLEX, CUDA_GRAPH_MODULES_WITHOUT_IMPL, advice) | moeforge's own availability/hardware/measured-evidence rules; the failure happens later (model construction, kernels) or never |
+| origin megatron-lm (PP_OVERLAP_NEEDS_VPP, PP_INTERLEAVED_WITHOUT_P2P_OVERLAP_NEEDS_PP3, DP_PARAM_GATHER_*, TP_OVERLAP_NEEDS_SP_IN_MEGATRON_LM, RECOMPUTE_SELECTIVE_NO_METHOD_IN_MEGATRON_LM, LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM, OPTIMIZER_BF16_MAIN_GRADS_*) | Megatron-LM validate_args only; lint-config reports them only for --frontend megatron-lm (this suite lints as megatron-core); tests/lint/test_lint_vs_frontends.py compares them with Megatron-LM 0.19 |
+| origin moeforge (DELAY_WGRAD_NEEDS_TE_BACKWARD_DW, *_PACKAGE_INSTALLED, CUDA_GRAPH_NEEDS_GPU, CUDA_GRAPH_TE_NEEDS_TE, PRECISION_LOW_NEEDS_TE, PRECISION_*_NEEDS_BLACKWELL/HOPPER, RANK_CAPACITY_NEEDS_MCORE_0_18, DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18, FLEX_BACKEND_IGNORED_WITHOUT_FLEX, CUDA_GRAPH_MODULES_WITHOUT_IMPL, OPTIMIZER_BF16_*_NEEDS_TE_2_3, advice) | moeforge's own availability/hardware/measured-evidence rules; the failure happens later (model construction, kernels) or never |
 | megatron-core checks outside TransformerConfig: LAYOUT_WORLD_DIVISIBLE, LAYOUT_EXPERT_WORLD_DIVISIBLE, LAYOUT_VPP_NEEDS_PP (parallel_state), LAYOUT_LAYERS_DIVISIBLE_BY_PP, LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP (transformer_block), LAYOUT_GBS_DIVISIBLE (num_microbatches_calculator), FLEX_NEEDS_TP_X_EP, NCCLEP_NEEDS_MCORE_0_19 (token_dispatcher), LAYOUT_EXPERTS_DIVISIBLE_BY_EP (MoELayer's bare assert; Megatron-LM's validate_args says it first), LAYOUT_SEQ_DIVISIBLE_BY_2CP (utils.get_batch_on_this_cp_rank; Megatron-LM's validate_args says it first), NCCLEP_NEEDS_TE, NCCLEP_NEEDS_RANK_CAPACITY (0.19's NCCL EP dispatcher), MLA_NO_ATTENTION_OUTPUT_GATE, MLA_ROPE_FUSION_NEEDS_YARN (MLATransformerConfig) | raised at process-group / model / dispatcher construction or by the MLA subclass, not by TransformerConfig |
 | EP_OVERLAP_MTP_AT_MOST_ONE with mtp_num_layers=0 | 0.16-0.18 reject 0 (only None or 1); the catalogue (like 0.19 and Bridge) accepts it because the solver encodes an unset optional integer as 0. Not generated here |
 | pipeline_dtype | megatron-core requires it with PP > 1; every front-end (Megatron-LM, Bridge) sets it, so moeforge does not model it: the harness always passes pipeline_dtype=torch.bfloat16 |
@@ -52,9 +52,11 @@ OUTSIDE_TRANSFORMER_CONFIG = {
 }
 # megatron-core's bare asserts (no text to quote: the rule's words and origin are moeforge's)
 BARE_ASSERTS = {"OFFLOAD_NEEDS_MODULES"}
+# megatron-core's OptimizerConfig checks (the optimizer's precision): compared on optimizer configurations below
+OPTIMIZER_CONFIG = {r.id for r in CATALOGUE if r.source.startswith("megatron-core optimizer/optimizer_config.py")}
 COMPARED = {r.id for r in CATALOGUE
             if (r.origin == "megatron-core" or r.id in BARE_ASSERTS) and r.severity == "error"
-            and r.applies(FACTS) is not False and r.id not in OUTSIDE_TRANSFORMER_CONFIG}
+            and r.applies(FACTS) is not False and r.id not in OUTSIDE_TRANSFORMER_CONFIG | OPTIMIZER_CONFIG}
 # megatron-core warnings that the catalogue carries as warning/advice rules (checked on accepted configs)
 WARNING_RULES = {r.id: r for r in CATALOGUE
                  if r.origin == "megatron-core" and r.severity in ("warning", "advice")
@@ -225,6 +227,9 @@ HANDPICKED = [
     # group-limited routing: valid, then each check
     *({"moe_router_group_topk": k, "moe_router_num_groups": g} for k, g in ((2, 4), (2, None), (2, 3), (8, 4))),
     {"apply_rope_fusion": True},  # the fused RoPE kernel is TE's (absent here)
+    # a custom FP8 / FP4 recipe without its quantizer factory, then with one
+    {"fp8": "e4m3", "fp8_recipe": "custom"}, {"fp8": "e4m3", "fp8_recipe": "custom", "fp8_quantizer_factory": "m.qf"},
+    {"fp4": "e2m1", "fp4_recipe": "custom"}, {"fp4": "e2m1", "fp4_recipe": "custom", "fp4_quantizer_factory": "m.qf"},
     # top-1 softmax routing: valid with the softmax first or sigmoid scores, refused otherwise
     {"moe_router_topk": 1}, {"moe_router_topk": 1, "moe_router_pre_softmax": True},
     {"moe_router_topk": 1, "moe_router_score_function": "sigmoid"},
@@ -314,3 +319,43 @@ def test_accepted_configs_warn_alike(verdicts):
                 if rule_id not in reported and (rule.megatron_message or "")[:40] in w:
                     problems.append(("megatron-core warns, lint does not", rule_id, w))
     assert not problems, problems[:3]
+
+
+# --- megatron-core's OptimizerConfig: the precision-aware optimizer and the optimizer's dtypes -----------------
+OPTIMIZER_DTYPES = {"main_grads_dtype": "bfloat16", "main_params_dtype": "float16", "exp_avg_dtype": "bfloat16",
+                    "exp_avg_sq_dtype": "float16"}
+
+
+def optimizer_verdicts():
+    """Every combination of precision-aware on/off, distributed optimizer on/off and each dtype FP32 or lower:
+    megatron-core 0.16.1's OptimizerConfig (no Transformer Engine here: neither its FusedAdam nor its version) and
+    lint-config's optimizer rules must agree on accept/reject, and a refusal's text must be a reported rule's."""
+    from itertools import product
+
+    from megatron.core.optimizer import OptimizerConfig
+
+    out = []
+    for aware, dist, *low in product((False, True), (False, True), *([(False, True)] * len(OPTIMIZER_DTYPES))):
+        cfg = {"use_precision_aware_optimizer": aware, "use_distributed_optimizer": dist,
+               **{name: dtype if lower else "float32" for (name, dtype), lower in zip(OPTIMIZER_DTYPES.items(), low)}}
+        try:
+            OptimizerConfig(bf16=True, **{k: getattr(torch, v) if k.endswith("_dtype") else v for k, v in cfg.items()})
+            verdict = (True, None)
+        except (AssertionError, RuntimeError, ValueError) as exc:
+            verdict = (False, str(exc))
+        except TypeError:  # 0.16.1 probes TE's version (store_param_remainders) before looking for FusedAdam
+            verdict = (False, None)
+        findings = lint_mapping({**VALID, **cfg, "versions": {"torch": torch.__version__, "transformer_engine": None,
+                                                              "megatron_core": MCORE}}, frontend="megatron-core")
+        out.append((cfg, verdict, [f for f in findings if f.rule in OPTIMIZER_CONFIG and f.severity == "error"]))
+    return out
+
+
+def test_optimizer_configs_are_judged_alike():
+    verdicts = optimizer_verdicts()
+    assert len(verdicts) == 64 and sum(ok for _, (ok, _), _ in verdicts) == 2   # FP32, either optimizer
+    bad = [(cfg, text, [f.rule for f in errors]) for cfg, (ok, text), errors in verdicts
+           if ok == bool(errors) or (text and text not in {f.megatron_message for f in errors})]
+    assert not bad, bad[:3]
+    fired = {f.rule for _, _, errors in verdicts for f in errors}
+    assert OPTIMIZER_CONFIG - fired == {"PRECISION_AWARE_OPTIMIZER_NEEDS_TE_1_13"}   # needs an installed TE

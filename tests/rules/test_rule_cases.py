@@ -70,6 +70,8 @@ ASYNC = {"async_save": True, "ckpt_format": "torch_dist"}
 NCCLEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep", **RANKCAP}
 FUSED = {"bias_activation_fusion": True}
 SWIGLU = {"activation_func": "silu", "gated_linear_unit": True}
+AWARE = {"use_precision_aware_optimizer": True}
+BF16_MOMENTS = {**AWARE, "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}
 
 
 def c(*parts, **kw):
@@ -518,6 +520,22 @@ CASES = {
     "CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK": (c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True),
                                                c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
                                                  check_for_nan_in_loss_and_grad=False)),
+    **{f"PRECISION_{q.upper()}_CUSTOM_RECIPE_NEEDS_QUANTIZER_FACTORY": (
+        c(quant, {f"{q}_recipe": "custom"}), c(quant, {f"{q}_recipe": "custom", f"{q}_quantizer_factory": "pkg.mod.qf"}))
+       for q, quant in (("fp8", FP8), ("fp4", {"fp4": "e2m1", "gpu": B200}))},
+    # --- the precision-aware optimizer
+    **{f"OPTIMIZER_{name.upper()}_FP32_WITHOUT_PRECISION_AWARE": ({name: low}, c(AWARE, {name: low}))
+       for name, low in (("main_grads_dtype", "bfloat16"), ("main_params_dtype", "float16"),
+                         ("exp_avg_dtype", "float16"), ("exp_avg_sq_dtype", "bfloat16"))},
+    "PRECISION_AWARE_OPTIMIZER_NEEDS_DISTRIBUTED_OPTIMIZER": (
+        c(AWARE, use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False), AWARE),
+    "PRECISION_AWARE_OPTIMIZER_NEEDS_TE": (c(AWARE, V(te=None)), AWARE),
+    "PRECISION_AWARE_OPTIMIZER_NEEDS_TE_1_13": (c(AWARE, V(te="1.12.0")), c(AWARE, V(te="1.13.0"))),
+    **{f"OPTIMIZER_BF16_{name.upper()}_NEEDS_TE_2_3": (c(BF16_MOMENTS, V(te="2.2.0")), c(BF16_MOMENTS, V(te="2.3.0")))
+       for name in ("exp_avg_dtype", "exp_avg_sq_dtype")},
+    "OPTIMIZER_BF16_MAIN_GRADS_NOT_WITH_FP32_GRAD_REDUCE_IN_MEGATRON_LM": (
+        c(AWARE, main_grads_dtype="bfloat16", grad_reduce_in_fp32=True),
+        c(AWARE, main_grads_dtype="bfloat16", grad_reduce_in_fp32=False)),
 }
 
 
