@@ -364,7 +364,8 @@ OPEN_ENUMS = frozenset({"ckpt_load"})
 # resolved at launch, and named in a compile-time warning (rule PATH_ENV_VARS_RESOLVED_AT_LAUNCH).
 PATH_FIELDS = ("data_paths", "data_blend", "data_cache_path", "tokenizer_path", "save", "ckpt_load",
                "tensorboard_dir", "logs_dir")
-# Megatron fields only lint-config reads; a recipe always has megatron-core's default.
+# Megatron fields only lint-config reads; a recipe always has megatron-core's default for the rules. The plan's
+# derived DDP rows (align_param_gather, average_in_collective: no recipe path) fall in here too; no rule reads them.
 LINT_ONLY = frozenset(k.field for k in KNOBS if k.path is None and k.field not in COMPUTED)
 
 

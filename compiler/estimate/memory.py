@@ -260,16 +260,22 @@ class Estimate:
         return capacity_bytes - self.total
 
 
+def state_bytes_per_param(plan: dict) -> int:
+    """Adam's exp_avg, exp_avg_sq and, for 16-bit weights, the master copy: FP32 unless the precision-aware
+    optimizer keeps them lower (plan.optimizer *_dtype): 12 B for BF16 weights."""
+    opt = plan.get("optimizer") or {}
+    moments = sum(DTYPE_BYTES[opt.get(f"{m}_dtype") or "float32"] for m in ("exp_avg", "exp_avg_sq"))
+    pbytes = DTYPE_BYTES[plan["transformer_config"].get("params_dtype") or "float32"]
+    return moments + (DTYPE_BYTES[opt.get("main_params_dtype") or "float32"] if pbytes < 4 else 0)
+
+
 def states(counts: dict, plan: dict, lay: Layout) -> tuple[int, int, int, dict]:
     """Weights, gradients and Adam state; the distributed optimizer shards the state of non-expert
     parameters over DP and of expert parameters over expert-DP (megatron-core DistributedOptimizer)."""
     tc, ddp, opt = plan["transformer_config"], plan.get("ddp_config") or {}, plan.get("optimizer") or {}
     pbytes = DTYPE_BYTES[tc.get("params_dtype") or "float32"]
     gbytes = 4 if ddp.get("grad_reduce_in_fp32", pbytes == 4) else pbytes
-    # exp_avg, exp_avg_sq and, for 16-bit weights, the master copy: FP32 unless the precision-aware optimizer
-    # keeps them lower (plan.optimizer *_dtype)
-    moments = sum(DTYPE_BYTES[opt.get(f"{m}_dtype") or "float32"] for m in ("exp_avg", "exp_avg_sq"))
-    state = moments + (DTYPE_BYTES[opt.get("main_params_dtype") or "float32"] if pbytes < 4 else 0)
+    state = state_bytes_per_param(plan)
     total, expert = counts["total"], counts["expert"]
     distributed = bool(opt.get("use_distributed_optimizer", ddp.get("use_distributed_optimizer")))
     dp, edp = (lay.dp, lay.edp) if distributed else (1, 1)

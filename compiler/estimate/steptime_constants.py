@@ -30,3 +30,4 @@ OUTPUT_LAYER_FRACTION = 0.5
 # exp_avg_sq (16 B), write master, exp_avg, exp_avg_sq (12 B) and the bf16 weight (2 B), plus the
 # gradient-norm read for clipping (4 B) - megatron-core optimizer/distrib_optimizer.py step.
 ADAM_BYTES_PER_PARAM = 34
+FP32_STATE_BYTES = 12  # the FP32 master, exp_avg and exp_avg_sq inside it (each read and written once)

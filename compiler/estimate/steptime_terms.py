@@ -7,7 +7,9 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from . import comm
-from .steptime_constants import ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
+from .memory import state_bytes_per_param
+from .steptime_constants import (ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, FP32_STATE_BYTES,
+                                 OUTPUT_LAYER_FRACTION)
 
 
 def _fmt(x: float) -> str:
@@ -203,7 +205,9 @@ def _optimizer(ctx: dict) -> tuple[float, str]:
     dense, expert = counts["total"] - counts["expert"], counts["expert"]
     shard = dense / (lay.dp * lay.cp) + expert / lay.edp if distributed else counts["total"]
     hbm = ctx["perf"]["hbm_gbps"]
-    return shard * ADAM_BYTES_PER_PARAM / (hbm * 1e9), f"{_fmt(shard)} params x {ADAM_BYTES_PER_PARAM} B / {hbm} GB/s"
+    # the state is read and written once: lower-precision state (the precision-aware optimizer) moves less
+    per_param = ADAM_BYTES_PER_PARAM - 2 * (FP32_STATE_BYTES - state_bytes_per_param(plan))
+    return shard * per_param / (hbm * 1e9), f"{_fmt(shard)} params x {per_param} B / {hbm} GB/s"
 
 
 def assemble(ctx: dict) -> tuple[dict, dict, dict, dict]:

@@ -172,6 +172,17 @@ def test_bubble_is_p_minus_1_over_v_m():
     assert steptime.estimate(plan, Layout(world_size=64, ep=8, gpus_per_node=8)).items["pp_bubble"] == 0
 
 
+def test_adam_step_moves_the_state_it_keeps():
+    """The Adam step reads and writes its state once: 34 B per parameter with FP32 state, 26 B with BF16 moments
+    (the precision-aware optimizer), at the same HBM bandwidth."""
+    plan = _golden("qwen3-30b-a3b/h100-bf16-x64")
+    lay = Layout(world_size=64, ep=8, gpus_per_node=8)
+    fp32 = steptime.estimate(plan, lay).items["optimizer"]
+    low = copy.deepcopy(plan)
+    low["optimizer"].update(use_precision_aware_optimizer=True, exp_avg_dtype="bfloat16", exp_avg_sq_dtype="bfloat16")
+    assert steptime.estimate(low, lay).items["optimizer"] == pytest.approx(fp32 * 26 / 34)
+
+
 def test_output_layer_runs_at_its_own_fraction_of_peak():
     """A larger vocabulary adds only output-layer FLOPs (6 h vocab per token, on the last stage), and
     they cost OUTPUT_LAYER_FRACTION of peak, not the decoder layers' achievable_fraction."""
