@@ -68,6 +68,12 @@ def derived_requirements(plan: Plan) -> list[Requirement]:
                 "transformer_engine", "transformer_engine[pytorch]",
                 f"transformer_config.{knob} = true (fused kernels from Transformer Engine)",
                 f"set {knob}: false"))
+    if plan.section("optimizer").get("use_precision_aware_optimizer"):
+        # megatron-core's OptimizerConfig takes FusedAdam (with its precision arguments) from Transformer Engine
+        reqs.append(Requirement(
+            "transformer_engine.pytorch.optimizers", "transformer_engine[pytorch] >= 1.13",
+            "optimizer.use_precision_aware_optimizer = true (Transformer Engine's FusedAdam)",
+            "set optimizer.precision_aware: false (and the optimizer's dtypes to float32)", attribute="FusedAdam"))
     legacy = bool(tc.get("moe_use_legacy_grouped_gemm"))
     if tc.get("moe_grouped_gemm") and (impl == "local" or legacy) and _has_legacy_grouped_mlp():
         # Before megatron-core 0.18 the local spec (and the legacy path under TE) builds

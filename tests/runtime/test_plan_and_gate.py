@@ -81,6 +81,9 @@ def test_derived_requirements(tiny_plan):
     tiny_plan["runtime"]["transformer_impl"] = "transformer_engine"
     reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
     assert reqs == {("deep_ep", "HybridEPBuffer"), ("transformer_engine", None)}  # TEGroupedMLP
+    tiny_plan["optimizer"]["use_precision_aware_optimizer"] = True
+    reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
+    assert ("transformer_engine.pytorch.optimizers", "FusedAdam") in reqs   # the precision-aware FusedAdam
 
 
 def test_gate_lists_every_missing_backend(tiny_plan):
