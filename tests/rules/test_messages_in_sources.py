@@ -35,7 +35,8 @@ MLM_FILES = (
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",
     "src/megatron/bridge/models/gpt_provider.py", "src/megatron/bridge/utils/cuda_graph.py",
-    "src/megatron/bridge/training/config.py", "scripts/performance/utils/utils.py",
+    "src/megatron/bridge/training/config.py", "src/megatron/bridge/training/mixed_precision.py",
+    "scripts/performance/utils/utils.py",
     "scripts/common/benchmark_parallelism.py",
 )
 # Python's own TypeError text, not a Megatron literal

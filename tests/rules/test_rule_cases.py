@@ -523,6 +523,8 @@ CASES = {
     **{f"PRECISION_{q.upper()}_CUSTOM_RECIPE_NEEDS_QUANTIZER_FACTORY": (
         c(quant, {f"{q}_recipe": "custom"}), c(quant, {f"{q}_recipe": "custom", f"{q}_quantizer_factory": "pkg.mod.qf"}))
        for q, quant in (("fp8", FP8), ("fp4", {"fp4": "e2m1", "gpu": B200}))},
+    "PRECISION_FP4_NEEDS_TE_2_7": (c({"fp4": "e2m1", "gpu": B200}, V(te="2.6.0")),
+                                   c({"fp4": "e2m1", "gpu": B200}, V(te="2.7.0"))),
     # --- the precision-aware optimizer
     **{f"OPTIMIZER_{name.upper()}_FP32_WITHOUT_PRECISION_AWARE": ({name: low}, c(AWARE, {name: low}))
        for name, low in (("main_grads_dtype", "bfloat16"), ("main_params_dtype", "float16"),
