@@ -107,6 +107,11 @@ KNOBS: tuple[Knob, ...] = (
         bridge=("mixed_precision.fp8_param", "mixed_precision.fp8_param_gather")),
     _tc("fp4_param", "precision.fp4_param", "bool", False, lm="fp4_param_gather",
         bridge=("mixed_precision.fp4_param", "mixed_precision.fp4_param_gather")),
+    # DDP and OptimizerConfig both read it (plan: ddp, copied to optimizer); Bridge's MixedPrecisionConfig sets both
+    _K("reuse_grad_buf_for_mxfp8_param_ag", "precision.reuse_grad_buf_for_mxfp8_param_ag", "bool", False, auto=True,
+       section="ddp", bridge="mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
+       doc="MXFP8 parameters all-gathered through the gradient buffer (Megatron-LM --reuse-grad-buf-for-mxfp8-param-"
+           "ag): Megatron-Bridge requires it with FP8 parameters under MXFP8, and its MXFP8 presets set it"),
     _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
     # --- model architecture (from the model document) ---------------------------------
     _arch("num_layers", "int", None),

@@ -30,7 +30,8 @@ DERIVED = {"params_dtype": "from --bf16/--fp16", "pipeline_dtype": "from --bf16/
 # Plan fields that copy another section's value (megatron-core reads it from both configs): one flag, the owner's
 COPIES = {("optimizer", "use_distributed_optimizer"): "ddp_config", ("optimizer", "overlap_param_gather"): "ddp_config",
           ("ddp", "delay_wgrad_compute"): "transformer_config", ("ddp", "check_for_nan_in_grad"): "the NaN check",
-          ("ddp", "fp8_param_gather"): "transformer_config", ("optimizer", "fp8_recipe"): "transformer_config"}
+          ("ddp", "fp8_param_gather"): "transformer_config", ("optimizer", "fp8_recipe"): "transformer_config",
+          ("optimizer", "reuse_grad_buf_for_mxfp8_param_ag"): "ddp_config"}
 RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes and the data-parallel size",
                 "report_window": "steps moeforge's runtime reports on",
                 "bucket_size": "megatron-core's default bucketing",

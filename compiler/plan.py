@@ -110,6 +110,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
                       align_param_gather=(env.get("pipeline_model_parallel_size") or 1) > 1
                       and (env.get("virtual_pipeline_model_parallel_size") or 1) > 1)
     out["ddp"]["fp8_param_gather"] = bool(env.get("fp8_param"))  # Megatron-LM: one flag, --fp8-param-gather
+    out["optimizer"]["reuse_grad_buf_for_mxfp8_param_ag"] = bool(env.get("reuse_grad_buf_for_mxfp8_param_ag"))
     out["optimizer"]["overlap_param_gather"] = bool(env.get("overlap_param_gather"))
     for name in K.OPTIMIZER_PRECISION:  # stated where the recipe leaves them (Bridge recipes set their own)
         out["optimizer"].setdefault(name, K.BY_FIELD[name].default)

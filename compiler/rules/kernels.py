@@ -14,6 +14,14 @@ FUSED = F("bias_activation_fusion") == True  # noqa: E712
 SWIGLU = (ACT == "silu") & GATED
 
 RULES = (
+    # Megatron-LM 0.19 refuses TE's fused cross entropy (Megatron-Bridge's DeepSeek recipes still use it)
+    Rule("CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM", "error", F("cross_entropy_loss_fusion") == True,  # noqa: E712
+         F("cross_entropy_fusion_impl") != "te",
+         "Megatron-LM 0.19 refuses Transformer Engine's fused cross entropy (stability issues)", ARGS,
+         "set kernels.cross_entropy_fusion_impl: native, or kernels.cross_entropy_loss_fusion: false",
+         "Transformer Engine cross entropy loss fusion is disabled due to stability issues. Use "
+         "--cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion.", origin="megatron-lm",
+         versions=(("megatron_core", ">=0.19.0"),)),
     Rule("ROPE_FUSION_NEEDS_PLAIN_ROPE", "warning", F("apply_rope_fusion") == True,  # noqa: E712
          F("position_embedding_type") == "rope",
          "the fused RoPE kernel applies to plain RoPE only; Megatron-LM turns it off for other position "

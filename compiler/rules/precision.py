@@ -14,6 +14,7 @@ FP8, FP4 = IsSet(F("fp8")), IsSet(F("fp4"))
 ON_GPU = F("device") == "cuda"
 MOE = IsSet(F("num_moe_experts"))
 BF16_ENDS = FP8 & (F("first_last_layers_bf16") == True)  # noqa: E712 - megatron-core checks these under fp8 only
+REUSE = F("reuse_grad_buf_for_mxfp8_param_ag") == True  # noqa: E712
 PAD_Q = Or(F("moe_router_padding_for_quantization") == True, F("moe_router_padding_for_fp8") == True)  # noqa: E712
 
 # the Transformer Engine release with the fused MoE permutation kernels (moe_utils.fused_permute)
@@ -37,6 +38,13 @@ RULES = (
     Rule("PRECISION_LOW_NEEDS_TE", "error", Or(FP8, FP4), AtLeast("transformer_engine", "0.1.0"),
          "FP8/FP4 training needs Transformer Engine", "Transformer Engine (megatron-core uses TE for FP8/FP4)",
          "use a platform with Transformer Engine, or unset precision.fp8/fp4", None, origin="moeforge"),
+    Rule("PRECISION_FP8_PARAM_NEEDS_DIST_OPT_IN_MEGATRON_LM", "error", F("fp8_param") == True,  # noqa: E712
+         Or(F("use_distributed_optimizer") == True, F("use_megatron_fsdp") == True),  # noqa: E712
+         "FP8 parameters need the distributed optimizer in Megatron-LM (it gathers them in FP8)",
+         "Megatron-LM megatron/training/arguments.py validate_args", "set optimizer.distributed: true, or "
+         "precision.fp8_param: false",
+         "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode",
+         origin="megatron-lm"),
     Rule("PRECISION_FP4_NEEDS_TE_2_7", "error", FP4 & AtLeast("transformer_engine", "0.1.0"),
          AtLeast("transformer_engine", "2.7.0"),
          "FP4 (NVFP4BlockScaling) needs Transformer Engine >= 2.7.0", "Megatron-LM megatron/training/arguments.py "
@@ -72,6 +80,19 @@ RULES = (
            f"{q}_quantizer_factory must be provided when {q}_recipe is 'custom'. Specify a Python import path "
            f"(e.g., package.module.quantizer_factory) via --{q}-quantizer-factory.")
       for q in ("fp8", "fp4")],
+    Rule("PRECISION_REUSE_GRAD_BUF_NEEDS_FP8_PARAM", "error", REUSE, F("fp8_param") == True,  # noqa: E712
+         "the gradient buffer carries the parameter all-gather only for FP8 (MXFP8) parameters",
+         "megatron-core distributed/distributed_data_parallel_config.py DistributedDataParallelConfig.__post_init__",
+         "set precision.fp8_param: true, or precision.reuse_grad_buf_for_mxfp8_param_ag: false",
+         "Reuse grad buffer only when keeping params in MXFP8."),
+    Rule("PRECISION_MXFP8_PARAM_NEEDS_REUSE_GRAD_BUF_IN_BRIDGE", "error",
+         FP8 & (F("fp8_recipe") == "mxfp8") & (F("fp8_param") == True) & (F("use_megatron_fsdp") == False),  # noqa: E712
+         REUSE, "FP8 parameters under MXFP8 need their all-gather through the gradient buffer in Megatron-Bridge",
+         "Megatron-Bridge training/config.py ConfigContainer.validate",
+         "set precision.reuse_grad_buf_for_mxfp8_param_ag: true (Bridge's MXFP8 presets do), or "
+         "precision.fp8_param: false",
+         "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True",
+         origin="megatron-bridge"),
     Rule("PRECISION_MXFP8_NEEDS_BLACKWELL", "error", FP8 & (F("fp8_recipe") == "mxfp8") & ON_GPU,
          F("gpu_major") >= 10,
          "MXFP8 needs a Blackwell GPU (compute capability 10.x)", f"Transformer Engine MXFP8BlockScaling; {SEEDS}",

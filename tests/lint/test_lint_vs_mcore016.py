@@ -52,8 +52,9 @@ OUTSIDE_TRANSFORMER_CONFIG = {
 }
 # megatron-core's bare asserts (no text to quote: the rule's words and origin are moeforge's)
 BARE_ASSERTS = {"OFFLOAD_NEEDS_MODULES"}
-# megatron-core's OptimizerConfig checks (the optimizer's precision): compared on optimizer configurations below
-OPTIMIZER_CONFIG = {r.id for r in CATALOGUE if r.source.startswith("megatron-core optimizer/optimizer_config.py")}
+# megatron-core's OptimizerConfig and DistributedDataParallelConfig checks: compared on their configurations below
+OPTIMIZER_CONFIG = {r.id for r in CATALOGUE if r.source.startswith(
+    ("megatron-core optimizer/optimizer_config.py", "megatron-core distributed/distributed_data_parallel_config.py"))}
 COMPARED = {r.id for r in CATALOGUE
             if (r.origin == "megatron-core" or r.id in BARE_ASSERTS) and r.severity == "error"
             and r.applies(FACTS) is not False and r.id not in OUTSIDE_TRANSFORMER_CONFIG | OPTIMIZER_CONFIG}
@@ -351,9 +352,28 @@ def optimizer_verdicts():
     return out
 
 
+def ddp_verdicts():
+    """megatron-core 0.16.1's DistributedDataParallelConfig: the gradient buffer carries MXFP8 parameter gathers."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    out = []
+    for reuse, fp8_param in ((False, False), (False, True), (True, False), (True, True)):
+        try:
+            DistributedDataParallelConfig(reuse_grad_buf_for_mxfp8_param_ag=reuse, fp8_param_gather=fp8_param)
+            verdict = (True, None)
+        except AssertionError as exc:
+            verdict = (False, str(exc))
+        fp8 = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "gpu": {"name": "NVIDIA B200", "compute_capability": "10.0"}}
+        cfg = {"reuse_grad_buf_for_mxfp8_param_ag": reuse, "fp8_param": fp8_param, **(fp8 if fp8_param else {})}
+        findings = lint_mapping({**VALID, **cfg, "versions": {"torch": torch.__version__, "transformer_engine": None,
+                                                              "megatron_core": MCORE}}, frontend="megatron-core")
+        out.append((cfg, verdict, [f for f in findings if f.rule in OPTIMIZER_CONFIG and f.severity == "error"]))
+    return out
+
+
 def test_optimizer_configs_are_judged_alike():
-    verdicts = optimizer_verdicts()
-    assert len(verdicts) == 64 and sum(ok for _, (ok, _), _ in verdicts) == 2   # FP32, either optimizer
+    verdicts = optimizer_verdicts() + ddp_verdicts()
+    assert len(verdicts) == 68 and sum(ok for _, (ok, _), _ in verdicts) == 5   # FP32 state; reuse with FP8 params
     bad = [(cfg, text, [f.rule for f in errors]) for cfg, (ok, text), errors in verdicts
            if ok == bool(errors) or (text and text not in {f.megatron_message for f in errors})]
     assert not bad, bad[:3]

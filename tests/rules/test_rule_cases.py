@@ -71,6 +71,7 @@ NCCLEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "n
 FUSED = {"bias_activation_fusion": True}
 SWIGLU = {"activation_func": "silu", "gated_linear_unit": True}
 AWARE = {"use_precision_aware_optimizer": True}
+MXFP8 = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "gpu": B200}
 BF16_MOMENTS = {**AWARE, "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}
 
 
@@ -523,6 +524,17 @@ CASES = {
     **{f"PRECISION_{q.upper()}_CUSTOM_RECIPE_NEEDS_QUANTIZER_FACTORY": (
         c(quant, {f"{q}_recipe": "custom"}), c(quant, {f"{q}_recipe": "custom", f"{q}_quantizer_factory": "pkg.mod.qf"}))
        for q, quant in (("fp8", FP8), ("fp4", {"fp4": "e2m1", "gpu": B200}))},
+    "PRECISION_REUSE_GRAD_BUF_NEEDS_FP8_PARAM": (c(MXFP8, reuse_grad_buf_for_mxfp8_param_ag=True),
+                                                 c(MXFP8, fp8_param=True, reuse_grad_buf_for_mxfp8_param_ag=True)),
+    "PRECISION_MXFP8_PARAM_NEEDS_REUSE_GRAD_BUF_IN_BRIDGE": (c(MXFP8, fp8_param=True),
+                                                             c(MXFP8, fp8_param=True,
+                                                               reuse_grad_buf_for_mxfp8_param_ag=True)),
+    "PRECISION_FP8_PARAM_NEEDS_DIST_OPT_IN_MEGATRON_LM": (
+        c(FP8, fp8_param=True, use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False),
+        c(FP8, fp8_param=True)),
+    "CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM": (
+        {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"},
+        {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
     "PRECISION_FP4_NEEDS_TE_2_7": (c({"fp4": "e2m1", "gpu": B200}, V(te="2.6.0")),
                                    c({"fp4": "e2m1", "gpu": B200}, V(te="2.7.0"))),
     # --- the precision-aware optimizer
