@@ -342,6 +342,8 @@ KNOBS: tuple[Knob, ...] = (
     _K("moe_use_legacy_grouped_gemm", None, "bool", False, doc="megatron-core 0.16 only"),
     _K("moe_router_padding_for_fp8", None, "bool", False, doc="deprecated: moe_router_padding_for_quantization"),
     _K("variable_seq_lengths", None, "bool", False),
+    _K("fine_grained_offloading_max_inflight_offloads", None, "opt_int", None,
+       doc="0.19: the offloads in flight under a full-iteration CUDA graph (no recipe setting)"),
     *(_K(f"{q}_quantizer_factory", None, "str", None, doc=f"the Python import path of a custom {q.upper()} recipe's "
          "quantizer factory: neither Megatron-LM 0.19 nor Megatron-Bridge has an argument for it")
       for q in ("fp8", "fp4")),

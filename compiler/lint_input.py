@@ -428,6 +428,7 @@ def _display(env: dict, display: dict) -> dict:
         out["invalid_modules"], out["allowed_modules"] = str(set(offload) - allowed), str(allowed)
         out["offload_inside_moe"] = str(_set_literal("moe_act", "expert_fc1", "fused_group_mlp") & set(offload))
         out["moe_partial_offload"] = str(_set_literal("expert_fc1", "moe_act") & set(offload))
+        out["local_unsupported_offload"] = str(sorted(set(offload) - {"expert_fc1", "moe_act", "fused_group_mlp"}))
     return out
 
 

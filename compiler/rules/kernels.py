@@ -6,7 +6,7 @@ rewrites at start-up must be known here.
 """
 from . import Rule
 from .architecture import ACT, GATED
-from .expr import F, AtLeast, Not
+from .expr import F, AtLeast, IsSet, Not
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
@@ -49,6 +49,16 @@ RULES = (
          "Megatron-LM runs grouped-GEMM experts only on an Ampere or newer GPU (compute capability >= 8)", ARGS,
          "set moe.grouped_gemm: false (SequentialMLP experts), or use a platform with an Ampere or newer GPU",
          "Unsupported compute capability for GroupedGEMM kernels.", origin="megatron-lm"),
+    # raised while building the model (the TE layer spec's grouped experts), so no config check sees it;
+    # Megatron-Bridge's GPT-OSS bridge turns the fusion off for this reason
+    Rule("BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "error",
+         (F("add_bias_linear") == True) & (F("moe_grouped_gemm") == True) & IsSet(F("num_moe_experts"))  # noqa: E712
+         & (F("moe_use_legacy_grouped_gemm") == False) & AtLeast("transformer_engine", "0.1.0"),  # noqa: E712
+         F("bias_dropout_fusion") == False,  # noqa: E712
+         "Transformer Engine's grouped experts (TEGroupedMLP) refuse the fused bias-dropout when the linear layers "
+         "have biases", "megatron-core transformer/moe/experts.py TEGroupedMLP.__init__",
+         "set kernels.bias_dropout_fusion: false (Megatron-Bridge's GPT-OSS bridge does)",
+         "bias_dropout_fusion is not supported in TEGroupedMLP when add_bias_linear=True"),
     # --- the fused bias + activation kernel (megatron-core 0.16-0.19): which activations it has
     Rule("BIAS_ACTIVATION_FUSION_ACTIVATION", "error", FUSED, ACT != "squared_relu",
          "the fused bias-activation kernel exists for GELU, SwiGLU and quick-GEGLU only", TC,

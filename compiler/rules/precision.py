@@ -86,7 +86,8 @@ RULES = (
          "set precision.fp8_param: true, or precision.reuse_grad_buf_for_mxfp8_param_ag: false",
          "Reuse grad buffer only when keeping params in MXFP8."),
     Rule("PRECISION_MXFP8_PARAM_NEEDS_REUSE_GRAD_BUF_IN_BRIDGE", "error",
-         FP8 & (F("fp8_recipe") == "mxfp8") & (F("fp8_param") == True) & (F("use_megatron_fsdp") == False),  # noqa: E712
+         FP8 & (F("fp8_recipe") == "mxfp8") & (F("fp8_param") == True)  # noqa: E712
+         & (F("use_megatron_fsdp") == False),  # noqa: E712
          REUSE, "FP8 parameters under MXFP8 need their all-gather through the gradient buffer in Megatron-Bridge",
          "Megatron-Bridge training/config.py ConfigContainer.validate",
          "set precision.reuse_grad_buf_for_mxfp8_param_ag: true (Bridge's MXFP8 presets do), or "

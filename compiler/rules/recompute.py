@@ -6,8 +6,9 @@ normalises recompute_modules=None to ["core_attn"]; the rules treat None the sam
 The seeds: prefer selective recompute (layernorm, core_attn, moe_act, mlp, shared_experts,
 mla_up_proj) before full recompute; TE-scoped CUDA graphs pair with selective recompute.
 """
-from ..knobs import OFFLOAD_MODULES
+from ..knobs import CUDA_GRAPH_MODULES, OFFLOAD_MODULES
 from . import Rule
+from .cuda_graphs import FULL_ITER, GRAPH_ANY, GRAPH_LOCAL, M
 from .expr import F, AtLeast, Has, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
@@ -19,6 +20,9 @@ FP8 = IsSet(F("fp8"))
 CORE_ATTN = Or(Has(MODS, "core_attn"), Not(IsSet(MODS)))
 OFFLOAD, OFF_MODS = F("fine_grained_activation_offloading") == True, F("offload_modules")  # noqa: E712
 V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
+V18, ONLY_V18 = (("megatron_core", ">=0.18.0"),), (("megatron_core", ">=0.18.0,<0.19.0"),)
+LOCAL_OFFLOADABLE = ("expert_fc1", "moe_act", "fused_group_mlp")
+LOCAL_PER_LAYER = GRAPH_LOCAL & Not(FULL_ITER)
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
 RULES = (
@@ -123,6 +127,42 @@ RULES = (
          "drop expert_fc1 and moe_act from recompute.offload.modules",
          "fused_group_mlp offloads the whole fused grouped MLP and cannot be combined with expert_fc1 or moe_act. "
          "Remove: {moe_partial_offload}", versions=V19),
+    # --- offloading under CUDA graphs (megatron-core 0.18+; 0.19: local graphs of the MoE's inner modules)
+    Rule("OFFLOAD_LOCAL_GRAPH_ONLY_EXPERT_MODULES", "error", OFFLOAD & LOCAL_PER_LAYER,
+         Not(Or(*[Has(OFF_MODS, m) for m in OFFLOAD_MODULES if m not in LOCAL_OFFLOADABLE])),
+         "under per-layer local CUDA graphs only expert_fc1, moe_act and fused_group_mlp can be offloaded", TC,
+         "set cuda_graph.impl: transformer_engine, or offload only expert_fc1 / moe_act / fused_group_mlp",
+         "fine-grained activation offloading with cuda_graph_impl='local' only supports offload_modules 'expert_fc1', "
+         "'moe_act', and 'fused_group_mlp'. Unsupported offload_modules: {local_unsupported_offload}.", versions=V19),
+    Rule("OFFLOAD_LOCAL_GRAPH_NOT_WHOLE_LAYER", "error", OFFLOAD & LOCAL_PER_LAYER,
+         Or(*[Has(M, m) for m in CUDA_GRAPH_MODULES if m != "full_iteration"]),
+         "offloading cannot run under local CUDA graphs of whole layers", TC,
+         "list the captured modules in cuda_graph.modules, or set cuda_graph.impl: transformer_engine",
+         "fine-grained activation offloading with cuda_graph_impl='local' is not supported with whole-layer CUDA "
+         "graph capture.", versions=V19),
+    Rule("OFFLOAD_LOCAL_GRAPH_NOT_OF_THE_MOE", "error", OFFLOAD & LOCAL_PER_LAYER, Not(Has(M, "moe")),
+         "offloading under local CUDA graphs needs the MoE module itself left out of the graphs", TC,
+         "drop moe from cuda_graph.modules, or set cuda_graph.impl: transformer_engine",
+         "fine-grained activation offloading is only supported with transformer_engine CUDA graph implementation or "
+         "local CUDA graph implementation with partial MoE offload. Local partial CUDA graphs are supported only for "
+         "expert_fc1, moe_act, or fused_group_mlp offload when the full MoE module is not captured.", versions=V19),
+    Rule("OFFLOAD_GRAPHS_TE_OR_FULL_ITERATION_0_18", "error", OFFLOAD & LOCAL_PER_LAYER, Not(LOCAL_PER_LAYER),
+         "offloading under CUDA graphs needs Transformer Engine's graphs or a full-iteration graph (megatron-core "
+         "0.18)", TC, "set cuda_graph.impl: transformer_engine",
+         "fine-grained activation offloading is only supported with transformer_engine CUDA graph implementation or "
+         "local CUDA graph implementation with full_iteration scope.", versions=ONLY_V18),
+    Rule("OFFLOAD_GRAPHS_NOT_OF_THE_MOE", "error", OFFLOAD & GRAPH_ANY, Not(Has(M, "moe")),
+         "offloading cannot run with the MoE module inside a CUDA graph", TC,
+         "drop moe from cuda_graph.modules, or set recompute.offload.enabled: false",
+         "Token-drop MoE is temporarily not supported with activation offloading.", versions=V18),
+    # megatron-core leaves the in-flight limit unset (None); moeforge cannot set it, so a recipe cannot do this
+    Rule("OFFLOAD_FULL_ITERATION_NEEDS_INFLIGHT_LIMIT", "error", OFFLOAD & FULL_ITER,
+         IsSet(F("fine_grained_offloading_max_inflight_offloads"))
+         & (F("fine_grained_offloading_max_inflight_offloads") >= 0),
+         "offloading under a full-iteration CUDA graph needs fine_grained_offloading_max_inflight_offloads, which "
+         "recipes cannot set", TC, "set cuda_graph.impl: transformer_engine, or recompute.offload.enabled: false",
+         "fine_grained_offloading_max_inflight_offloads must be a non-negative integer when using fine-grained "
+         "activation offloading with full-iteration CUDA graphs", versions=V19),
     Rule("OFFLOAD_NEEDS_TE", "error", OFFLOAD, AtLeast("transformer_engine", "0.1.0"),
          "activation offloading needs the Transformer Engine layer spec", ARGS,
          "use a platform with Transformer Engine, or set recompute.offload.enabled: false",

@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # tiny-moe/cpu with every `auto` knob pinned to what the solver chooses for it
 PINNED = textwrap.dedent("""\
-    schema: moeforge/recipe/v2
+    schema: moeforge/recipe/v3
     revision: 1
     name: tiny-moe-cpu-pinned
     extends: cpu.yaml
     parallelism: {etp: 1, sp: false, vpp: null}
+    precision: {reuse_grad_buf_for_mxfp8_param_ag: false}
     moe:
       flex_backend: deepep
       flex_num_sms: null

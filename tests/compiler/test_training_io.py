@@ -62,7 +62,7 @@ def test_defaults_keep_the_harness_recipe_as_it_was():
                                  # the FP32 optimizer, stated so that no Bridge recipe's own stands in
                                  "use_precision_aware_optimizer": False, "main_grads_dtype": "float32",
                                  "main_params_dtype": "float32", "exp_avg_dtype": "float32",
-                                 "exp_avg_sq_dtype": "float32"}
+                                 "exp_avg_sq_dtype": "float32", "reuse_grad_buf_for_mxfp8_param_ag": False}
     # Megatron-LM: mock data, the null tokenizer, exactly the plan's vocab, no evaluation, gloo
     assert args["--mock-data"] == [] and args["--tokenizer-type"] == ["NullTokenizer"]
     assert args["--vocab-size"] == args["--padded-vocab-size"] == ["128"]

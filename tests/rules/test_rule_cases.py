@@ -72,6 +72,9 @@ FUSED = {"bias_activation_fusion": True}
 SWIGLU = {"activation_func": "silu", "gated_linear_unit": True}
 AWARE = {"use_precision_aware_optimizer": True}
 MXFP8 = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "gpu": B200}
+OFFLOAD_EXPERT = {"fine_grained_activation_offloading": True, "offload_modules": ["expert_fc1"]}
+LOCAL_GRAPH = {"cuda_graph_impl": "local"}
+DROP_PAD = {"moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
 BF16_MOMENTS = {**AWARE, "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}
 
 
@@ -522,7 +525,8 @@ CASES = {
                                                c(NO_EPO, cuda_graph_impl="full_iteration", use_te_rng_tracker=True,
                                                  check_for_nan_in_loss_and_grad=False)),
     **{f"PRECISION_{q.upper()}_CUSTOM_RECIPE_NEEDS_QUANTIZER_FACTORY": (
-        c(quant, {f"{q}_recipe": "custom"}), c(quant, {f"{q}_recipe": "custom", f"{q}_quantizer_factory": "pkg.mod.qf"}))
+        c(quant, {f"{q}_recipe": "custom"}),
+        c(quant, {f"{q}_recipe": "custom", f"{q}_quantizer_factory": "pkg.mod.qf"}))
        for q, quant in (("fp8", FP8), ("fp4", {"fp4": "e2m1", "gpu": B200}))},
     "PRECISION_REUSE_GRAD_BUF_NEEDS_FP8_PARAM": (c(MXFP8, reuse_grad_buf_for_mxfp8_param_ag=True),
                                                  c(MXFP8, fp8_param=True, reuse_grad_buf_for_mxfp8_param_ag=True)),
@@ -535,6 +539,25 @@ CASES = {
     "CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM": (
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"},
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
+    "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS": (
+        {"add_bias_linear": True, "bias_dropout_fusion": True}, {"add_bias_linear": True, "bias_dropout_fusion": False}),
+    # offloading under CUDA graphs
+    "OFFLOAD_LOCAL_GRAPH_ONLY_EXPERT_MODULES": (c(OFFLOAD, LOCAL_GRAPH, cuda_graph_modules=["attn"]),
+                                                c(OFFLOAD_EXPERT, LOCAL_GRAPH, cuda_graph_modules=["attn"])),
+    "OFFLOAD_LOCAL_GRAPH_NOT_WHOLE_LAYER": (c(OFFLOAD_EXPERT, LOCAL_GRAPH, NO_EPO, cuda_graph_modules=[]),
+                                            c(OFFLOAD_EXPERT, LOCAL_GRAPH, NO_EPO, cuda_graph_modules=["attn"])),
+    "OFFLOAD_LOCAL_GRAPH_NOT_OF_THE_MOE": (
+        c(OFFLOAD_EXPERT, LOCAL_GRAPH, NO_EPO, DROP_PAD, cuda_graph_modules=["moe"]),
+        c(OFFLOAD_EXPERT, LOCAL_GRAPH, NO_EPO, DROP_PAD, cuda_graph_modules=["attn"])),
+    "OFFLOAD_GRAPHS_TE_OR_FULL_ITERATION_0_18": (
+        c(OFFLOAD_EXPERT, LOCAL_GRAPH, NO_EPO, V("0.18.0"), cuda_graph_modules=["attn"]),
+        c(OFFLOAD_EXPERT, G, NO_EPO, V("0.18.0"), cuda_graph_modules=["attn"])),
+    "OFFLOAD_GRAPHS_NOT_OF_THE_MOE": (c(OFFLOAD_EXPERT, G, NO_EPO, DROP_PAD, cuda_graph_modules=["moe"]),
+                                      c(OFFLOAD_EXPERT, G, NO_EPO, DROP_PAD, cuda_graph_modules=["attn"])),
+    "OFFLOAD_FULL_ITERATION_NEEDS_INFLIGHT_LIMIT": (
+        c(OFFLOAD_EXPERT, NO_EPO, cuda_graph_impl="full_iteration", cuda_graph_modules=[]),
+        c(OFFLOAD_EXPERT, NO_EPO, cuda_graph_impl="full_iteration", cuda_graph_modules=[],
+          fine_grained_offloading_max_inflight_offloads=1)),
     "PRECISION_FP4_NEEDS_TE_2_7": (c({"fp4": "e2m1", "gpu": B200}, V(te="2.6.0")),
                                    c({"fp4": "e2m1", "gpu": B200}, V(te="2.7.0"))),
     # --- the precision-aware optimizer
