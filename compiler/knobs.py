@@ -132,7 +132,7 @@ KNOBS: tuple[Knob, ...] = (
     _arch("init_method_std", "float", 0.02),
     _arch("glu_linear_offset", "float", 0.0),
     _arch("activation_func_clamp_value", "float", None),
-    _arch("softmax_type", "str", "vanilla"),
+    _arch("softmax_type", "enum", "vanilla", ("vanilla", "off-by-one", "learnable")),
     _arch("window_size", "str", None, doc="[left, right] attention window in tokens"),
     _arch("window_attn_skip_freq", "str", None),
     _arch("attention_output_gate", "bool", False),

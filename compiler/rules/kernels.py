@@ -6,12 +6,15 @@ rewrites at start-up must be known here.
 """
 from . import Rule
 from .architecture import ACT, GATED
-from .expr import F, AtLeast, IsSet, Not
+from .expr import F, AtLeast, IsSet, Not, Or
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 FUSED = F("bias_activation_fusion") == True  # noqa: E712
 SWIGLU = (ACT == "silu") & GATED
+TE_EXT = "megatron-core extensions/transformer_engine.py (built with the model)"
+TE_SPEC = AtLeast("transformer_engine", "0.1.0")  # Transformer Engine installed: the TE layer spec
+DENSE_LAYERS = Or(Not(IsSet(F("num_moe_experts"))), F("moe_layer_freq") != 1)
 
 RULES = (
     # Megatron-LM 0.19 refuses TE's fused cross entropy (Megatron-Bridge's DeepSeek recipes still use it)
@@ -53,12 +56,25 @@ RULES = (
     # Megatron-Bridge's GPT-OSS bridge turns the fusion off for this reason
     Rule("BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "error",
          (F("add_bias_linear") == True) & (F("moe_grouped_gemm") == True) & IsSet(F("num_moe_experts"))  # noqa: E712
-         & (F("moe_use_legacy_grouped_gemm") == False) & AtLeast("transformer_engine", "0.1.0"),  # noqa: E712
+         & (F("moe_use_legacy_grouped_gemm") == False) & TE_SPEC,  # noqa: E712
          F("bias_dropout_fusion") == False,  # noqa: E712
          "Transformer Engine's grouped experts (TEGroupedMLP) refuse the fused bias-dropout when the linear layers "
          "have biases", "megatron-core transformer/moe/experts.py TEGroupedMLP.__init__",
          "set kernels.bias_dropout_fusion: false (Megatron-Bridge's GPT-OSS bridge does)",
          "bias_dropout_fusion is not supported in TEGroupedMLP when add_bias_linear=True"),
+    Rule("SOFTMAX_TYPE_NEEDS_TE_2_8", "error", (F("softmax_type") != "vanilla") & TE_SPEC,
+         AtLeast("transformer_engine", "2.8.0"),
+         "attention sinks (softmax_type other than vanilla) need Transformer Engine >= 2.8.0", TE_EXT,
+         "use a platform with TE >= 2.8.0",
+         "Transformer-Engine v{transformer_engine} must be >= 2.8.0 to support`softmax_type`."),
+    # the dense MLP layers under the op fuser are TEFusedMLP, whose activations are TE ops (SiLU from TE 2.8)
+    Rule("TE_OP_FUSER_DENSE_MLP_ACTIVATION", "error",
+         (F("use_transformer_engine_op_fuser") == True) & TE_SPEC & DENSE_LAYERS,  # noqa: E712
+         Or(ACT == "gelu", (ACT == "silu") & Or(GATED, AtLeast("transformer_engine", "2.8.0"))),
+         "Transformer Engine's op fuser builds the dense MLP layers from GELU, GEGLU, SwiGLU (and SiLU from TE 2.8) "
+         "only", TE_EXT, "set training.te_op_fuser: false",
+         "Transformer Engine operation-based API does not support activation_func={activation_func}, "
+         "gated_linear_unit={gated_linear_unit}"),
     # --- the fused bias + activation kernel (megatron-core 0.16-0.19): which activations it has
     Rule("BIAS_ACTIVATION_FUSION_ACTIVATION", "error", FUSED, ACT != "squared_relu",
          "the fused bias-activation kernel exists for GELU, SwiGLU and quick-GEGLU only", TC,

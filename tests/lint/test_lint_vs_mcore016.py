@@ -47,7 +47,9 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "LAYOUT_LAYERS_DIVISIBLE_BY_PP", "LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", "LAYOUT_GBS_DIVISIBLE",
     "FLEX_NEEDS_TP_X_EP", "NCCLEP_NEEDS_MCORE_0_19", "LAYOUT_EXPERTS_DIVISIBLE_BY_EP",
     "LAYOUT_SEQ_DIVISIBLE_BY_2CP", "NCCLEP_NEEDS_TE", "NCCLEP_NEEDS_RANK_CAPACITY",  # the dispatcher's own checks
-    "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS",  # TEGroupedMLP, built with TE (absent here)
+    # TEGroupedMLP, TEDotProductAttention and TEFusedMLP: built with TE (absent here)
+    "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "SOFTMAX_TYPE_NEEDS_TE_2_8",
+    "TE_OP_FUSER_DENSE_MLP_ACTIVATION",
     "MLA_NO_ATTENTION_OUTPUT_GATE", "MLA_ROPE_FUSION_NEEDS_YARN",  # MLATransformerConfig, which these harnesses
     # do not build (the fidelity judges do: tests/fidelity/test_random_variants.py)
 }

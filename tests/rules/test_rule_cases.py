@@ -539,8 +539,13 @@ CASES = {
     "CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM": (
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"},
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
-    "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS": (
-        {"add_bias_linear": True, "bias_dropout_fusion": True}, {"add_bias_linear": True, "bias_dropout_fusion": False}),
+    "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS": ({"add_bias_linear": True, "bias_dropout_fusion": True},
+                                                               {"add_bias_linear": True, "bias_dropout_fusion": False}),
+    "SOFTMAX_TYPE_NEEDS_TE_2_8": (c(V(te="2.7.0"), softmax_type="learnable"),
+                                  c(V(te="2.8.0"), softmax_type="learnable")),
+    "TE_OP_FUSER_DENSE_MLP_ACTIVATION": (
+        c(SWIGLU, V(te="2.7.0"), gated_linear_unit=False, use_transformer_engine_op_fuser=True, moe_layer_freq=2),
+        c(SWIGLU, V(te="2.8.0"), gated_linear_unit=False, use_transformer_engine_op_fuser=True, moe_layer_freq=2)),
     # offloading under CUDA graphs
     "OFFLOAD_LOCAL_GRAPH_ONLY_EXPERT_MODULES": (c(OFFLOAD, LOCAL_GRAPH, cuda_graph_modules=["attn"]),
                                                 c(OFFLOAD_EXPERT, LOCAL_GRAPH, cuda_graph_modules=["attn"])),
