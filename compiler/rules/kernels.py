@@ -6,6 +6,7 @@ rewrites at start-up must be known here.
 """
 from . import Rule
 from .architecture import ACT, GATED
+from .cuda_graphs import FULL_ITER
 from .expr import F, AtLeast, IsSet, Not, Or
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
@@ -52,6 +53,16 @@ RULES = (
          "Megatron-LM runs grouped-GEMM experts only on an Ampere or newer GPU (compute capability >= 8)", ARGS,
          "set moe.grouped_gemm: false (SequentialMLP experts), or use a platform with an Ampere or newer GPU",
          "Unsupported compute capability for GroupedGEMM kernels.", origin="megatron-lm"),
+    # raised at the first loss: TE's fused cross entropy inside a full-iteration graph (Bridge keeps TE's impl)
+    Rule("CROSS_ENTROPY_TE_FUSION_FULL_ITERATION_NEEDS_TE_2_7", "error",
+         (F("cross_entropy_loss_fusion") == True) & (F("cross_entropy_fusion_impl") == "te")  # noqa: E712
+         & FULL_ITER & TE_SPEC, AtLeast("transformer_engine", "2.7.0"),
+         "Transformer Engine's fused cross entropy inside a full-iteration CUDA graph needs TE >= 2.7.0",
+         "megatron-core models/common/language_module/language_module.py compute_language_model_loss",
+         "set kernels.cross_entropy_fusion_impl: native, or use a platform with TE >= 2.7.0",
+         "CUDA graph compatible cross entropy requires TransformerEngine >= 2.7.0, but found version "
+         "{transformer_engine}. Please upgrade TransformerEngine or set cuda_graph_impl to a value other than "
+         "'full_iteration'."),
     # raised while building the model (the TE layer spec's grouped experts), so no config check sees it;
     # Megatron-Bridge's GPT-OSS bridge turns the fusion off for this reason
     Rule("BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "error",

@@ -49,7 +49,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "LAYOUT_SEQ_DIVISIBLE_BY_2CP", "NCCLEP_NEEDS_TE", "NCCLEP_NEEDS_RANK_CAPACITY",  # the dispatcher's own checks
     # TEGroupedMLP, TEDotProductAttention and TEFusedMLP: built with TE (absent here)
     "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "SOFTMAX_TYPE_NEEDS_TE_2_8",
-    "TE_OP_FUSER_DENSE_MLP_ACTIVATION",
+    "TE_OP_FUSER_DENSE_MLP_ACTIVATION", "CROSS_ENTROPY_TE_FUSION_FULL_ITERATION_NEEDS_TE_2_7",
     "MLA_NO_ATTENTION_OUTPUT_GATE", "MLA_ROPE_FUSION_NEEDS_YARN",  # MLATransformerConfig, which these harnesses
     # do not build (the fidelity judges do: tests/fidelity/test_random_variants.py)
 }

@@ -546,6 +546,11 @@ CASES = {
     "TE_OP_FUSER_DENSE_MLP_ACTIVATION": (
         c(SWIGLU, V(te="2.7.0"), gated_linear_unit=False, use_transformer_engine_op_fuser=True, moe_layer_freq=2),
         c(SWIGLU, V(te="2.8.0"), gated_linear_unit=False, use_transformer_engine_op_fuser=True, moe_layer_freq=2)),
+    "CROSS_ENTROPY_TE_FUSION_FULL_ITERATION_NEEDS_TE_2_7": (
+        c(NO_EPO, V(te="2.6.0"), cuda_graph_impl="full_iteration", cuda_graph_modules=[], cross_entropy_loss_fusion=True,
+          cross_entropy_fusion_impl="te"),
+        c(NO_EPO, V(te="2.7.0"), cuda_graph_impl="full_iteration", cuda_graph_modules=[], cross_entropy_loss_fusion=True,
+          cross_entropy_fusion_impl="te", frontend="bridge")),
     # offloading under CUDA graphs
     "OFFLOAD_LOCAL_GRAPH_ONLY_EXPERT_MODULES": (c(OFFLOAD, LOCAL_GRAPH, cuda_graph_modules=["attn"]),
                                                 c(OFFLOAD_EXPERT, LOCAL_GRAPH, cuda_graph_modules=["attn"])),
