@@ -11,7 +11,7 @@
   CommOverlapConfig DP overlap only with the distributed optimizer.
 """
 from . import Rule
-from .expr import F, AtLeast, IsSet, Or
+from .expr import F, IsSet, Or, TE_INSTALLED
 
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
@@ -42,7 +42,7 @@ RULES = (
          "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled",
          origin="megatron-lm", lint_only=True),
     Rule("TP_OVERLAP_NEEDS_TE", "warning", TPO & (TP >= 2) & (F("sequence_parallel") == True),  # noqa: E712
-         AtLeast("transformer_engine", "0.1.0"),
+         TE_INSTALLED,
          "TP communication overlap needs Transformer Engine; Megatron-Bridge drops it", BRIDGE,
          "use a platform with Transformer Engine, or set overlap.tp_comm: false",
          "Disabling tensor parallel communication overlap due to TE not detected.",

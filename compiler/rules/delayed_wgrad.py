@@ -14,14 +14,13 @@ shared-expert overlap).
 """
 from . import Rule
 from .cuda_graphs import GRAPH_TE
-from .expr import F, AtLeast, Has, IsSet, Not, Or
+from .expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
 
 MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.14+)"
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
 LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
 DWG = F("delay_wgrad_compute") == True  # noqa: E712
-TE = AtLeast("transformer_engine", "0.1.0")  # Transformer Engine installed
 EP_OVERLAP = F("overlap_moe_expert_parallel_comm") == True  # noqa: E712
 M = F("cuda_graph_modules")
 ATTN_GRAPHED = Has(M, "attn")
@@ -87,7 +86,7 @@ RULES = (
          "delay_wgrad_compute is not supported with legacy groupedgemm implementation",
          versions=(("megatron_core", "<0.17.0"),), lint_only=True),
     Rule("DELAY_WGRAD_NEEDS_TE_BACKWARD_DW", "error", DWG,
-         Or(AtLeast("megatron_core", "0.17.0"), AtLeast("transformer_engine", "0.1.0")),
+         Or(AtLeast("megatron_core", "0.17.0"), TE_INSTALLED),
          "delayed wgrad needs Transformer Engine on megatron-core 0.16 (its local linear layers "
          "have no backward_dw)",
          "measured: megatron-core 0.16.1 without TE raises AttributeError "
@@ -95,7 +94,7 @@ RULES = (
          "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
          None, origin="moeforge"),
     # from megatron-core 0.17 the local layers have backward_dw, but Megatron-LM still refuses the local spec
-    Rule("DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", "error", DWG, AtLeast("transformer_engine", "0.1.0"),
+    Rule("DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", "error", DWG, TE_INSTALLED,
          "delayed wgrad needs the Transformer Engine layer spec in Megatron-LM",
          LM_ARGS,
          "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
@@ -106,14 +105,14 @@ RULES = (
     # below TE 2.7 no setting of the fusion passes both front-ends, and delayed wgrad needs a newer TE.  Without
     # TE at all the rules above that want TE speak (one reason, one fix)
     Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", "error",
-         DWG & TE & (F("overlap_grad_reduce") == True),  # noqa: E712
+         DWG & TE_INSTALLED & (F("overlap_grad_reduce") == True),  # noqa: E712
          AtLeast("transformer_engine", "2.8.0"),
          "delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.8.0 in Megatron-LM", LM_ARGS,
          f"use a platform with TE >= 2.8.0, or set overlap.grad_reduce: false, {OFF}",
          "overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute",
          origin="megatron-lm"),
     Rule("DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM", "error",
-         DWG & TE & (F("gradient_accumulation_fusion") == False),  # noqa: E712
+         DWG & TE_INSTALLED & (F("gradient_accumulation_fusion") == False),  # noqa: E712
          AtLeast("transformer_engine", "2.7.0"),
          "delayed wgrad without gradient accumulation fusion needs Transformer Engine >= 2.7.0 in Megatron-LM "
          "(and Megatron-Bridge refuses the fusion with delayed wgrad below TE 2.7.0)", LM_ARGS,

@@ -12,7 +12,7 @@ GB200/GB300 (major 10, name "NVIDIA GB...") -> hybridep only; B100 -> hybridep o
 major > 10 -> neither.
 """
 from . import Rule
-from .expr import F, AtLeast, IsSet, Not, Or
+from .expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 TD = "megatron-core transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher"
@@ -144,7 +144,7 @@ RULES = (
          versions=(("megatron_core", "<0.19.0"),)),
     # MoEFlexTokenDispatcher's NCCL EP manager (0.19): TE's NCCL EP ops, and a receive buffer sized by the rank
     # capacity (later releases run without one, eagerly)
-    Rule("NCCLEP_NEEDS_TE", "error", NCCLEP, AtLeast("transformer_engine", "0.1.0"),
+    Rule("NCCLEP_NEEDS_TE", "error", NCCLEP, TE_INSTALLED,
          "the ncclep backend is Transformer Engine's NCCL EP", TD,
          "use a platform whose Transformer Engine is built with NCCL EP, or moe.flex_backend: deepep / hybridep",
          "TransformerEngine NCCL EP is unavailable. The 'ncclep' backend requires a TransformerEngine build with "

@@ -233,6 +233,8 @@ def AtLeast(fact: str, version: str) -> Expr:
 
 
 TRUE = Const(True)
+# Transformer Engine installed (a platform with it builds the Transformer Engine layer spec)
+TE_INSTALLED = AtLeast("transformer_engine", "0.1.0")
 
 # ---------------------------------------------------------------- concrete evaluation
 

@@ -7,14 +7,13 @@ rewrites at start-up must be known here.
 from . import Rule
 from .architecture import ACT, GATED
 from .cuda_graphs import FULL_ITER
-from .expr import F, AtLeast, IsSet, Not, Or
+from .expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 FUSED = F("bias_activation_fusion") == True  # noqa: E712
 SWIGLU = (ACT == "silu") & GATED
 TE_EXT = "megatron-core extensions/transformer_engine.py (built with the model)"
-TE_SPEC = AtLeast("transformer_engine", "0.1.0")  # Transformer Engine installed: the TE layer spec
 DENSE_LAYERS = Or(Not(IsSet(F("num_moe_experts"))), F("moe_layer_freq") != 1)
 
 RULES = (
@@ -56,7 +55,7 @@ RULES = (
     # raised at the first loss: TE's fused cross entropy inside a full-iteration graph (Bridge keeps TE's impl)
     Rule("CROSS_ENTROPY_TE_FUSION_FULL_ITERATION_NEEDS_TE_2_7", "error",
          (F("cross_entropy_loss_fusion") == True) & (F("cross_entropy_fusion_impl") == "te")  # noqa: E712
-         & FULL_ITER & TE_SPEC, AtLeast("transformer_engine", "2.7.0"),
+         & FULL_ITER & TE_INSTALLED, AtLeast("transformer_engine", "2.7.0"),
          "Transformer Engine's fused cross entropy inside a full-iteration CUDA graph needs TE >= 2.7.0",
          "megatron-core models/common/language_module/language_module.py compute_language_model_loss",
          "set kernels.cross_entropy_fusion_impl: native, or use a platform with TE >= 2.7.0",
@@ -67,20 +66,20 @@ RULES = (
     # Megatron-Bridge's GPT-OSS bridge turns the fusion off for this reason
     Rule("BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "error",
          (F("add_bias_linear") == True) & (F("moe_grouped_gemm") == True) & IsSet(F("num_moe_experts"))  # noqa: E712
-         & (F("moe_use_legacy_grouped_gemm") == False) & TE_SPEC,  # noqa: E712
+         & (F("moe_use_legacy_grouped_gemm") == False) & TE_INSTALLED,  # noqa: E712
          F("bias_dropout_fusion") == False,  # noqa: E712
          "Transformer Engine's grouped experts (TEGroupedMLP) refuse the fused bias-dropout when the linear layers "
          "have biases", "megatron-core transformer/moe/experts.py TEGroupedMLP.__init__",
          "set kernels.bias_dropout_fusion: false (Megatron-Bridge's GPT-OSS bridge does)",
          "bias_dropout_fusion is not supported in TEGroupedMLP when add_bias_linear=True"),
-    Rule("SOFTMAX_TYPE_NEEDS_TE_2_8", "error", (F("softmax_type") != "vanilla") & TE_SPEC,
+    Rule("SOFTMAX_TYPE_NEEDS_TE_2_8", "error", (F("softmax_type") != "vanilla") & TE_INSTALLED,
          AtLeast("transformer_engine", "2.8.0"),
          "attention sinks (softmax_type other than vanilla) need Transformer Engine >= 2.8.0", TE_EXT,
          "use a platform with TE >= 2.8.0",
          "Transformer-Engine v{transformer_engine} must be >= 2.8.0 to support`softmax_type`."),
     # the dense MLP layers under the op fuser are TEFusedMLP, whose activations are TE ops (SiLU from TE 2.8)
     Rule("TE_OP_FUSER_DENSE_MLP_ACTIVATION", "error",
-         (F("use_transformer_engine_op_fuser") == True) & TE_SPEC & DENSE_LAYERS,  # noqa: E712
+         (F("use_transformer_engine_op_fuser") == True) & TE_INSTALLED & DENSE_LAYERS,  # noqa: E712
          Or(ACT == "gelu", (ACT == "silu") & Or(GATED, AtLeast("transformer_engine", "2.8.0"))),
          "Transformer Engine's op fuser builds the dense MLP layers from GELU, GEGLU, SwiGLU (and SiLU from TE 2.8) "
          "only", TE_EXT, "set training.te_op_fuser: false",

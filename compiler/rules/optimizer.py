@@ -7,13 +7,12 @@ validate_args (BF16 main grads only without FP32 gradient accumulation), and Tra
 FusedAdam itself (BF16 moments from TE 2.3 on).
 """
 from . import Rule
-from .expr import F, AtLeast
+from .expr import F, AtLeast, TE_INSTALLED
 
 OPT = "megatron-core optimizer/optimizer_config.py OptimizerConfig.__post_init__"
 LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 FUSED_ADAM = "Transformer Engine pytorch/optimizers/fused_adam.py FusedAdam.__init__"
 AWARE = F("use_precision_aware_optimizer") == True  # noqa: E712
-TE = AtLeast("transformer_engine", "0.1.0")  # Transformer Engine installed
 OFF = "or set optimizer.precision_aware: false"
 
 RULES = (
@@ -27,17 +26,18 @@ RULES = (
          "the precision-aware optimizer needs the distributed optimizer", OPT,
          f"set optimizer.distributed: true, {OFF}",
          "--use-precision-aware-optimizer only supported with distributed optimizer"),
-    Rule("PRECISION_AWARE_OPTIMIZER_NEEDS_TE", "error", AWARE, TE,
+    Rule("PRECISION_AWARE_OPTIMIZER_NEEDS_TE", "error", AWARE, TE_INSTALLED,
          "the precision-aware optimizer is Transformer Engine's FusedAdam", OPT,
          f"use a platform with Transformer Engine, {OFF}",
          "--use-precision-aware-optimizer requires FusedAdam from TransformerEngine, but not found."),
-    Rule("PRECISION_AWARE_OPTIMIZER_NEEDS_TE_1_13", "error", AWARE & TE, AtLeast("transformer_engine", "1.13.0"),
+    Rule("PRECISION_AWARE_OPTIMIZER_NEEDS_TE_1_13", "error", AWARE & TE_INSTALLED,
+         AtLeast("transformer_engine", "1.13.0"),
          "the precision-aware optimizer needs Transformer Engine >= 1.13.0 (FusedAdam's master_weight_dtype, "
          "exp_avg_dtype, exp_avg_sq_dtype and use_decoupled_grad)", f"{OPT}; {FUSED_ADAM}",
          f"use a platform with TE >= 1.13.0, {OFF}",
          "Current FusedAdam of TE doesn't support --use-precision-aware-optimizer, please update TE version."),
     *[Rule(f"OPTIMIZER_BF16_{name.upper()}_NEEDS_TE_2_3", "error",
-           AWARE & TE & (F(name) == "bfloat16"), AtLeast("transformer_engine", "2.3.0"),
+           AWARE & TE_INSTALLED & (F(name) == "bfloat16"), AtLeast("transformer_engine", "2.3.0"),
            f"a BF16 {name} needs Transformer Engine >= 2.3.0 (FusedAdam before it: fp32/fp16/fp8 only)",
            FUSED_ADAM, f"use a platform with TE >= 2.3.0, or set optimizer.{name}: float16 or float32",
            None, origin="moeforge")

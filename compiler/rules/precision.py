@@ -6,7 +6,7 @@ stable; keep the router in FP32) for the advice. MXFP8 and NVFP4 are Blackwell
 (compute capability 10.x) tensor-core formats.
 """
 from . import Rule
-from .expr import F, AtLeast, IsSet, Or
+from .expr import F, AtLeast, IsSet, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 SEEDS = "seeds: perf-moe-optimization-workflow (FP8 recipe quick decision)"
@@ -35,7 +35,7 @@ RULES = (
     Rule("PRECISION_FP4_PARAM_NEEDS_FP4", "error", F("fp4_param") == True, FP4,  # noqa: E712
          "FP4 parameters need FP4 mode", TC, "set precision.fp4, or precision.fp4_param: false",
          "fp4_param must be used together with fp4 mode."),
-    Rule("PRECISION_LOW_NEEDS_TE", "error", Or(FP8, FP4), AtLeast("transformer_engine", "0.1.0"),
+    Rule("PRECISION_LOW_NEEDS_TE", "error", Or(FP8, FP4), TE_INSTALLED,
          "FP8/FP4 training needs Transformer Engine", "Transformer Engine (megatron-core uses TE for FP8/FP4)",
          "use a platform with Transformer Engine, or unset precision.fp8/fp4", None, origin="moeforge"),
     Rule("PRECISION_FP8_PARAM_NEEDS_DIST_OPT_IN_MEGATRON_LM", "error", F("fp8_param") == True,  # noqa: E712
@@ -45,7 +45,7 @@ RULES = (
          "precision.fp8_param: false",
          "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode",
          origin="megatron-lm"),
-    Rule("PRECISION_FP4_NEEDS_TE_2_7", "error", FP4 & AtLeast("transformer_engine", "0.1.0"),
+    Rule("PRECISION_FP4_NEEDS_TE_2_7", "error", FP4 & TE_INSTALLED,
          AtLeast("transformer_engine", "2.7.0"),
          "FP4 (NVFP4BlockScaling) needs Transformer Engine >= 2.7.0", "Megatron-LM megatron/training/arguments.py "
          "validate_args",

@@ -9,7 +9,7 @@ mla_up_proj) before full recompute; TE-scoped CUDA graphs pair with selective re
 from ..knobs import CUDA_GRAPH_MODULES, OFFLOAD_MODULES
 from . import Rule
 from .cuda_graphs import FULL_ITER, GRAPH_ANY, GRAPH_LOCAL, M
-from .expr import F, AtLeast, Has, IsSet, Not, Or
+from .expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 GRAN, MODS = F("recompute_granularity"), F("recompute_modules")
@@ -163,7 +163,7 @@ RULES = (
          "recipes cannot set", TC, "set cuda_graph.impl: transformer_engine, or recompute.offload.enabled: false",
          "fine_grained_offloading_max_inflight_offloads must be a non-negative integer when using fine-grained "
          "activation offloading with full-iteration CUDA graphs", versions=V19),
-    Rule("OFFLOAD_NEEDS_TE", "error", OFFLOAD, AtLeast("transformer_engine", "0.1.0"),
+    Rule("OFFLOAD_NEEDS_TE", "error", OFFLOAD, TE_INSTALLED,
          "activation offloading needs the Transformer Engine layer spec", ARGS,
          "use a platform with Transformer Engine, or set recompute.offload.enabled: false",
          "Fine-grained activation offloading is only supported with transformer_engine implementation",
