@@ -249,23 +249,26 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
     nodes = _nodes(recipe, platform, notes, launcher, decided)
     if nodes:
         _put(recipe, "resources.nodes", nodes)
-    stated = _stated_by_plan()
+    no_recipe_path = _no_recipe_path(mcore)
     for dest in given:
         if dest not in used and dest not in COMPOSITE and dest not in _consumed_io(given):
-            why = f"moeforge's plan states it, no recipe does: {stated[dest]}" if dest in stated else \
-                "a Megatron-LM argument moeforge has no knob for (launch-only)"
-            bad.append((flags.get(dest, dest), why))
+            bad.append((flags.get(dest, dest), no_recipe_path.get(
+                dest, "a Megatron-LM argument moeforge has no knob for (launch-only)")))
     if not moe.get("num_experts"):
         raise ImportError_("the launch has no --num-experts: moeforge compiles Mixture-of-Experts recipes")
     model["architecture"] = {k: v for k, v in arch.items()}
     return recipe, model, decided
 
 
-def _stated_by_plan() -> dict[str, str]:
-    """Megatron-LM dests of the table's derived rows (no recipe path): the plan fixes their value
-    (compiler/plan.py), so an import drops them with that reason rather than as launch-only."""
-    return {dest: k.doc or "derived from other settings" for k in K.KNOBS if k.path is None
-            for dest in k.lm_dests(version_int("0.19.2"))}
+def _no_recipe_path(mcore: int) -> dict[str, str]:
+    """Megatron-LM dest -> why an import drops it, for the table's rows without a recipe path: one the plan states
+    (a plan section, a Bridge path, or computed: compiler/plan.py) is fixed by moeforge; a lint-only one is read by
+    lint-config alone, and a recipe runs megatron-core's default."""
+    return {dest: (f"moeforge's plan states it, no recipe does: {k.doc or 'derived from other settings'}"
+                   if k.section or k.bridge_paths or k.field in K.COMPUTED
+                   else f"no recipe setting (a recipe runs megatron-core's default {k.default!r})"
+                   + (f": {k.doc}" if k.doc else ""))
+            for k in K.KNOBS if k.path is None for dest in k.lm_dests(mcore)}
 
 
 def _layout_vpp(layout: str, pp: int) -> int | None:

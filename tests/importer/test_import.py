@@ -179,11 +179,14 @@ def test_arguments_the_plan_states_itself_are_dropped_with_that_reason(root):
     cmd = ("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
            "--num-experts 4 --seq-length 32 --bf16 --use-distributed-optimizer --use-precision-aware-optimizer "
            "--exp-avg-dtype bf16 --main-grads-dtype bf16 --no-check-for-nan-in-loss-and-grad "
-           "--apply-wd-to-qk-layernorm --log-throughput")
+           "--apply-wd-to-qk-layernorm --log-throughput --fine-grained-offloading-max-inflight-offloads 2")
     imp = importer.import_text(cmd, "cmd.txt", "h100", root)
     why = dict(imp.unmapped)
     assert why["--no-check-for-nan-in-loss-and-grad"].startswith("moeforge's plan states it")
     assert why["--log-throughput"] == "a Megatron-LM argument moeforge has no knob for (launch-only)"
+    # a field only lint-config reads: no recipe sets it, and the plan does not either
+    assert why["--fine-grained-offloading-max-inflight-offloads 2"].startswith("no recipe setting (a recipe runs "
+                                                                               "megatron-core's default None)")
     opt = imp.recipe["optimizer"]
     assert (opt["precision_aware"], opt["exp_avg_dtype"], opt["main_grads_dtype"]) == (True, "bfloat16", "bfloat16")
     # BF16 main grads: Megatron-LM's validate_args leaves the BF16 gradient reduce in BF16 (no FP32 accumulation)
