@@ -102,8 +102,8 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     # DDP and optimizer fields no recipe sets (knobs.py, the derived rows), stated so that no front-end default
     # or Bridge recipe stands in: the front-ends' gradient NaN check, the DDP's copy of delayed wgrad (its hooks
     # wait for backward_dw), param all-gathers aligned across stages on the interleaved schedule (Megatron-LM and
-    # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, param-gather overlap and the
-    # FP8 recipe, and the optimizer's precision
+    # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, the MXFP8 buffer reuse,
+    # param-gather overlap and the FP8 recipe
     out["ddp"].update(check_for_nan_in_grad=nan_check(env, out["tc"]),
                       average_in_collective=K.BY_FIELD["average_in_collective"].default,
                       delay_wgrad_compute=bool(env.get("delay_wgrad_compute")),
@@ -112,7 +112,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     out["ddp"]["fp8_param_gather"] = bool(env.get("fp8_param"))  # Megatron-LM: one flag, --fp8-param-gather
     out["optimizer"]["reuse_grad_buf_for_mxfp8_param_ag"] = bool(env.get("reuse_grad_buf_for_mxfp8_param_ag"))
     out["optimizer"]["overlap_param_gather"] = bool(env.get("overlap_param_gather"))
-    for name in K.OPTIMIZER_PRECISION:  # stated where the recipe leaves them (Bridge recipes set their own)
+    for name in K.OPTIMIZER_PRECISION:  # recipe settings; stated (megatron-core's defaults) for a partial env too
         out["optimizer"].setdefault(name, K.BY_FIELD[name].default)
     # the optimizer reads the FP8 recipe for FP8 parameters, and the precision-aware optimizer to decide whether
     # TE or megatron-core keeps the master weights (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8),

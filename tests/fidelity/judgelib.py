@@ -288,7 +288,7 @@ def te_fused_adam_signature() -> None:
     te, te_pt, te_opt = (types.ModuleType(n) for n in (
         "transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers"))
 
-    class FusedAdam:  # signature of TE 2.x transformer_engine.pytorch.optimizers.FusedAdam
+    class FusedAdam:  # the signature of transformer_engine.pytorch.optimizers.FusedAdam (TE >= 1.13)
         def __init__(self, params, lr=1e-3, *, master_weight_dtype=None, exp_avg_dtype=None,
                      exp_avg_sq_dtype=None, use_decoupled_grad=False, **kwargs):
             raise RuntimeError("placeholder: no Transformer Engine on this machine")
