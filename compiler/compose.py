@@ -154,7 +154,7 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -
         if not isinstance(ref, str) or not NAME.fullmatch(ref):
             errors.append(error("E_REFERENCE_NAME", f"{key} must be the name of a file in recipes/{key}s/, "
                                 f"got {ref!r}", pos, help=f"write e.g. `{key}: {'h100' if key == 'platform' else 'qwen3-30b-a3b'}`"
-                                " (letters, digits, '.', '_' and '-'; no paths)"))
+                                " (1 to 64 letters, digits, '.', '_' and '-'; no paths)"))
             continue
         path, base = _reference_file(key, ref, root)
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import knobs as K
 from .field_catalogue import BRIDGE_PROVIDER_FIELDS, LM_ALIASES, NEUTRAL_NAMES, lm_names
+from .layout import LayoutError, vpp_from_layers_per_virtual_stage
 from .lint_values import UnusableInput, _bad, _known_int
 from .rules.expr import UNKNOWN
 
@@ -196,6 +197,10 @@ def _lm_virtual_pipeline(env: dict, data: dict, frontend: str) -> None:
             and env.get("virtual_pipeline_model_parallel_size") is None:
         per, layers, pp = data["num_layers_per_virtual_pipeline_stage"], env.get("num_layers"), \
             env.get("pipeline_model_parallel_size")
-        if _known_int(layers, pp) and per and pp:
-            vpp = layers // pp // per
-            env["virtual_pipeline_model_parallel_size"] = vpp if vpp != 1 else None
+        if _known_int(layers, pp):
+            try:
+                env["virtual_pipeline_model_parallel_size"] = vpp_from_layers_per_virtual_stage(
+                    layers, pp, per, env.get("account_for_embedding_in_pipeline_split") is True,
+                    env.get("account_for_loss_in_pipeline_split") is True)
+            except LayoutError:
+                pass  # Megatron-LM refuses the numbers; the layout rules say why

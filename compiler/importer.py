@@ -30,8 +30,11 @@ import yaml
 
 from . import knobs as K
 from . import project
+from .compose import NAME
 from .launch_text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
+from .field_catalogue import megatron_fields
+from .layout import LayoutError, vpp_from_layers_per_virtual_stage
 from .megatron_args import DERIVED, RUNTIME_ONLY, lm_parser
 from .rules.expr import version_int
 
@@ -61,11 +64,88 @@ COMPOSITE = {"swiglu", "quick_geglu", "squared_relu", "bias_swiglu_fusion", "bia
              "untie_embeddings_and_output_weights", "grad_reduce_in_bf16", "bf16", "fp16", "transformer_impl",
              "distributed_backend", "exit_signal_handler", "exit_signal", "use_persistent_ckpt_worker", "mock_data",
              "data_path", "tokenizer_type", "null_tokenizer_eod_id", "load", "lr_warmup_iters", "lr_warmup_fraction",
-             "eval_interval", "padded_vocab_size"}
+             "eval_interval", "padded_vocab_size", "make_vocab_size_divisible_by", "pad_vocab_size",
+             "num_layers_per_virtual_pipeline_stage", "train_samples", "lr_decay_samples", "lr_warmup_samples"}
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
               "rotary_scaling_factor", "mscale", "mscale_all_dim")
 TOKENIZERS = {"NullTokenizer": None, "HuggingFaceTokenizer": "huggingface", "SentencePieceTokenizer": "sentencepiece",
               "GPTSentencePieceTokenizer": "sentencepiece"}
+
+
+# Megatron-LM validate_args rewrites deprecated flags before anything reads them (arguments.py, "Deprecated
+# arguments" and the CUDA-graph block): dest -> (the dest it sets, the value it sets; None: the flag's own value).
+RENAMED = {"recompute_activations": ("recompute_granularity", "selective"),
+           "enable_cuda_graph": ("cuda_graph_impl", "local"),
+           "external_cuda_graph": ("cuda_graph_impl", "transformer_engine"),
+           "cuda_graph_scope_deprecated": ("cuda_graph_modules", None)}
+# ... and refuses these (its own words)
+REFUSED = {"batch_size": "--batch-size argument is no longer valid, use --micro-batch-size instead",
+           "warmup": "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+           "model_parallel_size": "--model-parallel-size is no longer valid, use --tensor-model-parallel-size instead",
+           "checkpoint_activations": "--checkpoint-activations is no longer valid, use --recompute-activations, or, "
+                                     "for more control, --recompute-granularity and --recompute-method."}
+
+
+def _as_validate_args_reads(given: dict, flags: dict, bad: list) -> dict:
+    """The launch's dests as validate_args leaves them: deprecated flags renamed, refused ones reported."""
+    out = dict(given)
+    for dest, why in REFUSED.items():
+        if out.pop(dest, None) not in (None, False):
+            bad.append((flags.get(dest, dest), f"Megatron-LM refuses it: {why}"))
+    for dest, (new, value) in RENAMED.items():
+        if out.get(dest) in (None, False):
+            out.pop(dest, None)
+            continue
+        own = out.pop(dest)
+        if out.get(new) not in (None, "none", []):
+            bad.append((flags.get(dest, dest), f"Megatron-LM refuses it beside {flags.get(new, new)}"))
+            continue
+        out[new] = own if value is None else value
+        flags[new] = flags.get(dest, dest)
+    return out
+
+
+def _padded_vocab(arch: dict, g, recipe: dict, decided: list) -> None:
+    """The vocabulary Megatron-LM builds without --padded-vocab-size: the tokenizer's, padded up to a multiple
+    of --make-vocab-size-divisible-by x TP (build_tokenizer.py vocab_size_with_padding). A NullTokenizer's is
+    --vocab-size; any other tokenizer's is its own, which the launch does not say."""
+    multiple = int(g("make_vocab_size_divisible_by", _lm_default("make_vocab_size_divisible_by"))) * int(
+        recipe.get("parallelism", {}).get("tp") or 1)
+    tokenizer = g("tokenizer_type")
+    if tokenizer not in (None, "NullTokenizer"):
+        decided.append(f"architecture.vocab_size: the model's vocabulary is {tokenizer}'s, padded to a multiple of "
+                       f"{multiple}; the launch does not say it" + (
+                           f" (--vocab-size {arch['vocab_size']} is imported as it; check it)"
+                           if arch.get("vocab_size") else ": write it into the model file"))
+        return
+    vocab = arch.get("vocab_size")
+    if vocab is None or not g("pad_vocab_size", True):
+        return
+    padded = -(-int(vocab) // multiple) * multiple
+    if padded != int(vocab):
+        arch["vocab_size"] = padded
+        decided.append(f"architecture.vocab_size: {padded} (Megatron-LM pads --vocab-size {vocab} to a multiple of "
+                       f"--make-vocab-size-divisible-by x TP = {multiple}); the launch's NullTokenizer ends "
+                       f"documents with id {int(vocab) - 1}, a recipe's with {padded - 1}")
+
+
+def _samples_as_iterations(g, recipe: dict, decided: list) -> None:
+    """A launch counted in samples (--train-samples, --lr-decay-samples, --lr-warmup-samples) as a recipe's
+    iterations of --global-batch-size samples: Megatron-LM runs train_samples // global_batch_size iterations
+    (training.py update_train_iters, no batch-size ramp-up) and moves its LR schedule by that many samples a
+    step, so a schedule point falls within one iteration of where the launch has it."""
+    gbs = recipe.get("training", {}).get("global_batch_size")
+    if not gbs:
+        return
+    for dest, path in (("train_samples", "training.train_iters"), ("lr_decay_samples", "schedule.decay_iters"),
+                       ("lr_warmup_samples", "schedule.warmup")):
+        samples = g(dest)
+        if samples is None or (dest == "lr_warmup_samples" and int(samples) == 0):
+            continue
+        iters = int(samples) // int(gbs) if dest == "train_samples" else round(int(samples) / int(gbs))
+        _put(recipe, path, iters)
+        decided.append(f"{path}: {iters} (--{dest.replace('_', '-')} {samples} in iterations of "
+                       f"{gbs} samples)")
 
 
 def _lm_default(dest: str):
@@ -81,8 +161,8 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
     has no flag for (moeforge's own args files say them)."""
     mcore_text = str(platform.get("software", {}).get("megatron_core") or "0.19.2")
     mcore = version_int(mcore_text)
-    given = {d: v for d, v in dests.items() if d != "__flags__"}
-    flags = dests.get("__flags__", {})
+    flags = dict(dests.get("__flags__", {}))
+    given = _as_validate_args_reads({d: v for d, v in dests.items() if d != "__flags__"}, flags, bad)
     recipe: dict = {}
     model: dict = {"architecture": {}, "moe": {}}
     decided: list[str] = []
@@ -157,6 +237,30 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         recipe["parallelism"]["vpp"] = vpp
         if vpp:
             decided.append(f"parallelism.vpp: {vpp} (the virtual stages --pipeline-model-parallel-layout implies)")
+    graphs = recipe.get("cuda_graph", {})
+    if graphs.get("impl", "none") != "none" and not graphs.get("te_rng_tracker") and "transformer_engine" in (
+            graphs["impl"], given.get("transformer_impl", _lm_default("transformer_impl"))):
+        graphs["te_rng_tracker"] = True
+        decided.append("cuda_graph.te_rng_tracker: true (Megatron-LM's validate_args turns it on for CUDA graphs)")
+    par = recipe.setdefault("parallelism", {})
+    if par.get("etp") is None and int(par.get("tp") or 1) > 1:
+        par["etp"] = int(par["tp"])  # a recipe's unset ETP is the solver's choice (LAYOUT_ETP_DEFAULT_DIFFERS)
+        decided.append(f"parallelism.etp: {par['etp']} (Megatron-LM's validate_args sets an unset "
+                       "--expert-tensor-parallel-size to --tensor-model-parallel-size)")
+    per = given.get("num_layers_per_virtual_pipeline_stage")
+    if per is not None and par.get("vpp") is None and arch.get("num_layers"):
+        try:
+            par["vpp"] = vpp_from_layers_per_virtual_stage(
+                int(arch["num_layers"]), int(par.get("pp") or 1), int(per), bool(par.get("account_for_embedding")),
+                bool(par.get("account_for_loss")))
+        except LayoutError as exc:
+            bad.append((flags["num_layers_per_virtual_pipeline_stage"], f"Megatron-LM refuses it: {exc}"))
+        else:
+            decided.append(f"parallelism.vpp: {par['vpp']} (the virtual stages of {per} layers each that "
+                           "--num-layers-per-virtual-pipeline-stage makes, as validate_args counts them)")
+    if par.get("sp") and int(par.get("tp") or 1) == 1:
+        par["sp"] = False  # what the launch runs; a recipe asking for it at TP = 1 is refused (LAYOUT_SP_NEEDS_TP)
+        decided.append("parallelism.sp: false (Megatron-LM's validate_args turns --sequence-parallel off at TP = 1)")
     # --- composites ---------------------------------------------------------------------------------
     g = given.get
     if g("swiglu"):
@@ -191,6 +295,8 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
     elif g("padded_vocab_size") is not None and int(g("padded_vocab_size")) != arch.get("vocab_size"):
         bad.append((flags["padded_vocab_size"], f"differs from --vocab-size {arch.get('vocab_size')}: the model "
                     "uses --vocab-size"))
+    elif g("padded_vocab_size") is None:
+        _padded_vocab(arch, g, recipe, decided)
     dtype = "bf16" if g("bf16") else "fp16" if g("fp16") else "fp32"
     _put(recipe, "precision.dtype", dtype)
     # Megatron-LM validate_args: BF16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16 or
@@ -234,6 +340,7 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         _put(recipe, "checkpoint.load", load)
     elif save is not None and load is None:
         _put(recipe, "checkpoint.load", "none")
+    _samples_as_iterations(g, recipe, decided)
     if g("lr_warmup_fraction") is not None:
         _put(recipe, "schedule.warmup", float(g("lr_warmup_fraction")))
     elif g("lr_warmup_iters") not in (None, "0"):
@@ -251,13 +358,34 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         _put(recipe, "resources.nodes", nodes)
     no_recipe_path = _no_recipe_path(mcore)
     for dest in given:
+        if dest == "optimizer" and given[dest] == "adam":
+            continue  # what every recipe trains with
         if dest not in used and dest not in COMPOSITE and dest not in _consumed_io(given):
-            bad.append((flags.get(dest, dest), no_recipe_path.get(
-                dest, "a Megatron-LM argument moeforge has no knob for (launch-only)")))
+            bad.append((flags.get(dest, dest), no_recipe_path.get(dest) or _why_no_knob(dest)))
     if not moe.get("num_experts"):
         raise ImportError_("the launch has no --num-experts: moeforge compiles Mixture-of-Experts recipes")
     model["architecture"] = {k: v for k, v in arch.items()}
     return recipe, model, decided
+
+
+# Megatron-LM arguments outside megatron-core's configs that change what trains, and no recipe states
+TRAINING_ONLY_IN_LM = {
+    "optimizer": "a recipe trains with Adam",
+    "lr_warmup_init": "a recipe's warm-up starts from LR 0",
+    "use_tp_pp_dp_mapping": "a recipe orders ranks TP-CP-EP-DP-PP, megatron-core's default",
+    "finetune": "a recipe resumes with its optimizer state and iteration count",
+}
+
+
+def _why_no_knob(dest: str) -> str:
+    """Why an argument without a knob is dropped: a megatron-core config field or one of TRAINING_ONLY_IN_LM
+    changes what trains (the import then trains differently from the launch); any other is launch-only."""
+    if dest in TRAINING_ONLY_IN_LM or dest.startswith("muon_"):
+        why = TRAINING_ONLY_IN_LM.get(dest, TRAINING_ONLY_IN_LM["optimizer"])
+        return f"changes what trains, and no recipe setting says it: {why}"
+    if dest in megatron_fields()["all"]:
+        return "a megatron-core setting no recipe states: the imported recipe runs megatron-core's default"
+    return "a Megatron-LM argument moeforge has no knob for (launch-only)"
 
 
 def _no_recipe_path(mcore: int) -> dict[str, str]:
@@ -394,6 +522,9 @@ def import_text(text: str, name: str = "<launch>", platform: str | None = None, 
                    "default or the solver's (not the Bridge recipe's)"]
     else:
         recipe_body, model_body, decided = from_lm(dests, pdoc, notes, launcher, bad, notes.get("kind"))
+    if recipe_name is not None and not NAME.fullmatch(recipe_name):
+        raise ImportError_(f"--name {recipe_name!r}: a recipe and model name is 1 to 64 letters, digits, '.', '_' "
+                           "and '-', starting with a letter or digit")
     base = recipe_name or _name_of(rid, name)
     model_doc = {"schema": "moeforge/model/v1", "name": base, "family": "imported",
                  "description": f"Imported by moeforge import from {Path(name).name} ({kind}).", **model_body}

@@ -205,6 +205,9 @@ def args_file_words(text: str) -> tuple[list[str], dict, str | None]:
 
 
 def functional_test_words(text: str) -> tuple[list[str], dict]:
+    """The words Megatron-LM's functional-test runner (tests/functional_tests/shell_test_utils/_run_training.sh)
+    makes of MODEL_ARGS: `true` is the bare flag; `[a b c]` is the words a, b, c; any other value is one word,
+    spaces and parentheses included."""
     data = yaml.safe_load(text)
     words: list[str] = []
     for key, value in data["MODEL_ARGS"].items():
@@ -215,8 +218,10 @@ def functional_test_words(text: str) -> tuple[list[str], dict]:
             continue
         elif isinstance(value, list):
             words += [flag, *map(str, value)]
+        elif re.fullmatch(r"\[[^]]+\]", str(value).strip()):
+            words += [flag, *str(value).strip()[1:-1].split()]
         else:
-            words += [flag, *shlex.split(str(value))]
+            words += [flag, str(value).strip()]
     env = data.get("ENV_VARS") if isinstance(data.get("ENV_VARS"), dict) else {}
     return words, {"env": {str(k): str(v) for k, v in env.items()}}
 
@@ -258,7 +263,7 @@ def parse_flags(words: list[str]) -> tuple[dict, list]:
                 bad.append((text, f"{flag} takes one value"))
                 if not values:
                     continue
-            if entry.get("choices") and values[0] not in entry["choices"]:
+            if entry.get("choices") and not _one_of(values[0], entry["choices"]):
                 bad.append((text, f"not one of {', '.join(map(str, entry['choices']))}"))
                 continue
             dests[dest] = values[0]
@@ -269,6 +274,18 @@ def parse_flags(words: list[str]) -> tuple[dict, list]:
             dests[dest] = values
         dests.setdefault("__flags__", {})[dest] = text
     return dests, bad
+
+
+def _one_of(word: str, choices: list) -> bool:
+    """argparse converts a value with the flag's type before it checks the choices: `0` is one of
+    `--timing-log-level`'s [0, 1, 2]."""
+    for choice in choices:
+        try:
+            if (word if isinstance(choice, str) else type(choice)(word)) == choice:
+                return True
+        except ValueError:
+            pass
+    return False
 
 
 # ----------------------------------------------------------------------- dests -> recipe and model

@@ -44,6 +44,21 @@ def effective_etp(etp, tp):
     return tp if etp is None else etp
 
 
+def vpp_from_layers_per_virtual_stage(layers: int, pp: int, per: int, embedding: bool = False,
+                                      loss: bool = False) -> int | None:
+    """The virtual pipeline size Megatron-LM's validate_args makes of --num-layers-per-virtual-pipeline-stage
+    (the embedding and the loss count as layers when the split accounts for them); None for a size of 1.
+    LayoutError, in validate_args' words, where it refuses the numbers."""
+    layers += int(embedding) + int(loss)
+    if per <= 0 or pp <= 0 or layers % pp:
+        raise LayoutError("number of layers of the model must be divisible pipeline model parallel size")
+    if (layers // pp) % per:
+        raise LayoutError("number of layers per pipeline stage must be divisible number of layers per virtual "
+                          "pipeline stage")
+    vpp = layers // pp // per
+    return vpp if vpp != 1 else None
+
+
 def quotient(world, denominator):
     """world / denominator when it divides, else None."""
     if not denominator or world % denominator:

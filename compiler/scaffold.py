@@ -272,4 +272,4 @@ def _check_name(name: str, what: str) -> None:
 
     if not NAME.fullmatch(name):
         raise CompileError([error("E_REFERENCE_NAME", f"{what} name {name!r} is not a plain name",
-                                  Position(name), help="letters, digits, '.', '_' and '-'")])
+                                  Position(name), help="1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit")])

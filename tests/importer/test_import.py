@@ -192,3 +192,74 @@ def test_arguments_the_plan_states_itself_are_dropped_with_that_reason(root):
     # BF16 main grads: Megatron-LM's validate_args leaves the BF16 gradient reduce in BF16 (no FP32 accumulation)
     assert opt["grad_reduce_in_fp32"] is False
     assert imp.recipe["schedule"]["apply_wd_to_qk_layernorm"] is True   # a recipe setting: imported
+
+
+SMALL = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 8 --hidden-size 64 --num-attention-heads 4 "
+         "--vocab-size 128 --num-experts 8 --seq-length 32 --global-batch-size 64 --bf16 ")
+
+
+def test_deprecated_arguments_are_read_as_validate_args_rewrites_them(root):
+    """validate_args turns --recompute-activations into selective recompute, --enable-cuda-graph and
+    --external-cuda-graph into a CUDA-graph implementation, --cuda-graph-scope into --cuda-graph-modules (and turns
+    TE's RNG tracker on for the graphs); it refuses --batch-size, --warmup, --model-parallel-size and
+    --checkpoint-activations. The import runs what the launch runs, or says Megatron-LM refuses it."""
+    imp = importer.import_text(SMALL + "--recompute-activations --enable-cuda-graph --cuda-graph-scope attn "
+                               "--batch-size 4 --checkpoint-activations", "cmd.txt", "h100", root)
+    assert imp.recipe["recompute"]["granularity"] == "selective"
+    graphs = imp.recipe["cuda_graph"]
+    assert (graphs["impl"], graphs["modules"], graphs["te_rng_tracker"]) == ("local", ["attn"], True)
+    imp = importer.import_text(SMALL + "--external-cuda-graph", "cmd.txt", "h100", root)
+    assert (imp.recipe["cuda_graph"]["impl"], imp.recipe["cuda_graph"]["te_rng_tracker"]) == ("transformer_engine", True)
+    why = dict(importer.import_text(SMALL + "--batch-size 4 --checkpoint-activations --cuda-graph-impl local "
+                                    "--enable-cuda-graph", "cmd.txt", "h100", root).unmapped)
+    assert why["--batch-size 4"] == ("Megatron-LM refuses it: --batch-size argument is no longer valid, use "
+                                     "--micro-batch-size instead")
+    assert why["--checkpoint-activations"].startswith("Megatron-LM refuses it: --checkpoint-activations is no longer")
+    assert why["--enable-cuda-graph"] == "Megatron-LM refuses it beside --cuda-graph-impl local"
+
+
+def test_launch_values_validate_args_derives(root):
+    """An unset ETP is TP; SP is off at TP = 1; the vocabulary is padded to --make-vocab-size-divisible-by x TP;
+    --num-layers-per-virtual-pipeline-stage is a VPP size; a launch counted in samples is counted in iterations."""
+    imp = importer.import_text(SMALL + "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 "
+                               "--sequence-parallel", "cmd.txt", "h100", root)
+    assert imp.recipe["parallelism"]["etp"] == 2 and imp.model["architecture"]["vocab_size"] == 256
+    imp = importer.import_text(SMALL + "--sequence-parallel --pipeline-model-parallel-size 2 "
+                               "--num-layers-per-virtual-pipeline-stage 2 --make-vocab-size-divisible-by 100 "
+                               "--train-samples 6400 --lr-decay-samples 3200 --lr-warmup-samples 100",
+                               "cmd.txt", "h100", root)
+    assert imp.recipe["parallelism"]["sp"] is False and imp.recipe["parallelism"]["vpp"] == 2
+    assert imp.model["architecture"]["vocab_size"] == 200
+    assert (imp.recipe["training"]["train_iters"], imp.recipe["schedule"]["decay_iters"],
+            imp.recipe["schedule"]["warmup"]) == (100, 50, 2)
+    why = dict(importer.import_text(SMALL + "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3",
+                                    "cmd.txt", "h100", root).unmapped)
+    assert why["--num-layers-per-virtual-pipeline-stage 3"] == (
+        "Megatron-LM refuses it: number of layers per pipeline stage must be divisible number of layers per virtual "
+        "pipeline stage")
+
+
+def test_dropped_arguments_that_change_training_say_so(root):
+    why = dict(importer.import_text(SMALL + "--optimizer muon --muon-momentum 0.9 --apply-query-key-layer-scaling "
+                                    "--timing-log-level 0 --log-throughput", "cmd.txt", "h100", root).unmapped)
+    assert why["--optimizer muon"] == "changes what trains, and no recipe setting says it: a recipe trains with Adam"
+    assert why["--muon-momentum 0.9"] == why["--optimizer muon"]
+    assert why["--apply-query-key-layer-scaling"].startswith("a megatron-core setting no recipe states")
+    # argparse converts before it checks the choices: 0 is one of --timing-log-level's [0, 1, 2]
+    assert why["--timing-log-level 0"] == "a Megatron-LM argument moeforge has no knob for (launch-only)"
+    assert "--optimizer adam" not in dict(importer.import_text(SMALL + "--optimizer adam", "cmd.txt", "h100",
+                                                               root).unmapped)
+
+
+def test_functional_test_values_are_words_as_megatron_lms_runner_makes_them(root):
+    ft = ("MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n  --vocab-size: 128\n"
+          "  --num-experts: 4\n  --seq-length: 32\n  --recompute-granularity: selective\n"
+          "  --recompute-modules: \"[moe_act layernorm]\"\n  --moe-layer-freq: ([0]*1+[1]*1)\n")
+    imp = importer.import_text(ft, "model_config.yaml", "h100", root)
+    assert imp.recipe["recompute"]["modules"] == ["moe_act", "layernorm"]
+    assert imp.model["moe"]["layer_freq"] == [0, 1]
+
+
+def test_a_name_that_is_not_a_recipe_name_is_refused(root):
+    with pytest.raises(importer.ImportError_, match="1 to 64 letters"):
+        importer.import_text(SMALL, "cmd.txt", "h100", root, "x" * 65)
