@@ -258,6 +258,12 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         else:
             decided.append(f"parallelism.vpp: {par['vpp']} (the virtual stages of {per} layers each that "
                            "--num-layers-per-virtual-pipeline-stage makes, as validate_args counts them)")
+    p2p = recipe.get("overlap", {})
+    if p2p.get("p2p") and par.get("vpp") is None:
+        p2p["p2p"] = False  # what the launch runs; a recipe asking for it warns (PP_OVERLAP_NEEDS_VPP)
+        if int(par.get("pp") or 1) > 1:
+            decided.append("overlap.p2p: false (Megatron-LM's validate_args turns PP communication overlap "
+                           "off without the interleaved schedule)")
     if par.get("sp") and int(par.get("tp") or 1) == 1:
         par["sp"] = False  # what the launch runs; a recipe asking for it at TP = 1 is refused (LAYOUT_SP_NEEDS_TP)
         decided.append("parallelism.sp: false (Megatron-LM's validate_args turns --sequence-parallel off at TP = 1)")
@@ -374,6 +380,8 @@ TRAINING_ONLY_IN_LM = {
     "lr_warmup_init": "a recipe's warm-up starts from LR 0",
     "use_tp_pp_dp_mapping": "a recipe orders ranks TP-CP-EP-DP-PP, megatron-core's default",
     "finetune": "a recipe resumes with its optimizer state and iteration count",
+    "no_load_optim": "a recipe resumes with its optimizer state",
+    "no_load_rng": "a recipe resumes with its RNG state",
 }
 
 

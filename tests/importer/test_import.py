@@ -263,3 +263,14 @@ def test_functional_test_values_are_words_as_megatron_lms_runner_makes_them(root
 def test_a_name_that_is_not_a_recipe_name_is_refused(root):
     with pytest.raises(importer.ImportError_, match="1 to 64 letters"):
         importer.import_text(SMALL, "cmd.txt", "h100", root, "x" * 65)
+
+
+def test_megatron_lms_mixtral_example_imports_as_it_runs(root):
+    """Megatron-LM's examples/mixtral/train_mixtral_8x7b_distributed.sh (core_v0.19.0): PP4 without VPP and TP1,
+    so validate_args runs neither PP communication overlap nor sequence parallelism."""
+    imp = importer.import_text((DATA / "train_mixtral_8x7b_distributed.sh").read_text(),
+                               "train_mixtral_8x7b_distributed.sh", "h100", root)
+    assert (imp.recipe["overlap"]["p2p"], imp.recipe["parallelism"]["sp"]) == (False, False)
+    assert any(n.startswith("overlap.p2p: false") for n in imp.notes)
+    assert dict(imp.unmapped)["--no-load-optim"] == ("changes what trains, and no recipe setting says it: a recipe "
+                                                    "resumes with its optimizer state")
