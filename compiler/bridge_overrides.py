@@ -8,6 +8,7 @@ tests/fidelity/bridge_judge.py applies them to Bridge's own recipes and validate
 from __future__ import annotations
 
 import json
+import re
 
 from . import knobs as K
 from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
@@ -53,11 +54,20 @@ BRIDGE_FIXED = (
 )
 
 
+TORCH_DTYPE = "{_target_:torch.%s,_call_:false}"  # Hydra: instantiate returns the dtype object itself
+
+
+def dtype_in_override(raw: str) -> str | None:
+    """The torch dtype's name an override value writes as TORCH_DTYPE (None: it writes none)."""
+    match = re.fullmatch(re.escape(TORCH_DTYPE).replace("%s", r"(\w+)"), raw.strip())
+    return match.group(1) if match else None
+
+
 def _bridge_value(path: str, value) -> str:
     """An override value: JSON, except torch dtypes (the precision's, the optimizer's main grads / params and
     moments), which Bridge's configs hold as torch.dtype objects."""
     if path.startswith(("mixed_precision.", "optimizer.")) and value in K.DTYPE_NAMES:
-        return "{_target_:torch.%s,_call_:false}" % value  # instantiate returns the dtype object itself
+        return TORCH_DTYPE % value
     return json.dumps(value)
 
 

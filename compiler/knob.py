@@ -83,7 +83,10 @@ class Knob:
     def plan_value(self, value):
         """The inverse of megatron_value: a Megatron spelling read back (lint-config)."""
         if self.lm_values and isinstance(value, str):
-            back = {m: p for p, m in self.lm_values if isinstance(m, str)}
+            back: dict = {}
+            for p, m in self.lm_values:  # the first plan value of a shared spelling (NullTokenizer: null)
+                if isinstance(m, str):
+                    back.setdefault(m, p)
             if value not in self.domain and value in back:
                 return back[value]
         return value

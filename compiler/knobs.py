@@ -418,3 +418,10 @@ def mlp_activation(arch: dict) -> tuple[str, bool] | None:
         return None
     return ("silu" if activation == "swiglu" else activation,
             activation == "swiglu" or bool(arch.get("gated_linear_unit")))
+
+
+def architecture_activation(func: str, gated: bool) -> dict:
+    """mlp_activation's inverse: the architecture entries for megatron-core's (activation_func,
+    gated_linear_unit)."""
+    return {"activation": "swiglu"} if (func, gated) == ("silu", True) else {"activation": func,
+                                                                               "gated_linear_unit": bool(gated)}
