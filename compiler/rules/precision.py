@@ -85,6 +85,14 @@ RULES = (
          "megatron-core distributed/distributed_data_parallel_config.py DistributedDataParallelConfig.__post_init__",
          "set precision.fp8_param: true, or precision.reuse_grad_buf_for_mxfp8_param_ag: false",
          "Reuse grad buffer only when keeping params in MXFP8."),
+    Rule("PRECISION_MXFP8_WITHOUT_GRAD_BUF_REUSE_COSTS_MEMORY", "warning", FP8 & (F("fp8_recipe") == "mxfp8"),
+         REUSE, "MXFP8 without FP8 parameters gathered through the gradient buffer keeps extra copies of the "
+         "weights: significantly more GPU memory", "megatron-core optimizer/optimizer_config.py "
+         "OptimizerConfig.__post_init__",
+         "set precision.fp8_param: true (the solver then reuses the gradient buffer for their all-gather)",
+         "mxfp8 without using reuse_grad_buf_for_mxfp8_param_ag and fp8_param_gatherwill use significant amount "
+         "additional GPU memory.Setting --reuse-grad-buf-for-mxfp8-param-ag and --fp8-param-gather is recommended "
+         "for mxfp8 training."),  # Megatron's words, run together as its source concatenates them
     Rule("PRECISION_MXFP8_PARAM_NEEDS_REUSE_GRAD_BUF_IN_BRIDGE", "error",
          FP8 & (F("fp8_recipe") == "mxfp8") & (F("fp8_param") == True)  # noqa: E712
          & (F("use_megatron_fsdp") == False),  # noqa: E712

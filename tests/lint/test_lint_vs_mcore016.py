@@ -37,7 +37,7 @@ ACTIVATIONS = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.sil
                "quick_gelu": fused_geglu.quick_gelu, "squared_relu": activations.squared_relu}
 
 from compiler.lintconfig import lint_mapping  # noqa: E402
-from compiler.rules import CATALOGUE  # noqa: E402
+from compiler.rules import BY_ID, CATALOGUE  # noqa: E402
 from compiler.rules.expr import version_int  # noqa: E402
 
 MCORE = "0.16.1"
@@ -56,7 +56,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
 # megatron-core's bare asserts (no text to quote: the rule's words and origin are moeforge's)
 BARE_ASSERTS = {"OFFLOAD_NEEDS_MODULES"}
 # megatron-core's OptimizerConfig and DistributedDataParallelConfig checks: compared on their configurations below
-OPTIMIZER_CONFIG = {r.id for r in CATALOGUE if r.source.startswith(
+OPTIMIZER_CONFIG = {r.id for r in CATALOGUE if r.severity == "error" and r.source.startswith(
     ("megatron-core optimizer/optimizer_config.py", "megatron-core distributed/distributed_data_parallel_config.py"))}
 COMPARED = {r.id for r in CATALOGUE
             if (r.origin == "megatron-core" or r.id in BARE_ASSERTS) and r.severity == "error"
@@ -382,3 +382,22 @@ def test_optimizer_configs_are_judged_alike():
     assert not bad, bad[:3]
     fired = {f.rule for _, _, errors in verdicts for f in errors}
     assert OPTIMIZER_CONFIG - fired == {"PRECISION_AWARE_OPTIMIZER_NEEDS_TE_1_13"}   # needs an installed TE
+
+
+def test_mxfp8_memory_warning_is_megatron_cores():
+    """OptimizerConfig warns about MXFP8 without the gradient buffer carrying FP8 parameter gathers; lint-config's
+    warning rule fires exactly then, with that text."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    rule = "PRECISION_MXFP8_WITHOUT_GRAD_BUF_REUSE_COSTS_MEMORY"
+    b200 = {"name": "NVIDIA B200", "compute_capability": "10.0"}
+    for recipe, reuse in (("mxfp8", False), ("mxfp8", True), ("blockwise", False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            OptimizerConfig(bf16=True, fp8_recipe=recipe, reuse_grad_buf_for_mxfp8_param_ag=reuse)
+        texts = [str(w.message) for w in caught]
+        cfg = {**VALID, "fp8": "e4m3", "fp8_recipe": recipe, "fp8_param": reuse, "gpu": b200,
+               "reuse_grad_buf_for_mxfp8_param_ag": reuse,
+               "versions": {"torch": torch.__version__, "transformer_engine": None, "megatron_core": MCORE}}
+        fired = [f for f in lint_mapping(cfg, frontend="megatron-core") if f.rule == rule]
+        assert bool(fired) == any(BY_ID[rule].megatron_message in t for t in texts), (recipe, reuse, texts)
