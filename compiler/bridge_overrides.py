@@ -11,6 +11,7 @@ import json
 import re
 
 from . import knobs as K
+from .config import ENV_VAR
 from .megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
 from .rules.expr import version_int
 
@@ -55,6 +56,9 @@ BRIDGE_FIXED = (
 
 
 TORCH_DTYPE = "{_target_:torch.%s,_call_:false}"  # Hydra: instantiate returns the dtype object itself
+# A recipe's ${VAR} is resolved at launch; in an override list it is OmegaConf's environment resolver (a bare
+# ${VAR} would be an interpolation of a config key Bridge does not have)
+BRIDGE_ENV = "${oc.env:%s}"
 
 
 def dtype_in_override(raw: str) -> str | None:
@@ -68,7 +72,16 @@ def _bridge_value(path: str, value) -> str:
     moments), which Bridge's configs hold as torch.dtype objects."""
     if path.startswith(("mixed_precision.", "optimizer.")) and value in K.DTYPE_NAMES:
         return TORCH_DTYPE % value
-    return json.dumps(value)
+    return json.dumps(_from_environment(value))
+
+
+def _from_environment(value):
+    """A path's ${VAR}s as BRIDGE_ENV (strings and lists of them)."""
+    if isinstance(value, str):
+        return ENV_VAR.sub(lambda m: BRIDGE_ENV % m.group(1), value)
+    if isinstance(value, list):
+        return [_from_environment(v) for v in value]
+    return value
 
 
 def _bridge_not_written(plan: dict, name: str, value) -> str | None:

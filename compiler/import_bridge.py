@@ -6,6 +6,8 @@ A Bridge list states only what it overrides, and never the world size: the impor
 layout fits, and says so."""
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from . import knobs as K
@@ -22,6 +24,7 @@ BYTE_EOD = "tokenizer.null_tokenizer_eod_id"  # a NullTokenizer ending documents
 
 
 def _value(raw: str):
+    raw = re.sub(r"\$\{oc\.env:(\w+)\}", r"${\1}", raw)  # a recipe's ${VAR} (bridge_overrides.BRIDGE_ENV)
     try:
         return dtype_in_override(raw) or (yaml.safe_load(raw) if raw else None)
     except yaml.YAMLError:

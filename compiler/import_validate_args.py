@@ -92,6 +92,15 @@ def lm_default(dest: str):
     return None
 
 
+def derive_mlp_width(arch: dict, given: dict, decided: list) -> None:
+    """validate_args' MLP width without --ffn-hidden-size: 4 x hidden, or for SwiGLU 2/3 of it rounded down to a
+    multiple of 64 (megatron-core's own default is 4 x hidden, so a SwiGLU launch's width is written down)."""
+    if arch.get("ffn_hidden_size") is None and given.get("swiglu") and arch.get("hidden_size"):
+        arch["ffn_hidden_size"] = int((4 * int(arch["hidden_size"]) * 2 / 3) / 64) * 64
+        decided.append(f"architecture.ffn_hidden_size: {arch['ffn_hidden_size']} (Megatron-LM's validate_args "
+                       "makes a SwiGLU MLP without --ffn-hidden-size 2/3 of 4 x hidden wide)")
+
+
 def derive_layout(recipe: dict, arch: dict, given: dict, flags: dict, bad: list, decided: list) -> None:
     """The parallel layout and CUDA-graph values validate_args derives or turns off (arguments.py): an unset ETP
     is TP, --num-layers-per-virtual-pipeline-stage is a VPP size, PP communication overlap is off without VPP,

@@ -35,8 +35,8 @@ from . import project
 from .compose import NAME
 from .import_bridge import from_bridge
 from .import_docs import nodes, put, put_path
-from .import_validate_args import (as_validate_args_reads, derive_layout, lm_default, padded_vocab,
-                                   samples_as_iterations, why_no_knob)
+from .import_validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width, lm_default,
+                                   padded_vocab, samples_as_iterations, why_no_knob)
 from .launch_text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
 from .rules.expr import version_int
@@ -159,6 +159,7 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         arch["activation"] = "squared_relu"
     else:
         decided.append("activation: gelu (Megatron-LM's default), left to megatron-core's default (gelu)")
+    derive_mlp_width(arch, given, decided)
     swiglu = bool(g("swiglu"))
     fusion_dest = "bias_swiglu_fusion" if swiglu else "bias_gelu_fusion"
     fusion = g(fusion_dest, lm_default(fusion_dest))

@@ -151,3 +151,17 @@ def test_model_facts_reach_the_plan_and_the_arguments():
     assert tc["moe_router_pre_softmax"] is True and tc["moe_router_bias_update_rate"] == 0.001
     assert tc["moe_router_num_groups"] == 8 and tc["moe_router_group_topk"] == 4
     assert args["--moe-layer-freq"] == ["([0]*3+[1]*58)"]
+
+
+def test_an_unstated_mlp_width_is_megatron_cores_not_validate_args_swiglu_width():
+    """A model without ffn_hidden_size is 4 x hidden to megatron-core (the runtime, Bridge); validate_args would
+    make a SwiGLU MLP 2/3 as wide (found importing Megatron-LM's op-fuser functional test), so the width is
+    written."""
+    from compiler.megatron_args import arguments
+
+    plan = build(resolve(load("qwen3-30b-a3b/h100-bf16")))
+    tc = plan["transformer_config"]
+    assert tc["activation_func"] == "silu" and tc["gated_linear_unit"]
+    tc.pop("ffn_hidden_size")
+    written = dict(arguments(plan)[0])
+    assert written["--ffn-hidden-size"] == [str(4 * tc["hidden_size"])]

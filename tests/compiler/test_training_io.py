@@ -131,7 +131,9 @@ def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     overrides = dict(bridge_overrides(plan)[0])
     assert overrides["checkpoint.most_recent_k"] == "2" and overrides["scheduler.lr_decay_style"] == '"WSD"'
     assert overrides["scheduler.lr_warmup_fraction"] == "0.1" and overrides["scheduler.lr_warmup_iters"] == "0"
-    assert overrides["tokenizer.tokenizer_model"] == '"${HF_HOME}/tok"'
+    # Bridge reads a ${VAR} from the environment as OmegaConf's resolver (a bare ${VAR} is an interpolation)
+    assert overrides["tokenizer.tokenizer_model"] == '"${oc.env:HF_HOME}/tok"'
+    assert overrides["checkpoint.save"] == '"${oc.env:CKPT_ROOT}/run"'
 
 
 def test_blend_is_megatron_lms_weighted_data_path(tmp_path):

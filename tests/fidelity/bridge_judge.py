@@ -37,6 +37,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import types
@@ -215,13 +216,16 @@ def judge_one(build_dir: Path, omegaconf_utils) -> dict:
     saved_env = dict(os.environ)
     os.environ.update({k: str(v["value"]) for k, v in plan.get("env", {}).items()})
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(plan["layout"]["world_size"]))
+    overrides = read_overrides(Path(build_dir) / "bridge.overrides")
+    # a recipe's ${VAR} reaches Bridge as ${oc.env:VAR}, resolved at launch: here each resolves to the recipe's
+    # literal ${VAR} (OmegaConf does not interpolate a resolver's result), which the plan holds
+    os.environ.update({name: f"${{{name}}}" for name in re.findall(r"\$\{oc\.env:(\w+)\}", " ".join(overrides))})
     stage = "recipe"
     try:
         with jl.quiet():
             cfg = getattr(importlib.import_module(module), func)()
             stage = "overrides"
-            omegaconf_utils.process_config_with_overrides(
-                cfg, cli_overrides=read_overrides(Path(build_dir) / "bridge.overrides"))
+            omegaconf_utils.process_config_with_overrides(cfg, cli_overrides=overrides)
             stage = "runtime_config_update"
             if plan["platform"].get("software", {}).get("transformer_engine"):
                 jl.te_fused_adam_signature()

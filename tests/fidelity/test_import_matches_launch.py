@@ -12,7 +12,7 @@ import pytest
 
 from compiler import import_files, importer
 from compiler.megatron_args import lm_parser
-from fidelity_testlib import READY, ROOT, SKIP_REASON, compile_all, run_judge_dirs
+from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, compile_all, run_judge_dirs
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -44,12 +44,15 @@ def judged(tmp_path_factory):
         imports[source.stem] = imp
         pairs.append(Path(f"{source}::{build}"))
     verdicts = {Path(v["build_dir"].split("::")[0]).stem: v for v in run_judge_dirs("import_judge.py", pairs).values()}
-    return imports, verdicts
+    builds = {Path(str(p).split("::")[1]): Path(str(p).split("::")[0]).stem for p in pairs}
+    own = {judge: {builds[Path(d)]: v for d, v in run_judge_dirs(f"{judge}.py", list(builds)).items()}
+           for judge in ("megatron_lm_judge", "bridge_judge")}
+    return imports, verdicts, own
 
 
 @pytest.mark.parametrize("case", [c.stem for c in CASES])
 def test_import_runs_what_the_launch_runs(case, judged):
-    imports, verdicts = judged
+    imports, verdicts, _ = judged
     imp, verdict = imports[case], verdicts[case]
     assert verdict["accepted"], verdict["error"]
     options = lm_parser()["options"]
@@ -63,6 +66,14 @@ def test_import_runs_what_the_launch_runs(case, judged):
             continue  # moeforge builds the Transformer Engine spec where the platform has it, and says so
         unexplained.append(diff)
     assert unexplained == []
+
+
+@pytest.mark.parametrize("judge", ["megatron_lm_judge", "bridge_judge"])
+@pytest.mark.parametrize("case", [c.stem for c in CASES])
+def test_imported_recipe_compiles_to_what_its_plan_says(case, judge, judged):
+    """The imported recipe's own build, judged as every recipe is: both front-ends build the plan's model and
+    training (their ${VAR} paths included: Bridge reads them as ${oc.env:VAR})."""
+    assert_verdict(judged[2][judge][case])
 
 
 @pytest.mark.parametrize("case", sorted(DECIDED))

@@ -294,3 +294,11 @@ def test_megatron_lms_mixtral_example_imports_as_it_runs(root):
     assert any(n.startswith("overlap.p2p: false") for n in imp.notes)
     assert dict(imp.unmapped)["--no-load-optim"] == ("changes what trains, and no recipe setting says it: a recipe "
                                                     "resumes with its optimizer state")
+
+
+def test_a_bridge_environment_path_is_a_recipes_variable(root):
+    """bridge.overrides writes a recipe's ${VAR} as OmegaConf's ${oc.env:VAR} (a bare ${VAR} is an interpolation
+    Bridge refuses); the import reads it back as ${VAR}."""
+    text = 'model.num_layers=2\nmodel.num_moe_experts=4\ncheckpoint.save="${oc.env:CKPT}/run"\n'
+    imp = importer.import_text(text, "bridge.overrides", "h100", root)
+    assert imp.recipe["checkpoint"]["save"] == "${CKPT}/run"
