@@ -128,8 +128,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     # stated even where the document names none (megatron-core's gelu, not gated): a Bridge recipe's own SwiGLU
     # must not stand in for it
     tc["activation_func"], tc["gated_linear_unit"] = K.mlp_activation(arch) or ("gelu", False)
-    if moe.get("layer_freq") is not None:
-        tc["moe_layer_freq"] = moe["layer_freq"]
+    # likewise every layer MoE (megatron-core's 1) where the document names no pattern: a Bridge recipe's own
+    # dense-first pattern (DeepSeek-V3's) must not stand in for it
+    tc["moe_layer_freq"] = moe["layer_freq"] if moe.get("layer_freq") is not None else 1
     if tc.get("recompute_modules") == [] or (tc.get("recompute_granularity") == "selective"
                                              and not tc.get("recompute_modules")):
         # what megatron-core fills in for None; stated, so it is checked.  [] is None too: Megatron-LM's

@@ -104,7 +104,10 @@ def uneven_cases(out: Path) -> dict[str, Path]:
 # (GQA, no Megatron-Bridge recipe: Bridge's plain GPT recipe) and DeepSeek-V2-Lite (MLA without a query LoRA:
 # an MLA provider's recipe, as bridge.overrides says).
 OUTSIDE = HERE / "outside_catalogue"
-OUTSIDE_RECIPES = ["mixtral-8x7b/h100-bf16", "deepseek-v2-lite/h100-bf16"]
+# two real models and two minimal documents (megatron-core defaults everywhere else; an MLA one built by Bridge
+# from DeepSeek-V3's recipe)
+OUTSIDE_RECIPES = ["mixtral-8x7b/h100-bf16", "deepseek-v2-lite/h100-bf16", "minimal-moe/h100-bf16",
+                   "minimal-mla-moe/h100-bf16"]
 
 
 def outside_cases(out: Path) -> dict[str, Path]:
