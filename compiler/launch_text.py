@@ -98,6 +98,28 @@ def _parens(line: str) -> int:
     return n
 
 
+def _unquoted_braces(statement: str) -> str:
+    """An unquoted `${NAME}` word as `$NAME`, which Shell.words splits as bash does (Megatron-LM's examples keep
+    their flags in a string, MODEL_ARGS="--a 1 --b 2", and pass ${MODEL_ARGS}); a quoted one stays one word."""
+    out, quote, i = [], None, 0
+    while i < len(statement):
+        c = statement[i]
+        if quote is None and c == "\\":
+            out.append(statement[i:i + 2])
+            i += 2
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote == c else c
+        m = re.match(r"\$\{([A-Za-z_]\w*)\}(?=\s|;|$)", statement[i:]) if quote is None else None
+        if m and (i == 0 or statement[i - 1].isspace()):
+            out.append("$" + m.group(1))
+            i += m.end()
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 class Shell:
     """Variables and arrays a script assigns, and expansion of words with them (no execution)."""
 
@@ -107,7 +129,7 @@ class Shell:
 
     def words(self, statement: str) -> list[str]:
         try:
-            raw = shlex.split(statement, comments=False, posix=True)
+            raw = shlex.split(_unquoted_braces(statement), comments=False, posix=True)
         except ValueError as exc:
             raise ImportError_(f"cannot split shell words ({exc}): {statement[:80]}") from None
         out: list[str] = []

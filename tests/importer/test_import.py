@@ -302,3 +302,14 @@ def test_a_bridge_environment_path_is_a_recipes_variable(root):
     text = 'model.num_layers=2\nmodel.num_moe_experts=4\ncheckpoint.save="${oc.env:CKPT}/run"\n'
     imp = importer.import_text(text, "bridge.overrides", "h100", root)
     assert imp.recipe["checkpoint"]["save"] == "${CKPT}/run"
+
+
+def test_flags_kept_in_a_string_are_split_as_bash_splits_them(root):
+    """Megatron-LM's examples keep flags in a string (MODEL_ARGS="--num-layers 48 ...") and pass ${MODEL_ARGS}
+    unquoted, so bash splits it into words; a quoted "${VAR}" stays one word."""
+    imp = importer.import_text((DATA / "modelopt_qwen3_30b_a3b.sh").read_text(), "modelopt_qwen3_30b_a3b.sh", "h100",
+                               root)
+    arch, moe = imp.model["architecture"], imp.model["moe"]
+    assert (arch["num_layers"], arch["hidden_size"], arch["num_query_groups"], arch["kv_channels"]) == (48, 2048, 4, 128)
+    assert (moe["num_experts"], moe["router_topk"], moe["ffn_hidden_size"]) == (128, 8, 768)
+    assert imp.recipe["tokenizer"]["path"] == "Qwen/Qwen3-30B-A3B"  # "${TOKENIZER_MODEL}": one word, the script's
