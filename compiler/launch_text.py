@@ -52,7 +52,7 @@ def detect(text: str, name: str = "") -> str:
 
 def _logical_lines(text: str) -> list[str]:
     """Statements: continuations joined, a multi-line array assignment `A=( ... )` kept together."""
-    joined = re.sub(r"\\\r?\n", " ", text)
+    joined = _join_continuations(text)
     out, pending, depth = [], "", 0
     for line in joined.splitlines():
         stripped = _strip_comment(line)
@@ -66,6 +66,32 @@ def _logical_lines(text: str) -> list[str]:
     if pending.strip():
         out.append(pending.strip())
     return out
+
+
+def _join_continuations(text: str) -> str:
+    """The text with comments removed and backslash-newlines joined, as bash reads it: a `#` at a word start
+    outside quotes comments out the rest of its line (a trailing backslash there continues nothing), a
+    backslash-newline outside quotes or inside double quotes joins two lines, and single quotes keep both."""
+    out, quote, i, n = [], None, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and quote != "'" and i + 1 < n and text[i + 1] in "\r\n":
+            i += 3 if text[i + 1:i + 3] == "\r\n" else 2
+            out.append(" ")
+            continue
+        if c == "\\" and quote != "'":
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if quote is None and c == "#" and (i == 0 or text[i - 1].isspace()):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote == c else c
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def _strip_comment(line: str) -> str:

@@ -313,3 +313,13 @@ def test_flags_kept_in_a_string_are_split_as_bash_splits_them(root):
     assert (arch["num_layers"], arch["hidden_size"], arch["num_query_groups"], arch["kv_channels"]) == (48, 2048, 4, 128)
     assert (moe["num_experts"], moe["router_topk"], moe["ffn_hidden_size"]) == (128, 8, 768)
     assert imp.recipe["tokenizer"]["path"] == "Qwen/Qwen3-30B-A3B"  # "${TOKENIZER_MODEL}": one word, the script's
+
+
+def test_a_commented_out_continuation_line_continues_nothing(root):
+    """bash ends a comment at its newline: Megatron-LM's DeepSeek-R1 ModelOpt conf comments out flags ending in a
+    backslash (`#    --decoder-last-pipeline-num-layers 7 \\`), and the next line is still a command."""
+    script = ('MODEL_ARGS=" \\\n    --num-layers 4 \\\n    --hidden-size 64 \\\n    --num-attention-heads 4 \\\n'
+              '    --num-experts 8 \\\n"\n#    --decoder-first-pipeline-num-layers 6 \\\n'
+              '#    --decoder-last-pipeline-num-layers 7 \\\ntorchrun pretrain_gpt.py ${MODEL_ARGS} --vocab-size 128\n')
+    imp = importer.import_text(script, "conf.sh", "h100", root)
+    assert (imp.model["architecture"]["num_layers"], imp.model["moe"]["num_experts"]) == (4, 8)
