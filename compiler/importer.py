@@ -229,6 +229,9 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         put(recipe, "checkpoint.load", load)
     elif save is not None and load is None:
         put(recipe, "checkpoint.load", "none")
+    if save is None and recipe.get("checkpoint", {}).get("interval") is not None:
+        recipe["checkpoint"].pop("interval")  # inert without a directory; a recipe refuses it (CHECKPOINT_INTERVAL_...)
+        bad.append((flags.get("save_interval", "--save-interval"), "without --save Megatron-LM never saves"))
     samples_as_iterations(g, recipe, decided)
     if g("lr_warmup_fraction") is not None:
         put(recipe, "schedule.warmup", float(g("lr_warmup_fraction")))

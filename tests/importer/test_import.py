@@ -313,6 +313,9 @@ def test_flags_kept_in_a_string_are_split_as_bash_splits_them(root):
     assert (arch["num_layers"], arch["hidden_size"], arch["num_query_groups"], arch["kv_channels"]) == (48, 2048, 4, 128)
     assert (moe["num_experts"], moe["router_topk"], moe["ffn_hidden_size"]) == (128, 8, 768)
     assert imp.recipe["tokenizer"]["path"] == "Qwen/Qwen3-30B-A3B"  # "${TOKENIZER_MODEL}": one word, the script's
+    # --save-interval without --save: inert in the launch, refused in a recipe (CHECKPOINT_INTERVAL_NEEDS_SAVE)
+    assert dict(imp.unmapped)["--save-interval 100000"] == "without --save Megatron-LM never saves"
+    assert "interval" not in imp.recipe.get("checkpoint", {})
 
 
 def test_a_commented_out_continuation_line_continues_nothing(root):
