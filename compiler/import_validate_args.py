@@ -111,10 +111,11 @@ def derive_layout(recipe: dict, arch: dict, given: dict, flags: dict, bad: list,
         graphs["te_rng_tracker"] = True
         decided.append("cuda_graph.te_rng_tracker: true (Megatron-LM's validate_args turns it on for CUDA graphs)")
     par = recipe.setdefault("parallelism", {})
-    if par.get("etp") is None and int(par.get("tp") or 1) > 1:
-        par["etp"] = int(par["tp"])  # a recipe's unset ETP is the solver's choice (LAYOUT_ETP_DEFAULT_DIFFERS)
-        decided.append(f"parallelism.etp: {par['etp']} (Megatron-LM's validate_args sets an unset "
-                       "--expert-tensor-parallel-size to --tensor-model-parallel-size)")
+    if par.get("etp") is None:
+        par["etp"] = int(par.get("tp") or 1)  # a recipe's unset ETP is the solver's (LAYOUT_ETP_DEFAULT_DIFFERS)
+        if par["etp"] > 1:
+            decided.append(f"parallelism.etp: {par['etp']} (Megatron-LM's validate_args sets an unset "
+                           "--expert-tensor-parallel-size to --tensor-model-parallel-size)")
     per = given.get("num_layers_per_virtual_pipeline_stage")
     if per is not None and par.get("vpp") is None and arch.get("num_layers"):
         try:
