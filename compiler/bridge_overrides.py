@@ -67,6 +67,11 @@ def dtype_in_override(raw: str) -> str | None:
     return match.group(1) if match else None
 
 
+def recipe_variables(raw: str) -> str:
+    """An override value's BRIDGE_ENV references as the recipe's ${VAR}s (the import reads them back)."""
+    return re.sub(re.escape(BRIDGE_ENV).replace("%s", r"(\w+)"), r"${\1}", raw)
+
+
 def _bridge_value(path: str, value) -> str:
     """An override value: JSON, except torch dtypes (the precision's, the optimizer's main grads / params and
     moments), which Bridge's configs hold as torch.dtype objects."""

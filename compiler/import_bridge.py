@@ -6,12 +6,10 @@ A Bridge list states only what it overrides, and never the world size: the impor
 layout fits, and says so."""
 from __future__ import annotations
 
-import re
-
 import yaml
 
 from . import knobs as K
-from .bridge_overrides import BRIDGE_FIXED, BRIDGE_SECTIONS, dtype_in_override
+from .bridge_overrides import BRIDGE_FIXED, BRIDGE_SECTIONS, dtype_in_override, recipe_variables
 from .import_docs import has_path, nodes, put, put_path
 from .megatron_args import COPIES, DERIVED, RUNTIME_ONLY
 
@@ -24,7 +22,7 @@ BYTE_EOD = "tokenizer.null_tokenizer_eod_id"  # a NullTokenizer ending documents
 
 
 def _value(raw: str):
-    raw = re.sub(r"\$\{oc\.env:(\w+)\}", r"${\1}", raw)  # a recipe's ${VAR} (bridge_overrides.BRIDGE_ENV)
+    raw = recipe_variables(raw)
     try:
         return dtype_in_override(raw) or (yaml.safe_load(raw) if raw else None)
     except yaml.YAMLError:
@@ -58,7 +56,9 @@ def from_bridge(text: str, platform: dict) -> tuple[dict, dict, list, list]:
             owner = COPIES.get((SECTION_OF.get(section, section), name))
             if owner or name in DERIVED:
                 continue  # a copy of a value read at its owner's path, or one derived from others
-            bad.extend([(s, why)] if (why := _why_not_read(key, name, value, platform)) else [])
+            why = _why_not_read(key, name, value, platform)
+            if why:
+                bad.append((s, why))
             continue
         if not k.path or k.field in K.COMPUTED:
             bad.append((s, f"moeforge's plan states it, no recipe does: {k.doc or 'derived from other settings'}"))
