@@ -11,6 +11,7 @@ import yaml
 from . import knobs as K
 from .bridge_overrides import BRIDGE_FIXED, BRIDGE_SECTIONS, dtype_in_override, recipe_variables
 from .import_docs import has_path, nodes, put, put_path
+from .import_validate_args import why_no_knob
 from .megatron_args import COPIES, DERIVED, RUNTIME_ONLY
 
 STRUCTURE = ("mixed_precision", "comm_overlap")  # nodes the list rebuilds, not settings
@@ -91,8 +92,7 @@ def _why_not_read(key: str, name: str, value, platform: dict) -> str | None:
         spec = "transformer_engine" if platform.get("software", {}).get("transformer_engine") else "local"
         return None if value == spec else f"moeforge builds the {spec} layer spec on this platform"
     if key == "optimizer.optimizer":
-        return None if value == "adam" else "changes what trains, and no recipe setting says it: a recipe " \
-                                            "trains with Adam"
+        return None if value == "adam" else why_no_knob("optimizer")
     if name in RUNTIME_ONLY:
         return None if value is None else f"moeforge's plan states it, no recipe does: {RUNTIME_ONLY[name]}"
     return "no moeforge knob reads this Megatron-Bridge path"
