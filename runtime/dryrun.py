@@ -89,6 +89,7 @@ def _unexpected(exc: BaseException, plan, rank: int) -> RuntimeFailure:
 
 def dry_run(plan, rank: int, substitutions: list) -> dict:
     """Build rank ``rank``'s shard (``plan``: with --local-spec, the substituted plan)."""
+    environ = dict(os.environ)  # GPTModel sets Transformer Engine's NVTE_*_ATTN for its attention backend
     try:
         return _dry_run(plan, rank, substitutions)
     except RuntimeFailure:
@@ -97,6 +98,8 @@ def dry_run(plan, rank: int, substitutions: list) -> dict:
         raise _unexpected(exc, plan, rank) from None
     finally:
         _cleanup()  # so the next rank (or plan) can be built in this process
+        os.environ.clear()  # ... with its own attention backend (megatron-core refuses another's variables)
+        os.environ.update(environ)
 
 
 def _dry_run(plan, rank: int, substitutions: list) -> dict:

@@ -142,3 +142,19 @@ def test_dryrun_without_local_spec_is_gated(tmp_path):
     assert run.returncode == 3
     assert "transformer_engine" in run.stderr and "deep_ep" in run.stderr
     assert "--local-spec" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_plans_with_different_attention_backends_dry_run_in_one_process(tmp_path):
+    """GPTModel sets Transformer Engine's NVTE_*_ATTN variables for its attention backend and refuses a process
+    whose variables say another: each plan of a multi-plan dry run starts from the environment it was given
+    (found dry-running the imported functional tests, which mix unfused and auto attention)."""
+    base = json.loads((DATA / "qwen3-30b-a3b-ep8.plan.json").read_text())
+    paths = []
+    for backend in ("unfused", "auto", "flash"):
+        plan = json.loads(json.dumps(base))
+        plan["transformer_config"]["attention_backend"] = backend
+        paths.append(tmp_path / f"{backend}.plan.json")
+        paths[-1].write_text(json.dumps(plan))
+    run = run_module("runtime.dryrun", *map(str, paths), "--local-spec")
+    assert run.returncode == 0, run.output[-4000:]
+    assert [p.get("error") for p in json.loads(run.stdout)["plans"]] == [None, None, None]
