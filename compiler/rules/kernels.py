@@ -72,6 +72,14 @@ RULES = (
          "have biases", "megatron-core transformer/moe/experts.py TEGroupedMLP.__init__",
          "set kernels.bias_dropout_fusion: false (Megatron-Bridge's GPT-OSS bridge does)",
          "bias_dropout_fusion is not supported in TEGroupedMLP when add_bias_linear=True"),
+    # raised while building the model (SharedExpertMLP), whatever the layer spec
+    Rule("SHARED_EXPERTS_NO_LINEAR_BIAS", "error",
+         IsSet(F("num_moe_experts")) & IsSet(F("moe_shared_expert_intermediate_size")),
+         F("add_bias_linear") == False,  # noqa: E712
+         "megatron-core's shared experts have no linear bias (a model with add_bias_linear cannot have them)",
+         "megatron-core transformer/moe/shared_experts.py SharedExpertMLP.__init__",
+         "set model.architecture.add_bias_linear: false, or unset model.moe.shared_expert_intermediate_size",
+         "bias is not supported in the shared experts, "),
     Rule("SOFTMAX_TYPE_NEEDS_TE_2_8", "error", (F("softmax_type") != "vanilla") & TE_INSTALLED,
          AtLeast("transformer_engine", "2.8.0"),
          "attention sinks (softmax_type other than vanilla) need Transformer Engine >= 2.8.0", TE_EXT,

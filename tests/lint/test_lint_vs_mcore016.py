@@ -50,6 +50,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     # TEGroupedMLP, TEDotProductAttention and TEFusedMLP: built with TE (absent here)
     "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "SOFTMAX_TYPE_NEEDS_TE_2_8",
     "TE_OP_FUSER_DENSE_MLP_ACTIVATION", "CROSS_ENTROPY_TE_FUSION_FULL_ITERATION_NEEDS_TE_2_7",
+    "SHARED_EXPERTS_NO_LINEAR_BIAS",  # SharedExpertMLP, built with the model
     "MLA_NO_ATTENTION_OUTPUT_GATE", "MLA_ROPE_FUSION_NEEDS_YARN",  # MLATransformerConfig, which these harnesses
     # do not build (the fidelity judges do: tests/fidelity/test_random_variants.py)
 }

@@ -544,6 +544,9 @@ CASES = {
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
     "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS": ({"add_bias_linear": True, "bias_dropout_fusion": True},
                                                                {"add_bias_linear": True, "bias_dropout_fusion": False}),
+    "SHARED_EXPERTS_NO_LINEAR_BIAS": ({"add_bias_linear": True, "bias_dropout_fusion": False,
+                                      "moe_shared_expert_intermediate_size": 1024},
+                                     {"add_bias_linear": False, "moe_shared_expert_intermediate_size": 1024}),
     "SOFTMAX_TYPE_NEEDS_TE_2_8": (c(V(te="2.7.0"), softmax_type="learnable"),
                                   c(V(te="2.8.0"), softmax_type="learnable")),
     "TE_OP_FUSER_DENSE_MLP_ACTIVATION": (
