@@ -403,6 +403,13 @@ VARIANT_ONLY = {
 MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
                 "rope_type": "yarn", "rotary_scaling_factor": 40.0, "original_max_position_embeddings": 4096,
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+# YarnRotaryEmbedding's defaults, which a YaRN plan (ordinary attention) states for the yarn_* config attributes
+# the model document leaves unset: GPTModel reads them off the config with no default of its own (moeforge's
+# runtime would fail), Megatron-LM fills these in (argument_utils._apply_yarn_config_from_args) and Bridge's
+# provider would leave None
+YARN_DEFAULTS = {"yarn_rotary_scaling_factor": 1.0, "yarn_original_max_position_embeddings": 4096,
+                 "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0,
+                 "yarn_correction_range_round_to_int": True}
 
 # Megatron-LM's activation flags as megatron-core's (activation_func, gated_linear_unit); no flag: GELU, not gated
 # (megatron/training/argument_utils.py core_transformer_config_from_args)

@@ -154,6 +154,10 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
             tc.setdefault(name, value)
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
+    elif not tc.get("multi_latent_attention"):  # MLA reads its own fields (MLA_DEFAULTS above)
+        for name, value in K.YARN_DEFAULTS.items():
+            if out["yarn"].get(name) is None:
+                out["yarn"][name] = value
     return out
 
 

@@ -90,6 +90,17 @@ RULES = (
          f"{ARGS} (when kv_channels is unset)",
          "set model.architecture.kv_channels (the head size), or heads dividing hidden_size", None,
          origin="moeforge"),
+    # RotaryEmbedding / YarnRotaryEmbedding build one frequency per pair of head dimensions and concatenate two
+    # copies: an odd head size gives a table one row short (a tensor-size error while building a YaRN model,
+    # at the first forward step with RoPE); megatron-core says nothing of its own
+    Rule("ROPE_NEEDS_EVEN_HEAD_SIZE", "error",
+         Not(MLA) & Or(F("position_embedding_type") == "rope", F("position_embedding_type") == "yarn")
+         & (F("rotary_percent") == 1.0),
+         Or(IsSet(F("kv_channels")) & (F("kv_channels") % 2 == 0),
+            Not(IsSet(F("kv_channels"))) & (F("hidden_size") % (HEADS * 2) == 0)),
+         "rotary position embeddings need an even head size (kv_channels, or hidden_size / num_attention_heads)",
+         "megatron-core models/common/embeddings/rotary_pos_embedding.py RotaryEmbedding (and YaRN's)",
+         "set model.architecture.kv_channels to an even head size", None, origin="moeforge"),
     Rule("ROUTER_EXPERT_BIAS_NEEDS_SIGMOID", "error", F("moe_router_enable_expert_bias") == True,  # noqa: E712
          F("moe_router_score_function") == "sigmoid",
          "aux-loss-free routing (expert bias) needs the sigmoid score function", TC,

@@ -4,6 +4,7 @@ Each defect once made Megatron-LM build a different model than the plan, or refu
 Megatron-LM's own parser and validate_args judge the same files in tests/fidelity (.venv312);
 these checks need no megatron and run everywhere.
 """
+import json
 import shlex
 from pathlib import Path
 
@@ -165,3 +166,30 @@ def test_an_unstated_mlp_width_is_megatron_cores_not_validate_args_swiglu_width(
     tc.pop("ffn_hidden_size")
     written = dict(arguments(plan)[0])
     assert written["--ffn-hidden-size"] == [str(4 * tc["hidden_size"])]
+
+
+def test_a_yarn_model_states_the_yarn_attributes_it_leaves_unset(tmp_path):
+    """GPTModel reads the yarn_* attributes off the config with no default (moeforge's runtime failed to build a
+    YaRN model whose document leaves them unset), Megatron-LM fills in YarnRotaryEmbedding's defaults and Bridge's
+    provider leaves None: the plan states those defaults, so every front-end builds the same rotary table."""
+    import shutil
+
+    import yaml
+
+    from compiler import knobs as K
+    from compiler.bridge_overrides import bridge_overrides
+    from compiler.megatron_args import arguments
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root)
+    doc_path = root / "models" / "gpt-oss-120b.yaml"
+    doc = yaml.safe_load(doc_path.read_text())
+    doc["architecture"] = {k: v for k, v in doc["architecture"].items() if not k.startswith("yarn_")}
+    doc_path.write_text(yaml.safe_dump(doc))
+    plan = build(resolve(load("gpt-oss-120b/h100-bf16", (), root)))
+    assert plan["config_attributes"] == K.YARN_DEFAULTS
+    written = dict(arguments(plan)[0])  # flags at Megatron-LM's own default (--rotary-scaling-factor 1.0) are not
+    assert written["--yarn-original-max-position-embeddings"] == ["4096"] and written["--yarn-beta-fast"] == ["32.0"]
+    overrides = dict(bridge_overrides(plan)[0])
+    assert {name: overrides[f"model.{name}"] for name in K.YARN_DEFAULTS} == {
+        name: json.dumps(value) for name, value in K.YARN_DEFAULTS.items()}
