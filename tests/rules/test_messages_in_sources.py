@@ -32,7 +32,7 @@ MLM_FILES = (
     "megatron/core/transformer/cuda_graph_config.py", "megatron/training/arguments.py",
     "megatron/core/transformer/pipeline_parallel_layer_layout.py", "megatron/core/optimizer/optimizer_config.py",
     "megatron/core/distributed/distributed_data_parallel_config.py", "megatron/core/transformer/moe/experts.py",
-    "megatron/core/transformer/moe/shared_experts.py",
+    "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/mla_qk_norm_config.py",
     "megatron/core/extensions/transformer_engine.py", "megatron/core/models/common/language_module/language_module.py",
 )
 BRIDGE_FILES = (

@@ -548,6 +548,11 @@ CASES = {
                                    "num_query_groups": 4},
                                   {"position_embedding_type": "rope", "hidden_size": 1040, "num_attention_heads": 16,
                                    "num_query_groups": 4, "kv_channels": 64}),
+    "MLA_QUERY_NORM_WITHOUT_Q_LORA_NEEDS_TE": (
+        c(MLA, V(te=None), q_lora_rank=None, qk_layernorm=True, moe_token_dispatcher_type="alltoall",
+          overlap_moe_expert_parallel_comm=False),
+        c(MLA, V(te=None), qk_layernorm=True, moe_token_dispatcher_type="alltoall",
+          overlap_moe_expert_parallel_comm=False)),
     "SHARED_EXPERTS_NO_LINEAR_BIAS": ({"add_bias_linear": True, "bias_dropout_fusion": False,
                                       "moe_shared_expert_intermediate_size": 1024},
                                      {"add_bias_linear": False, "moe_shared_expert_intermediate_size": 1024}),
