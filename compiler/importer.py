@@ -53,6 +53,7 @@ class Imported:
     notes: list = field(default_factory=list)      # what the importer decided on its own, for the header
 
 
+# Dests read by the composites below (not one knob to one argument), or computed by moeforge itself.
 COMPOSITE = {"swiglu", "quick_geglu", "squared_relu", "bias_swiglu_fusion", "bias_gelu_fusion", "no_persist_layer_norm",
              "group_query_attention", "num_query_groups", "moe_layer_freq", "max_position_embeddings",
              "untie_embeddings_and_output_weights", "grad_reduce_in_bf16", "bf16", "fp16", "transformer_impl",
