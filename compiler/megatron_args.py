@@ -145,9 +145,6 @@ def _composite(plan: dict, by_dest: dict) -> list[tuple[str, object]]:
     heads, groups = tc.get("num_attention_heads"), tc.get("num_query_groups")
     if groups and heads and groups < heads:
         out += [("group_query_attention", True), ("num_query_groups", groups)]
-    if tc.get("ffn_hidden_size") is None and tc.get("hidden_size"):
-        # megatron-core's default, 4 x hidden; without the flag validate_args makes a SwiGLU MLP 2/3 as wide
-        out.append(("ffn_hidden_size", 4 * tc["hidden_size"]))
     if tc.get("moe_layer_freq") not in (None, 1):
         out.append(("moe_layer_freq", _layer_freq(tc["moe_layer_freq"])))
     if model.get("max_sequence_length"):

@@ -154,18 +154,32 @@ def test_model_facts_reach_the_plan_and_the_arguments():
     assert args["--moe-layer-freq"] == ["([0]*3+[1]*58)"]
 
 
-def test_an_unstated_mlp_width_is_megatron_cores_not_validate_args_swiglu_width():
+def test_an_unstated_mlp_width_is_megatron_cores_not_validate_args_swiglu_width(tmp_path):
     """A model without ffn_hidden_size is 4 x hidden to megatron-core (the runtime, Bridge); validate_args would
-    make a SwiGLU MLP 2/3 as wide (found importing Megatron-LM's op-fuser functional test), so the width is
-    written."""
-    from compiler.megatron_args import arguments
+    make a SwiGLU MLP 2/3 as wide (found importing Megatron-LM's op-fuser functional test), so the plan states
+    the width, every front-end writes it, and the estimates read it (plan-layout failed with KeyError on such a
+    document, found planning minimal model documents)."""
+    import shutil
 
-    plan = build(resolve(load("qwen3-30b-a3b/h100-bf16")))
+    import yaml
+
+    from compiler.bridge_overrides import bridge_overrides
+    from compiler.megatron_args import arguments
+    from compiler.estimate import memory, steptime
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root)
+    doc_path = root / "models" / "qwen3-30b-a3b.yaml"
+    doc = yaml.safe_load(doc_path.read_text())
+    del doc["architecture"]["ffn_hidden_size"]
+    doc_path.write_text(yaml.safe_dump(doc))
+    plan = build(resolve(load("qwen3-30b-a3b/h100-bf16", (), root)))
     tc = plan["transformer_config"]
     assert tc["activation_func"] == "silu" and tc["gated_linear_unit"]
-    tc.pop("ffn_hidden_size")
-    written = dict(arguments(plan)[0])
-    assert written["--ffn-hidden-size"] == [str(4 * tc["hidden_size"])]
+    assert tc["ffn_hidden_size"] == 4 * tc["hidden_size"]
+    assert dict(arguments(plan)[0])["--ffn-hidden-size"] == [str(4 * tc["hidden_size"])]
+    assert dict(bridge_overrides(plan)[0])["model.ffn_hidden_size"] == str(4 * tc["hidden_size"])
+    assert steptime.estimate(plan).total_s > 0 and memory.peak(plan)[0].total > 0
 
 
 def test_a_yarn_model_states_the_yarn_attributes_it_leaves_unset(tmp_path):
