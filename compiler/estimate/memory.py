@@ -71,11 +71,13 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
         qk, pos, vd = tc["qk_head_dim"], tc["qk_pos_emb_head_dim"], tc["v_head_dim"]
         qlr, kvlr = tc.get("q_lora_rank"), tc["kv_lora_rank"]
         down = 1 if te else tp
-        if qlr:  # down projection (see ``te``), up projection column-parallel, q norm replicated
-            q = h * qlr // down + qlr * a * (qk + pos) // tp + _norm(tc, qlr)
+        # the q and kv norms (replicated) exist with qk_layernorm only (gpt_layer_specs: IdentityOp otherwise)
+        lora_norm = _norm if tc.get("qk_layernorm") else (lambda tc, size: 0)
+        if qlr:  # down projection (see ``te``), up projection column-parallel
+            q = h * qlr // down + qlr * a * (qk + pos) // tp + lora_norm(tc, qlr)
         else:
             q = h * a * (qk + pos) // tp
-        kv = h * (kvlr + pos) // down + kvlr * a * (qk + vd) // tp + _norm(tc, kvlr)
+        kv = h * (kvlr + pos) // down + kvlr * a * (qk + vd) // tp + lora_norm(tc, kvlr)
         return norm + q + kv + a * vd // tp * h + (h if bias else 0)
     q_out = a * d * (2 if tc.get("attention_output_gate") else 1)
     qkv_out = (q_out + 2 * g * d) // tp
@@ -195,6 +197,9 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
     h, vocab, tp = tc["hidden_size"], model["vocab_size"], lay.tp
     tied = bool(model.get("share_embeddings_and_output_weights"))
     table = vocab // tp * h
+    # learned absolute positions: a torch.nn.Embedding beside the word table, replicated over TP
+    # (LanguageModelEmbedding), wherever GPTModel builds the embedding (first stage, MTP's stage)
+    positions = model["max_sequence_length"] * h if model.get("position_embedding_type") == "learned_absolute" else 0
     dense = expert = embedding = 0
     chunks = stage_contents(tc, lay, pp_rank)
     kinds: dict = {}  # layers of one kind (MoE or dense, linear or softmax attention) hold the same
@@ -206,7 +211,7 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
             d, e = kinds[key]
             dense, expert = dense + d, expert + e
         if chunk["embedding"]:
-            embedding += table
+            embedding += table + positions
         # the decoder's final norm: on the output stage, or with MTP on the stage holding the last
         # decoder layer (transformer_block.has_final_layernorm_in_this_stage)
         if (tc["num_layers"] in chunk["layers"]) if tc.get("mtp_num_layers") else chunk["output"]:
@@ -220,7 +225,7 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
             dense += 3 * _norm(tc, h) + 2 * h * h // tp + d
             expert += e
         if chunk["mtp"] and not chunk["embedding"]:
-            embedding += table  # MTP embeds the shifted tokens on the last stage
+            embedding += table + positions  # MTP embeds the shifted tokens on the last stage
     return {"total": dense + expert + embedding, "dense": dense, "expert": expert, "embedding": embedding,
             "decoder_layers": [n for c in chunks for n in c["layers"]],
             "mtp_layers": sum(c["mtp"] for c in chunks)}

@@ -5,8 +5,9 @@ runtime.dryrun PLAN --rank 0,[middle,]-1 --local-spec`` counted on the meta devi
 0.19.2 for the GPU platforms, 0.16 for the CPU one); tests/data/gen_layout_param_counts.py
 regenerates it.  The analytic count, from the golden plan.json alone (no torch), must equal it
 exactly, for every rank recorded: total, dense, expert and embedding, the decoder layers the
-stage owns and its MTP layers. Its "variants" are pipeline splits no catalogue recipe uses (stage sizes,
-accounting), compiled here with the recorded --set overrides and compared at every stage.
+stage owns and its MTP layers. Its "variants" are pipeline splits (stage sizes, accounting) and model fields
+(learned positions, MLA without qk_layernorm) no catalogue recipe uses, compiled here with the recorded --set
+overrides and compared at every stage.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_parameter_counts_equal_megatron(recipe):
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_uneven_pipeline_counts_equal_megatron(name, tmp_path):
-    """Stage sizes (with VPP too) and accounting: every stage holds the layers megatron-core gives it."""
+    """Stage sizes (with VPP too), accounting and model fields: every stage holds the layers and parameters
+    megatron-core gives it."""
     recorded = VARIANTS[name]
     sets = [a for s in recorded["sets"] for a in ("--set", s)]
     assert main(["compile", recorded["recipe"], *sets, "--out", str(tmp_path)]) == 0
