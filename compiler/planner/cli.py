@@ -58,6 +58,9 @@ def _run(args) -> int:
         raise search.PlannerError(f"--top must be at least 1, got {args.top}")
     s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs, args.force_load_balancing)
     result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
+    if not result.considered:  # the all-DP layout always folds: only the batch can rule out every layout
+        raise search.PlannerError(f"--gbs {s.gbs}: no layout of {s.gpus} GPUs has a DP x micro-batch that divides "
+                                  f"it; use a multiple of {s.gpus} (or of the DP you mean to run)")
     if not result.ranked:
         why = (f"none of {result.considered} candidates fits in {s.capacity_gb:g} GB per GPU" if not result.kept else
                f"{result.kept} of {result.considered} candidates fit in memory, none of those tried passed the rules")

@@ -222,7 +222,9 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
     comp = Compiler(s)
     try:
         try:
-            base = comp.compile(space.Candidate().recipe(s))
+            # the template the candidates are patched into: DP = all GPUs, so its GBS is one sequence per GPU
+            # (the asked GBS need not suit this layout; patched_plan writes it in)
+            base = comp.compile(space.Candidate().recipe(replace(s, gbs=s.gpus)))
         except CompileError as exc:
             raise PlannerError(f"{s.model} on {s.gpus} x {s.platform}: the baseline recipe does not compile: "
                                + "; ".join(reasons_of(exc)[:2])) from None

@@ -157,7 +157,7 @@ class Candidate:
         tc["virtual_pipeline_model_parallel_size"] = self.vpp
         plan["transformer_config"] = tc
         plan["layout"] = lay.plan_section()
-        plan["training"] = dict(base["training"], micro_batch_size=self.mbs,
+        plan["training"] = dict(base["training"], micro_batch_size=self.mbs, global_batch_size=s.gbs,
                                 num_microbatches=s.gbs // (self.mbs * lay.dp))
         return plan
 

@@ -192,11 +192,23 @@ def test_evaluate_a_catalogue_recipe():
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--seq", "-1"], "--seq must be a positive integer"),
     (["deepseek-v3", "--platform", "h100", "--gpus", "8"], "no feasible layout for deepseek-v3 on 8 x h100"),
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "24", "--gbs", "7"],
+     "--gbs 7: no layout of 24 GPUs has a DP x micro-batch that divides it"),
 ])
 def test_bad_input_is_one_line(argv, words):
     rc, out, err = run("plan-layout", *argv)
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and words in err and "Traceback" not in err
+
+
+def test_a_batch_smaller_than_the_gpu_count_plans_with_model_parallelism():
+    """GBS 8 on 16 GPUs: only layouts with DP <= 8 can run it (the planner's template recipe, DP 16, cannot:
+    planning failed on it with LAYOUT_GBS_DIVISIBLE)."""
+    rc, out, err = run("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--gbs", "8",
+                       "--top", "3", "--format", "json")
+    assert rc == 0, err
+    ranked = json.loads(out)["candidates"]
+    assert ranked and all(8 % (c["layout"]["dp"] * c["layout"]["mbs"]) == 0 for c in ranked)
 
 
 def test_usage_errors_exit_2():
