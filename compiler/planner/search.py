@@ -18,6 +18,7 @@ import yaml
 
 from .. import plan as plan_mod
 from .. import project
+from ..compose import display_path
 from ..diagnostics import CompileError
 from ..estimate import memory, steptime
 from ..layout import Layout
@@ -120,9 +121,14 @@ class Compiler:
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def compile(self, doc: dict) -> dict:
-        """The plan of a recipe document; CompileError when the rules reject it."""
+    def compile(self, doc: dict, explain: bool = False) -> dict:
+        """The plan of a recipe document; CompileError when the rules reject it (``explain``: with the
+        places and values of each error, as check shows them; not cached)."""
         text = yaml.safe_dump(doc, sort_keys=False)
+        if explain:
+            path = self.dir / "explained.yaml"
+            path.write_text(text)
+            return plan_mod.build(resolve(load(path, (), self.dir)))
         if text in self.cache:
             hit = self.cache[text]
             if isinstance(hit, CompileError):
@@ -221,13 +227,14 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
 def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progress: bool = False) -> Result:
     comp = Compiler(s)
     try:
+        # the template the candidates are patched into: DP = all GPUs, so its GBS is one sequence per GPU (the
+        # asked GBS need not suit this layout; patched_plan writes it in)
+        template = space.Candidate().recipe(replace(s, gbs=s.gpus))
         try:
-            # the template the candidates are patched into: DP = all GPUs, so its GBS is one sequence per GPU
-            # (the asked GBS need not suit this layout; patched_plan writes it in)
-            base = comp.compile(space.Candidate().recipe(replace(s, gbs=s.gpus)))
-        except CompileError as exc:
-            raise PlannerError(f"{s.model} on {s.gpus} x {s.platform}: the baseline recipe does not compile: "
-                               + "; ".join(reasons_of(exc)[:2])) from None
+            base = comp.compile(template)
+        except CompileError:
+            raise PlannerError(f"{s.model} on {s.platform} cannot be planned: the rules refuse it before any layout "
+                               f"is chosen: {_document_errors(comp, template)}") from None
         bar = _progress_bar(progress)
         try:
             kept, rejected, considered = analytic(s, base, bar)
@@ -258,6 +265,27 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
         return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count)
     finally:
         comp.close()
+
+
+def _document_errors(comp: Compiler, template: dict) -> str:
+    """The first two errors of the template recipe, at their places in the user's model and platform documents
+    (the scratch project holds copies), each with its fix."""
+    try:
+        comp.compile(template, explain=True)
+        return "it compiles when explained (a moeforge bug: please report it)"
+    except CompileError as explained:
+        exc = explained
+    places = {}
+    for kind, name in (("model", comp.setting.model), ("platform", comp.setting.platform)):
+        places[f"{kind}s/{name}.yaml"] = display_path(document(kind, name)[1], project.recipes())
+    out = []
+    for d in [d for d in exc.diagnostics if d.is_error][:2]:
+        where = ""
+        if d.pos is not None:
+            path = next((real for copy, real in places.items() if d.pos.file.endswith(copy)), None)
+            where = f"{path}:{d.pos.line}:{d.pos.col}: " if path and d.pos.line else f"{path}: " if path else ""
+        out.append(f"{where}{d.code}: {d.message}" + (f" (help: {d.help})" if d.help else ""))
+    return "; ".join(out) or str(exc)
 
 
 def _dispatcher_twin(ev: Evaluated, ranked: list, priced: dict) -> Evaluated | None:

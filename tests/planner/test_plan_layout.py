@@ -3,6 +3,7 @@ input as one line, and legality judged by the rule catalogue (never by the plann
 import dataclasses
 import io
 import json
+import re
 import shutil
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -209,6 +210,21 @@ def test_a_batch_smaller_than_the_gpu_count_plans_with_model_parallelism():
     assert rc == 0, err
     ranked = json.loads(out)["candidates"]
     assert ranked and all(8 % (c["layout"]["dp"] * c["layout"]["mbs"]) == 0 for c in ranked)
+
+
+def test_a_model_the_rules_refuse_is_one_line_at_its_place(tmp_path):
+    """A model document no layout can fix (an odd head size under RoPE) is refused once, at its line in the
+    user's own file, with the fix; it read "the baseline recipe does not compile" with no place."""
+    root = _project(tmp_path)
+    path = root / "recipes" / "models" / "qwen3-30b-a3b.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["architecture"]["kv_channels"] = 127
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, out, err = run("--root", str(root), "plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16")
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert re.match("moeforge plan-layout: error: qwen3-30b-a3b on h100 cannot be planned: the rules refuse it "
+                    r"before any layout is chosen: recipes/models/qwen3-30b-a3b\.yaml:\d+:\d+: ", err), err
+    assert "ROPE_NEEDS_EVEN_HEAD_SIZE" in err and "(help: set model.architecture.kv_channels" in err
 
 
 def test_usage_errors_exit_2():
