@@ -19,7 +19,10 @@ from .layout import Layout
 def estimate_for(result: dict, plan: dict) -> dict:
     """The memory estimate of one dry-run rank result, in bytes with formulas."""
     lay = Layout.from_plan(plan["layout"])
-    est = memory.estimate(plan, lay, result["coordinates"]["pp"])
+    # the layer spec the dry run built: --local-spec maps Transformer Engine's onto megatron-core's local one
+    local = any(s["field"] == "runtime.transformer_impl" and s["used"] == "local"
+                for s in result.get("substitutions") or ())
+    est = memory.estimate(plan, lay, result["coordinates"]["pp"], te=False if local else None)
     out = {"weights_bytes": est.weights, "gradients_bytes": est.gradients, "optimizer_bytes": est.optimizer,
            "activation_bytes": est.activations, "allowance_bytes": est.allowance, "total_bytes": est.total,
            "total_gib": round(est.total / memory.GIB, 3), "formulas": dict(est.formulas),

@@ -50,9 +50,12 @@ def substitute_local(plan):
 
     if rt.get("transformer_impl") == "transformer_engine":
         rt["transformer_impl"] = "local"
+        mla_sharded = tc.get("multi_latent_attention") and (tc.get("tensor_model_parallel_size") or 1) > 1
         _sub(subs, "runtime.transformer_impl", "transformer_engine", "local",
              "--local-spec: megatron-core's local layer spec (ColumnParallelLinear, torch norms, "
-             "DotProductAttention) has the parameter shapes of the Transformer Engine spec")
+             "DotProductAttention) has the parameter shapes of the Transformer Engine spec"
+             + (" except MLA's down projections, which it shards over TP where TE replicates them"
+                if mla_sharded else ""))
     if tc.get("moe_token_dispatcher_type") == "flex":
         backend = tc.get("moe_flex_dispatcher_backend") or "deepep"
         flag("moe_token_dispatcher_type",

@@ -346,11 +346,13 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     return total, per_mb, formula
 
 
-def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0) -> Estimate:
-    """One rank's memory for a compiled plan (its layout unless ``lay`` is given)."""
+def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0, te: bool | None = None) -> Estimate:
+    """One rank's memory for a compiled plan (its layout unless ``lay`` is given; its layer spec unless
+    ``te`` says which one was built)."""
     tc, model = plan["transformer_config"], plan["model"]
     lay = lay or Layout.from_plan(plan["layout"])
-    te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
+    if te is None:
+        te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
     counts = rank_parameters(tc, model, lay, pp_rank, te)
     weights, grads, opt, formulas = states(counts, plan, lay)
     activations, per_mb, formulas["activations"] = activation_bytes(plan, lay, pp_rank)

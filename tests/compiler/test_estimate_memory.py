@@ -133,6 +133,21 @@ def test_te_spec_replicates_mla_down_projections():
     assert te["dense"] - local["dense"] == layers * (down - down // lay.tp)
 
 
+def test_dryrun_report_compares_the_spec_it_built():
+    """`moeforge dryrun --local-spec` counts the local spec's shard: its memory estimate counts the same spec, so
+    an MLA model at TP > 1 matches (it reported parameters_match false: found dry-running plan-layout winners)."""
+    from compiler.dryrun_report import estimate_for
+
+    plan = _plan("deepseek-v3/h100-bf16")
+    lay = Layout.from_plan(plan["layout"])
+    assert lay.tp > 1 and plan["transformer_config"]["multi_latent_attention"]
+    local = M.rank_parameters(plan["transformer_config"], plan["model"], lay, 0, te=False)
+    built = {"coordinates": {"pp": 0}, "parameters": {"total": local["total"]},
+             "substitutions": [{"field": "runtime.transformer_impl", "plan": "transformer_engine", "used": "local"}]}
+    assert estimate_for(built, plan)["parameters_match"]
+    assert not estimate_for({**built, "substitutions": []}, plan)["parameters_match"]  # TE's shard is larger
+
+
 # ------------------------------------------------------------------ calibration and the tuned configurations
 # The smoke run (shared/seeds/003_*.txt): Qwen3-30B-A3B BF16, 16 x H100, EP16, alltoall, MBS 1, GBS 1024,
 # seq 4096, TE CUDA graphs on moe_router/moe_preprocess: "61.351 GB peak max allocated memory".  Bridge logs
