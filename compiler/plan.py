@@ -156,6 +156,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
         tc.setdefault("q_lora_rank", None)
         for name, value in K.MLA_DEFAULTS.items():
             tc.setdefault(name, value)
+    else:  # MLATransformerConfig's own fields: inert without MLA (TransformerConfig has none), never emitted
+        for name in ("q_lora_rank", *K.MLA_DEFAULTS):
+            tc.pop(name, None)
     if out["model"].get("position_embedding_type") != "yarn":
         out["yarn"] = {}
     elif not tc.get("multi_latent_attention"):  # MLA reads its own fields (MLA_DEFAULTS above)

@@ -207,3 +207,34 @@ def test_a_yarn_model_states_the_yarn_attributes_it_leaves_unset(tmp_path):
     overrides = dict(bridge_overrides(plan)[0])
     assert {name: overrides[f"model.{name}"] for name in K.YARN_DEFAULTS} == {
         name: json.dumps(value) for name, value in K.YARN_DEFAULTS.items()}
+
+
+def test_mla_fields_without_mla_are_not_emitted(tmp_path):
+    """A model document that turns MLA off but keeps its latent sizes: the sizes are MLATransformerConfig's
+    alone (inert to Megatron-LM and Bridge without MLA), and moeforge's runtime refused the plan that stated them
+    ("transformer_config fields not present"); found dry-running plan-layout winners of such documents."""
+    import shutil
+
+    import yaml
+
+    from compiler import knobs as K
+    from compiler.bridge_overrides import bridge_overrides
+    from compiler.megatron_args import arguments
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root)
+    doc_path = root / "models" / "deepseek-v3.yaml"
+    doc = yaml.safe_load(doc_path.read_text())
+    doc["architecture"]["multi_latent_attention"] = False
+    assert doc["architecture"]["kv_lora_rank"] and doc["architecture"]["q_lora_rank"]
+    doc_path.write_text(yaml.safe_dump(doc))
+    recipe = root / "deepseek-v3" / "h100-bf16.yaml"
+    rdoc = yaml.safe_load(recipe.read_text())
+    rdoc["recompute"] = {"granularity": "full", "method": "uniform", "num_layers": 1}  # mla_up_proj needs MLA
+    recipe.write_text(yaml.safe_dump(rdoc))
+    plan = build(resolve(load("deepseek-v3/h100-bf16", (), root)))
+    mla_only = {"q_lora_rank", *K.MLA_DEFAULTS}
+    assert not mla_only & set(plan["transformer_config"])
+    written = dict(arguments(plan)[0])
+    assert "--kv-lora-rank" not in written and "--q-lora-rank" not in written
+    assert not {f"model.{name}" for name in mla_only} & set(dict(bridge_overrides(plan)[0]))
