@@ -141,12 +141,16 @@ class _CudaToCpuMode(torch.overrides.TorchFunctionMode):
     megatron-core allocates ``torch.zeros(..., device="cuda")`` inside the schedules and
     grad-norm code and checks ``param.type() == "torch.cuda.FloatTensor"`` when building
     (distributed) optimizers; both are process-global assumptions that a CPU run has to answer.
+    Pinned host memory needs the CUDA driver too (rope_utils.get_pos_emb_on_this_cp_rank pins the
+    CP indices, and YaRN builds its table with them: every CP > 1 YaRN model while building it).
     """
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         if "device" in kwargs and _is_cuda_device(kwargs["device"]):
             kwargs = dict(kwargs, device="cpu")
+        if kwargs.get("pin_memory"):
+            kwargs = dict(kwargs, pin_memory=False)
         if func is torch.Tensor.cuda:
             return args[0]
         if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):

@@ -158,3 +158,23 @@ def test_plans_with_different_attention_backends_dry_run_in_one_process(tmp_path
     run = run_module("runtime.dryrun", *map(str, paths), "--local-spec")
     assert run.returncode == 0, run.output[-4000:]
     assert [p.get("error") for p in json.loads(run.stdout)["plans"]] == [None, None, None]
+
+
+def test_a_yarn_model_with_context_parallelism_dry_runs(tmp_path):
+    """YaRN builds its cos/sin table while GPTModel is built, and with CP > 1 megatron-core picks this CP rank's
+    positions through a pinned-memory tensor, which needs a CUDA driver: the CPU stand-ins leave the memory
+    unpinned (the dry run failed with "Found no NVIDIA driver"; found dry-running plan-layout winners)."""
+    plan = json.loads((DATA / "qwen3-30b-a3b-ep8.plan.json").read_text())
+    plan["model"]["position_embedding_type"] = "yarn"
+    plan["config_attributes"] = {"yarn_rotary_scaling_factor": 4.0, "yarn_original_max_position_embeddings": 4096,
+                    "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0,
+                    "yarn_correction_range_round_to_int": True}
+    plan["transformer_config"]["context_parallel_size"] = 2
+    plan["layout"].update(cp=2, dp=4)
+    plan["training"]["num_microbatches"] *= 2
+    path = tmp_path / "yarn-cp2.plan.json"
+    path.write_text(json.dumps(plan))
+    run = run_module("runtime.dryrun", str(path), "--rank", "0,-1", "--local-spec")
+    assert run.returncode == 0, run.output[-4000:]
+    ranks = json.loads(run.stdout)["ranks"]
+    assert [r["coordinates"]["cp"] for r in ranks] == [0, 1]
