@@ -64,7 +64,8 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
         in_proj = h * (2 * qk + 2 * v + 2 * nv) // tp + ((2 * qk + 2 * v + 2 * nv) // tp if bias else 0)
         conv = (2 * qk + v) // tp * tc.get("linear_conv_kernel_dim", 4)
         gates = 2 * nv // tp  # dt_bias, A_log
-        out = v // tp * h + (h if bias else 0) + dv  # out_proj (+ bias), out_norm over one head
+        # out_proj (+ bias), out_norm over one head (config.normalization: a LayerNorm has a bias too)
+        out = v // tp * h + (h if bias else 0) + _norm(tc, dv)
         return norm + in_proj + conv + gates + out
     _, a, d, g = _heads(tc)
     if tc.get("multi_latent_attention"):

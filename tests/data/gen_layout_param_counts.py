@@ -46,10 +46,12 @@ VARIANTS = {
         "gpt-oss-120b/h100-bf16", ["parallelism.pp=2", "parallelism.account_for_embedding=true",
                                    "parallelism.account_for_loss=true"]),
     # model fields no catalogue model uses (found planning minimal model documents): a learned position table
-    # beside the word embedding, and MLA without its q/kv LoRA norms
+    # beside the word embedding, MLA without its q/kv LoRA norms, Gated DeltaNet with LayerNorm
     "qwen3-30b-a3b/h100-bf16 learned_absolute": (
         "qwen3-30b-a3b/h100-bf16", ["model.architecture.position_embedding_type=learned_absolute"]),
     "deepseek-v3/h100-bf16 no qk_layernorm": ("deepseek-v3/h100-bf16", ["model.architecture.qk_layernorm=false"]),
+    "qwen3-next-80b-a3b/h100-bf16 LayerNorm": (  # Gated DeltaNet's out_norm follows the model's norm
+        "qwen3-next-80b-a3b/h100-bf16", ["model.architecture.normalization=LayerNorm"]),
 }
 
 
