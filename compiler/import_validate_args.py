@@ -146,14 +146,17 @@ TRAINING_ONLY_IN_LM = {
     "finetune": "a recipe resumes with its optimizer state and iteration count",
     "no_load_optim": "a recipe resumes with its optimizer state",
     "no_load_rng": "a recipe resumes with its RNG state",
+    "hybrid_layer_pattern": "a recipe builds a GPT model of attention and MLP/MoE layers (Mamba hybrids are not "
+                            "planned)",
 }
 
 
 def why_no_knob(dest: str) -> str:
     """Why an argument without a knob is dropped: a megatron-core config field or one of TRAINING_ONLY_IN_LM
     changes what trains (the import then trains differently from the launch); any other is launch-only."""
-    if dest in TRAINING_ONLY_IN_LM or dest.startswith("muon_"):
-        why = TRAINING_ONLY_IN_LM.get(dest, TRAINING_ONLY_IN_LM["optimizer"])
+    if dest in TRAINING_ONLY_IN_LM or dest.startswith(("muon_", "mamba_", "hybrid_")):
+        why = TRAINING_ONLY_IN_LM.get(dest) or TRAINING_ONLY_IN_LM[
+            "optimizer" if dest.startswith("muon_") else "hybrid_layer_pattern"]
         return f"changes what trains, and no recipe setting says it: {why}"
     if dest in megatron_fields()["all"]:
         return "a megatron-core setting no recipe states: the imported recipe runs megatron-core's default"
