@@ -72,13 +72,13 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
         qk, pos, vd = tc["qk_head_dim"], tc["qk_pos_emb_head_dim"], tc["v_head_dim"]
         qlr, kvlr = tc.get("q_lora_rank"), tc["kv_lora_rank"]
         down = 1 if te else tp
-        # the q and kv norms (replicated) exist with qk_layernorm only (gpt_layer_specs: IdentityOp otherwise)
-        lora_norm = _norm if tc.get("qk_layernorm") else (lambda tc, size: 0)
+        # the q and kv latent norms (replicated) exist with qk_layernorm only (gpt_layer_specs: IdentityOp else)
+        latent_norms = bool(tc.get("qk_layernorm"))
         if qlr:  # down projection (see ``te``), up projection column-parallel
-            q = h * qlr // down + qlr * a * (qk + pos) // tp + lora_norm(tc, qlr)
+            q = h * qlr // down + qlr * a * (qk + pos) // tp + (_norm(tc, qlr) if latent_norms else 0)
         else:
             q = h * a * (qk + pos) // tp
-        kv = h * (kvlr + pos) // down + kvlr * a * (qk + vd) // tp + lora_norm(tc, kvlr)
+        kv = h * (kvlr + pos) // down + kvlr * a * (qk + vd) // tp + (_norm(tc, kvlr) if latent_norms else 0)
         return norm + q + kv + a * vd // tp * h + (h if bias else 0)
     q_out = a * d * (2 if tc.get("attention_output_gate") else 1)
     qkv_out = (q_out + 2 * g * d) // tp
