@@ -166,9 +166,9 @@ def test_a_yarn_model_with_context_parallelism_dry_runs(tmp_path):
     unpinned (the dry run failed with "Found no NVIDIA driver"; found dry-running plan-layout winners)."""
     plan = json.loads((DATA / "qwen3-30b-a3b-ep8.plan.json").read_text())
     plan["model"]["position_embedding_type"] = "yarn"
-    plan["config_attributes"] = {"yarn_rotary_scaling_factor": 4.0, "yarn_original_max_position_embeddings": 4096,
-                    "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0,
-                    "yarn_correction_range_round_to_int": True}
+    plan["config_attributes"] = {
+        "yarn_rotary_scaling_factor": 4.0, "yarn_original_max_position_embeddings": 4096, "yarn_beta_fast": 32.0,
+        "yarn_beta_slow": 1.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 0.0, "yarn_correction_range_round_to_int": True}
     plan["transformer_config"]["context_parallel_size"] = 2
     plan["layout"].update(cp=2, dp=4)
     plan["training"]["num_microbatches"] *= 2
