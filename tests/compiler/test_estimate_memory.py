@@ -6,8 +6,8 @@ runtime.dryrun PLAN --rank 0,[middle,]-1 --local-spec`` counted on the meta devi
 regenerates it.  The analytic count, from the golden plan.json alone (no torch), must equal it
 exactly, for every rank recorded: total, dense, expert and embedding, the decoder layers the
 stage owns and its MTP layers. Its "variants" are pipeline splits (stage sizes, accounting) and model fields
-(learned positions, MLA without qk_layernorm, Gated DeltaNet with LayerNorm) no catalogue recipe uses, compiled here with the recorded --set
-overrides and compared at every stage.
+(learned positions, MLA without qk_layernorm, Gated DeltaNet with LayerNorm) no catalogue recipe uses,
+compiled here with the recorded --set overrides and compared at every stage.
 """
 from __future__ import annotations
 
