@@ -227,6 +227,23 @@ def test_a_model_the_rules_refuse_is_one_line_at_its_place(tmp_path):
     assert "ROPE_NEEDS_EVEN_HEAD_SIZE" in err and "(help: set model.architecture.kv_channels" in err
 
 
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "deepseek-v2-lite", "minimal-moe", "minimal-mla-moe"])
+def test_a_users_own_model_plans_to_a_recipe_that_compiles(model, tmp_path):
+    """Model documents outside the catalogue (two real models, two minimal documents that leave nearly every field
+    to megatron-core, as the fidelity judges use them): the winner compiles and check passes on it (a document
+    without ffn_hidden_size failed with KeyError)."""
+    shutil.copytree(ROOT / "tests" / "fidelity" / "outside_catalogue" / "recipes" / "models",
+                    tmp_path / "recipes" / "models")
+    target = tmp_path / "recipes" / "planned" / f"{model}.yaml"
+    rc, _, err = run("--root", str(tmp_path), "plan-layout", model, "--platform", "h100", "--gpus", "16", "--top", "1",
+                     "--emit", str(target))
+    assert rc == 0, err
+    rc, out, err = run("--root", str(tmp_path), "compile", str(target), "--out", str(tmp_path / "build"))
+    assert rc == 0, out + err
+    rc, out, err = run("--root", str(tmp_path), "check", str(target))
+    assert rc == 0, out + err
+
+
 def test_usage_errors_exit_2():
     assert run("plan-layout", "qwen3-30b-a3b", "--gpus", "many")[0] == 2
     rc, out, _ = run("plan-layout", "--help")
