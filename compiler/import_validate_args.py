@@ -7,7 +7,7 @@ from __future__ import annotations
 from .field_catalogue import megatron_fields
 from .import_docs import put
 from .layout import LayoutError, vpp_from_layers_per_virtual_stage
-from .megatron_args import lm_parser
+from .megatron_args import lm_default
 
 # Megatron-LM validate_args rewrites deprecated flags before anything reads them (arguments.py, "Deprecated
 # arguments" and the CUDA-graph block): dest -> (the dest it sets, the value it sets; None: the flag's own value).
@@ -85,13 +85,6 @@ def samples_as_iterations(g, recipe: dict, decided: list) -> None:
                        f"{gbs} samples)")
 
 
-def lm_default(dest: str):
-    for entry in lm_parser()["options"].values():
-        if entry["dest"] == dest:
-            return entry["default"]
-    return None
-
-
 def derive_mlp_width(arch: dict, given: dict, decided: list) -> None:
     """validate_args' MLP width without --ffn-hidden-size: 4 x hidden, or for SwiGLU 2/3 of it rounded down to a
     multiple of 64 (megatron-core's own default is 4 x hidden, so a SwiGLU launch's width is written down)."""
@@ -149,15 +142,17 @@ TRAINING_ONLY_IN_LM = {
     "hybrid_layer_pattern": "a recipe builds a GPT model of attention and MLP/MoE layers (Mamba hybrids are not "
                             "planned)",
 }
+# argument families that share one reason: prefix -> the TRAINING_ONLY_IN_LM entry
+FAMILIES = {"muon_": "optimizer", "mamba_": "hybrid_layer_pattern", "hybrid_": "hybrid_layer_pattern"}
 
 
 def why_no_knob(dest: str) -> str:
     """Why an argument without a knob is dropped: a megatron-core config field or one of TRAINING_ONLY_IN_LM
     changes what trains (the import then trains differently from the launch); any other is launch-only."""
-    if dest in TRAINING_ONLY_IN_LM or dest.startswith(("muon_", "mamba_", "hybrid_")):
-        why = TRAINING_ONLY_IN_LM.get(dest) or TRAINING_ONLY_IN_LM[
-            "optimizer" if dest.startswith("muon_") else "hybrid_layer_pattern"]
-        return f"changes what trains, and no recipe setting says it: {why}"
+    reason = dest if dest in TRAINING_ONLY_IN_LM else next(
+        (key for prefix, key in FAMILIES.items() if dest.startswith(prefix)), None)
+    if reason:
+        return f"changes what trains, and no recipe setting says it: {TRAINING_ONLY_IN_LM[reason]}"
     if dest in megatron_fields()["all"]:
         return "a megatron-core setting no recipe states: the imported recipe runs megatron-core's default"
     return "a Megatron-LM argument moeforge has no knob for (launch-only)"

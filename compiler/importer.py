@@ -35,10 +35,11 @@ from . import project
 from .compose import NAME
 from .import_bridge import from_bridge
 from .import_docs import nodes, put, put_path
-from .import_validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width, lm_default,
+from .import_validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width,
                                    padded_vocab, samples_as_iterations, why_no_knob)
 from .launch_text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
+from .megatron_args import lm_default
 from .rules.expr import version_int
 
 

@@ -75,6 +75,12 @@ def _by_dest(release: str) -> dict[str, list[tuple[str, dict]]]:
     return out
 
 
+def lm_default(dest: str):
+    """Megatron-LM's default for an argument (the stored parser's; None for one it does not have)."""
+    options = _by_dest(lm_parser()["release"]).get(dest)
+    return options[0][1]["default"] if options else None
+
+
 @lru_cache(maxsize=4)
 def knob_index(mcore: int) -> dict[tuple[str, str], K.Knob]:
     return {(k.section, k.name_for(mcore)): k for k in K.KNOBS if k.section and k.name_for(mcore)}
