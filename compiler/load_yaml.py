@@ -43,6 +43,8 @@ def parse(text: str, file: str) -> Document:
                                       "spaces only", Position(file, tab[0] + 1, tab[1] + 1),
                                       help="replace the tab with spaces (set your editor to insert spaces "
                                            "in YAML files)")]) from None
+        if "nesting depth" in str(exc.problem):  # libyaml's own limit (PyYAML >= 6.0.4), far past ours
+            raise CompileError([_too_deep(pos)]) from None
         raise CompileError([error("E_YAML_SYNTAX", f"{exc.problem or exc.context}", pos)]) from None
     except yaml.YAMLError as exc:  # e.g. reader errors on control characters
         raise CompileError([error("E_YAML_SYNTAX", str(exc).splitlines()[0], Position(file, 1, 1))]) from None
@@ -53,6 +55,10 @@ def parse(text: str, file: str) -> Document:
     if builder.errors:
         raise CompileError(builder.errors)
     return Document(file, data, builder.positions)
+
+
+def _too_deep(pos: Position):
+    return error("E_YAML_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels", pos, help="flatten the document")
 
 
 def _indent_tab(text: str, line: int, scan: bool) -> tuple[int, int] | None:
@@ -86,8 +92,7 @@ class _Builder:
                        f"more than {MAX_NODES} values after expanding aliases (an alias bomb?)",
                        node, "remove the anchors/aliases that multiply the document")
         if depth > MAX_DEPTH:
-            self._fail("E_YAML_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels", node,
-                       "flatten the document")
+            self.errors.append(_too_deep(self._pos(node)))
         self.positions.setdefault(path, self._pos(node))
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, depth)
