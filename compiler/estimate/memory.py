@@ -12,7 +12,10 @@ measured run and the comparison with Megatron-LM's theoretical_memory_usage.py.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .. import pipeline_layout
 from ..layout import Layout
@@ -133,13 +136,39 @@ def is_linear_attention_layer(tc: dict, number: int) -> bool:
     return number % (freq or 1) != 0
 
 
-def layer_params(tc: dict, number: int, lay: Layout, te: bool = True) -> tuple[int, int]:
-    """(dense, expert) parameters of decoder layer ``number`` on one rank."""
-    dense, expert = mlp_block_params(tc, is_moe_layer(tc, number), lay.tp, lay.ep, lay.expert_tp)
-    return dense + attention_params(tc, lay.tp, is_linear_attention_layer(tc, number), te), expert
+def layer_kinds(tc: dict) -> tuple[tuple[bool, bool], ...]:
+    """(MoE, linear attention) of decoder layers 1..num_layers, at index number - 1: layers of one kind
+    hold and keep the same, so per-rank sums count each kind once."""
+    def hashable(v):
+        return tuple(v) if isinstance(v, list) else v
+    return _layer_kinds(tc["num_layers"], bool(tc.get("num_moe_experts")), hashable(tc.get("moe_layer_freq", 1)),
+                        tc.get("experimental_attention_variant"), hashable(tc.get("linear_attention_freq")))
 
 
-def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
+@functools.lru_cache(maxsize=256)
+def _layer_kinds(n, moe, moe_freq, variant, linear_freq) -> tuple[tuple[bool, bool], ...]:
+    tc = {"num_moe_experts": moe, "experimental_attention_variant": variant,
+          "moe_layer_freq": list(moe_freq) if isinstance(moe_freq, tuple) else moe_freq,
+          "linear_attention_freq": list(linear_freq) if isinstance(linear_freq, tuple) else linear_freq}
+    return tuple((is_moe_layer(tc, k), is_linear_attention_layer(tc, k)) for k in range(1, n + 1))
+
+
+def _kind_counts(kinds: tuple, layers: range) -> dict:
+    """How many of the chunk's decoder layers are of each kind, by first appearance."""
+    counts: dict = {}
+    for kind in kinds[layers.start - 1:layers.stop - 1]:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def kind_params(tc: dict, kind: tuple[bool, bool], lay: Layout, te: bool = True) -> tuple[int, int]:
+    """(dense, expert) parameters on one rank of a decoder layer of ``kind`` (layer_kinds)."""
+    moe, linear = kind
+    dense, expert = mlp_block_params(tc, moe, lay.tp, lay.ep, lay.expert_tp)
+    return dense + attention_params(tc, lay.tp, linear, te), expert
+
+
+def _virtual_stages(tc: dict, lay: Layout) -> tuple[str, ...]:
     """The layout as megatron-core builds it: pp*vpp virtual stages in order (stage i is chunk
     i // pp of pipeline rank i % pp), each a string of E/t/m/L like pipeline_model_parallel_layout.
 
@@ -147,12 +176,22 @@ def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
     stages, or an even split of num_layers (+1 each for account_for_embedding/loss_in_pipeline_split,
     those slots being the embedding and the loss); the embedding on the first virtual stage, MTP
     and the loss on the last."""
-    text = tc.get("pipeline_model_parallel_layout")
+    return _split(*_split_fields(tc), lay.pp, lay.chunks)
+
+
+def _split_fields(tc: dict) -> tuple:
+    """The transformer-config fields that decide the split (hashable: the split is cached)."""
+    return (tc.get("pipeline_model_parallel_layout"), tc["num_layers"], tc.get("mtp_num_layers") or 0,
+            tc.get("num_layers_in_first_pipeline_stage"), tc.get("num_layers_in_last_pipeline_stage"),
+            bool(tc.get("account_for_embedding_in_pipeline_split")),
+            bool(tc.get("account_for_loss_in_pipeline_split")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(text, n, mtp_layers, first, last, emb, loss, pp, vpp) -> tuple[str, ...]:
     if text:
-        return pipeline_layout.stages(text)
-    n, pp, vpp = tc["num_layers"], lay.pp, lay.chunks
-    mtp = "m" * (tc.get("mtp_num_layers") or 0)
-    first, last = tc.get("num_layers_in_first_pipeline_stage"), tc.get("num_layers_in_last_pipeline_stage")
+        return tuple(pipeline_layout.stages(text))
+    mtp = "m" * mtp_layers
     if first is not None or last is not None:
         rest = pp - (first is not None) - (last is not None)
         middle = (n - (first or 0) - (last or 0)) // rest if rest else 0
@@ -164,8 +203,6 @@ def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
         counts = [per_rank[i % pp] // vpp for i in range(pp * vpp)]
         stages = ["t" * c for c in counts]
     else:
-        emb = bool(tc.get("account_for_embedding_in_pipeline_split"))
-        loss = bool(tc.get("account_for_loss_in_pipeline_split"))
         per = (n + emb + loss) // (pp * vpp)
         stages = ["t" * per for _ in range(pp * vpp)]
         if emb:
@@ -174,22 +211,25 @@ def _virtual_stages(tc: dict, lay: Layout) -> list[str]:
             stages[-1] = stages[-1][1:]
     stages[0] = "E" + stages[0]
     stages[-1] = stages[-1] + mtp + "L"
-    return stages
+    return tuple(stages)
 
 
-def stage_contents(tc: dict, lay: Layout, pp_rank: int) -> list[dict]:
-    """Per model chunk on a pipeline rank: decoder layer numbers, MTP, embedding, output."""
-    stages = _virtual_stages(tc, lay)
+def stage_contents(tc: dict, lay: Layout, pp_rank: int) -> tuple[Mapping, ...]:
+    """Per model chunk on a pipeline rank: decoder layer numbers, MTP, embedding, output (read-only:
+    cached, as the planner asks for every rank of tens of thousands of candidates)."""
+    return _contents(_virtual_stages(tc, lay), lay.pp, pp_rank)
+
+
+@functools.lru_cache(maxsize=4096)
+def _contents(stages: tuple[str, ...], pp: int, pp_rank: int) -> tuple[Mapping, ...]:
     starts, count = [], 0
     for s in stages:
         starts.append(count)
         count += s.count("t")
-    chunks = []
-    for i in range(pp_rank, len(stages), lay.pp):
-        s = stages[i]
-        chunks.append({"layers": list(range(starts[i] + 1, starts[i] + s.count("t") + 1)),
-                       "mtp": s.count("m"), "embedding": "E" in s, "output": "L" in s})
-    return chunks
+    return tuple(MappingProxyType({"layers": range(starts[i] + 1, starts[i] + stages[i].count("t") + 1),
+                                   "mtp": stages[i].count("m"), "embedding": "E" in stages[i],
+                                   "output": "L" in stages[i]})
+                 for i in range(pp_rank, len(stages), pp))
 
 
 def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool = True) -> dict:
@@ -203,14 +243,12 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
     positions = model["max_sequence_length"] * h if model.get("position_embedding_type") == "learned_absolute" else 0
     dense = expert = embedding = 0
     chunks = stage_contents(tc, lay, pp_rank)
-    kinds: dict = {}  # layers of one kind (MoE or dense, linear or softmax attention) hold the same
+    kinds, held = layer_kinds(tc), {}
     for chunk in chunks:
-        for number in chunk["layers"]:
-            key = (is_moe_layer(tc, number), is_linear_attention_layer(tc, number))
-            if key not in kinds:
-                kinds[key] = layer_params(tc, number, lay, te)
-            d, e = kinds[key]
-            dense, expert = dense + d, expert + e
+        for kind, count in _kind_counts(kinds, chunk["layers"]).items():
+            if kind not in held:
+                held[kind] = kind_params(tc, kind, lay, te)
+            dense, expert = dense + count * held[kind][0], expert + count * held[kind][1]
         if chunk["embedding"]:
             embedding += table + positions
         # the decoder's final norm: on the output stage, or with MTP on the stage holding the last
@@ -222,7 +260,7 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
                 embedding += table  # output layer (a copy on the last stage when tied and PP > 1)
         for _ in range(chunk["mtp"]):
             # enorm, hnorm, eh_proj (2h -> h, column-parallel), one decoder layer, final norm
-            d, e = layer_params(tc, tc["num_layers"], lay, te)
+            d, e = kind_params(tc, kinds[-1], lay, te)
             dense += 3 * _norm(tc, h) + 2 * h * h // tp + d
             expert += e
         if chunk["mtp"] and not chunk["embedding"]:
@@ -314,27 +352,31 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
     scores = 0 if te else tr["seq_length"] // lay.cp
     items: dict = {}
+    kinds, kept = layer_kinds(tc), {}
 
-    def layer(number: int) -> float:
-        parts = A.layer_bytes(tc, t, t_h, lay.tp, lay.expert_tp, is_moe_layer(tc, number),
-                              is_linear_attention_layer(tc, number), recompute, modules, scores)
+    def layers(kind, count: int) -> float:
+        """Bytes ``count`` layers of ``kind`` keep (each the same), added to the items."""
+        if kind not in kept:
+            parts = A.layer_bytes(tc, t, t_h, lay.tp, lay.expert_tp, *kind, recompute, modules, scores)
+            kept[kind] = parts, sum(parts.values())
+        parts, size = kept[kind]
         for k, v in parts.items():
-            items[k] = items.get(k, 0) + v
-        return sum(parts.values())
+            items[k] = items.get(k, 0) + count * v
+        return size
 
     chunk_bytes, layer_peak, output = [], 0.0, {}
     for chunk in stage_contents(tc, lay, pp_rank):
-        sizes = [layer(n) for n in chunk["layers"]]
+        sizes = [(layers(kind, count), count) for kind, count in _kind_counts(kinds, chunk["layers"]).items()]
         for _ in range(chunk["mtp"]):  # an MTP layer: enorm, hnorm, eh_proj inputs + one decoder layer
             mtp_inputs = 5 * A.ACT * t_h * tc["hidden_size"]
             items["mtp.inputs"] = items.get("mtp.inputs", 0) + mtp_inputs
-            sizes.append(layer(tc["num_layers"]) + mtp_inputs)
+            sizes.append((layers(kinds[-1], 1) + mtp_inputs, 1))
         extra = 0.0
         if chunk["output"]:
             output = A.logits_bytes(tc, model, t, t_h, lay.tp)
             extra = sum(output.values()) * (1 + chunk["mtp"])  # MTP computes its own logits
-        layer_peak = max([layer_peak, *sizes])
-        chunk_bytes.append(sum(sizes) + extra)
+        layer_peak = max([layer_peak, *(size for size, _ in sizes)])
+        chunk_bytes.append(sum(size * count for size, count in sizes) + extra)
     held, schedule = A.schedule_peak(chunk_bytes, lay.pp, pp_rank, lay.vpp, tr["num_microbatches"],
                                      bool(tc.get("overlap_moe_expert_parallel_comm")), layer_peak)
     total = int(held + layer_peak)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..layout import Layout
 from . import comm
 from .flops import KEYS, chunk_flops, model_flops_per_token
-from .memory import DTYPE_BYTES, _heads, is_linear_attention_layer, is_moe_layer, rank_parameters, stage_contents
+from .memory import DTYPE_BYTES, _heads, layer_kinds, rank_parameters, stage_contents
 from .steptime_terms import assemble
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
@@ -127,13 +127,14 @@ def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
     tc, model, seq = plan["transformer_config"], plan["model"], plan["training"]["seq_length"]
     per = dict.fromkeys(KEYS, 0.0)
     moe_layers = attn_layers = mla_layers = layers = 0
+    kinds = layer_kinds(tc)
     for chunk in stage_contents(tc, lay, pp_rank):
         for key, value in chunk_flops(tc, model["vocab_size"], seq, chunk, megatron=False).items():
             per[key] += value
-        numbers = chunk["layers"] + [tc["num_layers"]] * chunk["mtp"]
+        numbers = [*chunk["layers"], *[tc["num_layers"]] * chunk["mtp"]]
         layers += len(numbers)
-        moe_layers += sum(is_moe_layer(tc, n) for n in numbers)
-        attn_layers += sum(not is_linear_attention_layer(tc, n) for n in numbers)
+        moe_layers += sum(kinds[n - 1][0] for n in numbers)
+        attn_layers += sum(not kinds[n - 1][1] for n in numbers)
         mla_layers += len(numbers) if tc.get("multi_latent_attention") else 0
     per["recompute"], per["recompute_experts"] = _recompute_extra(tc, per, mla_layers)
     return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
