@@ -163,7 +163,7 @@ def fixes_for(names: list[str], pins: dict, hard: list[Rule], others: list[Rule]
             [r for r in quiet if name in _closure(r.fields)]
         values = [v for v in _candidates(name, pins, keep)
                   if _writable(name, v) and _verified(name, v, pins, keep)]
-        found += [(order, name, v, _cost(pins[name].value, v)) for v in values]
+        found += [(order, name, v, _cost(_reference(name, pins), v)) for v in values]
     best = {}
     for order, name, _, cost in found:
         best[name] = min(best.get(name, (math.inf, order)), (cost, order))
@@ -180,8 +180,9 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
     spec, var = _SPEC[name], enc.vars[name]
     s = _limit(z3.Optimize(ctx=enc.ctx))
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
-    if spec.kind in ("int", "opt_int") and isinstance(pins[name].value, int):
-        distance = var - pins[name].value
+    reference = _reference(name, pins)
+    if spec.kind in ("int", "opt_int") and isinstance(reference, int):
+        distance = var - reference
         s.minimize(z3.If(distance >= 0, distance, -distance))
     found = []
     for _ in range(1 if spec.kind in ("bool", "set", "float", "str") else 5):
@@ -194,6 +195,15 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
         s.add(z3.Not(enc.value_term(name, value)))
     # a float or string knob is only known to the solver as set or not: "set it to something" is no fix
     return [v for v in found if v is not _SET_VALUE]
+
+
+def _reference(name: str, pins: dict):
+    """What a fix's size is measured from: the pin's value, or for an unset knob the value megatron-core
+    derives in its place (kv_channels: hidden_size // num_attention_heads), so fixes stay near it."""
+    value = pins[name].value
+    if value is not None:
+        return value
+    return _SPEC[name].derived(lambda f: pins[f].value if f in pins else None)
 
 
 def _writable(name: str, value) -> bool:

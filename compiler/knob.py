@@ -47,6 +47,20 @@ class Knob:
     unit: str = ""
     # Values spelled differently by Megatron-LM and Megatron-Bridge: ((plan value, Megatron's value), ...)
     lm_values: tuple = ()
+    # What megatron-core derives when the knob is unset, as (op, a, b): op "*" or "//", a and b knob names
+    # or ints (kv_channels: ("//", "hidden_size", "num_attention_heads")); () where it derives nothing
+    unset: tuple = ()
+
+    def derived(self, get) -> int | None:
+        """The value megatron-core uses when this knob is unset (``get``: another knob's value), or None
+        where it derives none or the operands are not positive integers."""
+        if not self.unset:
+            return None
+        op, a, b = self.unset
+        a, b = get(a) if isinstance(a, str) else a, get(b) if isinstance(b, str) else b
+        if type(a) is not int or type(b) is not int or a <= 0 or b <= 0:  # noqa: E721 (bool is no size)
+            return None
+        return a * b if op == "*" else a // b
 
     def default_for(self, frontend: str = "megatron-core"):
         """The value this front-end uses when nobody sets the knob."""

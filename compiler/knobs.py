@@ -116,11 +116,11 @@ KNOBS: tuple[Knob, ...] = (
     # --- model architecture (from the model document) ---------------------------------
     _arch("num_layers", "int", None),
     _arch("hidden_size", "int", None),
-    _arch("ffn_hidden_size", "opt_int", None),
+    _arch("ffn_hidden_size", "opt_int", None, unset=("*", 4, "hidden_size")),  # TransformerConfig.__post_init__
     _arch("num_attention_heads", "int", None),
-    _arch("num_query_groups", "opt_int", None, lm=None,
+    _arch("num_query_groups", "opt_int", None, lm=None, unset=("*", 1, "num_attention_heads"),
           doc="Megatron-LM: --group-query-attention --num-query-groups (emitted together)"),
-    _arch("kv_channels", "opt_int", None, unit="channels per head"),
+    _arch("kv_channels", "opt_int", None, unit="channels per head", unset=("//", "hidden_size", "num_attention_heads")),
     _arch("normalization", "enum", "LayerNorm", ("LayerNorm", "RMSNorm")),
     _arch("norm_epsilon", "float", 1e-5, field="layernorm_epsilon"),
     _arch("layernorm_zero_centered_gamma", "bool", False),
@@ -378,6 +378,12 @@ LINT_ONLY = frozenset(k.field for k in KNOBS if k.path is None and k.field not i
 
 def knob(field: str) -> Knob:
     return BY_FIELD[field]
+
+
+def effective(field: str, values: dict):
+    """The knob's value in ``values`` (plan fields), or what megatron-core derives when it is unset."""
+    value = values.get(field)
+    return value if value is not None else BY_FIELD[field].derived(values.get)
 
 
 def display(field: str) -> str:

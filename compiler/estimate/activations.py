@@ -13,6 +13,8 @@ Notation: t = seq/cp * mbs tokens of the micro-batch; t_h = t/tp with sequence p
 """
 from __future__ import annotations
 
+from .. import knobs as K
+
 ACT = 2          # bf16/fp16 activations (params_dtype bfloat16 in every GPU recipe)
 FP32 = 4
 # EP token imbalance when routing is neither forced balanced nor capped by a capacity factor:
@@ -21,9 +23,10 @@ FP32 = 4
 EP_IMBALANCE_BOUND = 1.5
 
 
-def _heads(tc):
-    h, a = tc["hidden_size"], tc["num_attention_heads"]
-    return h, a, tc.get("kv_channels") or h // a, tc.get("num_query_groups") or a
+def heads(tc: dict) -> tuple[int, int, int, int]:
+    """Hidden size, attention heads, head size and query groups, as megatron-core derives the unset ones."""
+    return (tc["hidden_size"], tc["num_attention_heads"], K.effective("kv_channels", tc),
+            K.effective("num_query_groups", tc))
 
 
 def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, linear: bool,
@@ -31,7 +34,7 @@ def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, l
     """One layer's attention block (with its input norm).  ``scores``: the s x s attention
     probabilities per token and head when the attention is not flash (megatron-core's local
     DotProductAttention saves its softmax output for the bmm with v); 0 with TE."""
-    h, a, d, g = _heads(tc)
+    h, a, d, g = heads(tc)
     # input norm: its input and normed output (TELayerNormColumnParallelLinear keeps both for backward;
     # with SP the local [s/tp] shard, gathered again in backward)
     out = {"norm": 2 * ACT * t_h * h}

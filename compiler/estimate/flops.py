@@ -14,7 +14,8 @@ holds) comes from memory.py: one place.
 """
 from __future__ import annotations
 
-from .memory import _glu, _heads, is_linear_attention_layer, is_moe_layer
+from .activations import heads
+from .memory import _glu, is_linear_attention_layer, is_moe_layer
 
 FWD_BWD = 3  # forward, backward dgrad, backward wgrad (Megatron-LM forward_backward_expansion_factor)
 FMA = 2      # one multiply-add is two FLOPs (Megatron-LM fma_expansion_factor)
@@ -64,7 +65,7 @@ def attention_flops(tc: dict, seq: int, linear: bool, keys: float | None = None)
         v = dv * nv
         return K * (h * (2 * qk + 2 * v + 2 * nv) + tc.get("linear_conv_kernel_dim", 4) * (2 * qk + v)
                     + nv * dv * dv * 4 + h * v), 0.0
-    _, a, d, g = _heads(tc)
+    _, a, d, g = heads(tc)
     if tc.get("multi_latent_attention"):
         qk, pos, vd = tc["qk_head_dim"], tc["qk_pos_emb_head_dim"], tc["v_head_dim"]
         qlr, kvlr = tc.get("q_lora_rank"), tc["kv_lora_rank"]

@@ -44,13 +44,6 @@ def _norm(tc, size: int) -> int:
     return size * (2 if tc.get("normalization", "LayerNorm") == "LayerNorm" else 1)
 
 
-def _heads(tc):
-    h, a = tc["hidden_size"], tc["num_attention_heads"]
-    d = tc.get("kv_channels") or h // a
-    g = tc.get("num_query_groups") or a
-    return h, a, d, g
-
-
 def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
     """One layer's attention block on one TP rank, with its input norm.
 
@@ -70,7 +63,7 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
         # out_proj (+ bias), out_norm over one head (config.normalization: a LayerNorm has a bias too)
         out = v // tp * h + (h if bias else 0) + _norm(tc, dv)
         return norm + in_proj + conv + gates + out
-    _, a, d, g = _heads(tc)
+    _, a, d, g = A.heads(tc)
     if tc.get("multi_latent_attention"):
         qk, pos, vd = tc["qk_head_dim"], tc["qk_pos_emb_head_dim"], tc["v_head_dim"]
         qlr, kvlr = tc.get("q_lora_rank"), tc["kv_lora_rank"]

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from ..layout import Layout
 from . import comm
 from .flops import KEYS, chunk_flops, model_flops_per_token
-from .memory import DTYPE_BYTES, _heads, layer_kinds, rank_parameters, stage_contents
+from .activations import heads
+from .memory import DTYPE_BYTES, layer_kinds, rank_parameters, stage_contents
 from .steptime_terms import assemble
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
@@ -173,7 +174,7 @@ def estimate(plan: dict, lay: Layout | None = None, facts: dict | None = None) -
                        perf["collective_efficiency"], perf["a2a_efficiency"])
     ctx = {"plan": plan, "lay": lay, "perf": perf, "links": links, "stage": stage, "counts": counts,
            "microbatches": max(1, gbs // (mbs * lay.dp)), "tokens": tokens, "peak": peak,
-           "rate": peak * perf["achievable_fraction"], "heads": _heads(tc),
+           "rate": peak * perf["achievable_fraction"], "heads": heads(tc),
            "grad_bytes": 4 if (plan.get("ddp_config") or {}).get("grad_reduce_in_fp32") else
            DTYPE_BYTES.get(tc.get("params_dtype") or "bfloat16", 2)}
     items, hidden, formulas, details = assemble(ctx)

@@ -169,6 +169,20 @@ def test_gbs_fix_never_breaks_the_context_parallel_split():
     assert "32768" not in d.help
 
 
+def test_an_unset_head_size_is_offered_near_the_one_megatron_derives():
+    """hidden 100 over 3 heads: megatron-core's head size would be 100 // 3 = 33; the even head sizes offered
+    (rotary needs one) are the nearest to it, nearest first, not the solver's first few."""
+    sets = ["model.architecture.hidden_size=100", "model.architecture.num_attention_heads=3",
+            "model.architecture.num_query_groups=1"]
+    diags = _errors("tiny-moe/cpu", sets)
+    for d in diags:
+        kv = [v for path, v in d.fixes if path == "model.architecture.kv_channels"]
+        assert sorted(kv) == [30, 32, 34, 36, 38], (d.code, kv)
+        assert kv == sorted(kv, key=lambda v: abs(__import__("math").log2(v / 33))), kv
+    assert {"HIDDEN_DIVISIBLE_BY_HEADS", "ROPE_NEEDS_EVEN_HEAD_SIZE"} <= {d.code for d in diags}
+    _check_fixes("tiny-moe/cpu", sets)
+
+
 def test_seq_length_must_split_into_2cp_chunks():
     diags = _errors("qwen3-30b-a3b/h100-bf16", ["parallelism.cp=2", "training.seq_length=4098"])
     assert any(d.code == "LAYOUT_SEQ_DIVISIBLE_BY_2CP" for d in diags)

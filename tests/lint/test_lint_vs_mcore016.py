@@ -36,6 +36,7 @@ fused_geglu = pytest.importorskip("megatron.core.fusions.fused_bias_geglu")
 ACTIVATIONS = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
                "quick_gelu": fused_geglu.quick_gelu, "squared_relu": activations.squared_relu}
 
+from compiler import knobs as K  # noqa: E402
 from compiler.lintconfig import lint_mapping  # noqa: E402
 from compiler.rules import BY_ID, CATALOGUE  # noqa: E402
 from compiler.rules.expr import version_int  # noqa: E402
@@ -402,3 +403,17 @@ def test_mxfp8_memory_warning_is_megatron_cores():
                "versions": {"torch": torch.__version__, "transformer_engine": None, "megatron_core": MCORE}}
         fired = [f for f in lint_mapping(cfg, frontend="megatron-core") if f.rule == rule]
         assert bool(fired) == any(BY_ID[rule].megatron_message in t for t in texts), (recipe, reuse, texts)
+
+
+def test_what_an_unset_knob_becomes_is_what_transformer_config_derives():
+    """The knob table's `unset` (read by the estimates, the plan's stated MLP width and the fixes offered for
+    an unset knob) against TransformerConfig.__post_init__ itself, on sizes where floor division shows."""
+    derived = [k for k in K.KNOBS if k.unset]
+    assert {k.field for k in derived} >= {"kv_channels", "ffn_hidden_size", "num_query_groups"}
+    for hidden, heads in ((96, 6), (100, 3), (4096, 32)):
+        values = {"num_layers": 2, "hidden_size": hidden, "num_attention_heads": heads}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = tc_mod.TransformerConfig(**values)
+        for k in derived:
+            assert getattr(config, k.field) == k.derived(values.get), (k.field, hidden, heads)
