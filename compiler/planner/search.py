@@ -94,7 +94,7 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
     except steptime.PerformanceError as exc:
         raise PlannerError(str(exc)) from None
     per_node = pdoc.get("gpus_per_node") or 1
-    if gpus > per_node and gpus % per_node:
+    if gpus % per_node:  # a recipe holds whole nodes (resources.nodes) of the platform's gpus_per_node
         raise PlannerError(f"--gpus {gpus} is not a whole number of {platform} nodes of {per_node} GPUs: "
                            f"use a multiple of {per_node}")
     arch = dict(mdoc.get("architecture") or {})

@@ -189,6 +189,8 @@ def test_evaluate_a_catalogue_recipe():
     (["no-such-model", "--platform", "h100", "--gpus", "16"], "unknown model 'no-such-model'"),
     (["qwen3-30b-a3b", "--platform", "tpu9", "--gpus", "16"], "unknown platform 'tpu9'"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "12"], "not a whole number of h100 nodes of 8 GPUs"),
+    # part of a node: a recipe holds whole nodes (it used to fail the template's GBS with a misleading fix)
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "4"], "--gpus 4 is not a whole number of h100 nodes of 8 GPUs"),
     (["qwen3-30b-a3b", "--gpus", "16"], "missing --platform"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--seq", "-1"], "--seq must be a positive integer"),
