@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
                    help="print the memory and time breakdown of the candidate at RANK (default 1, the winner)")
     p.add_argument("--emit", metavar="FILE", help="write the winner as a recipe to FILE (put it under recipes/ "
                                                   "to compile it: moeforge compile FILE)")
+    p.add_argument("--force", action="store_true", help="with --emit: replace FILE even if plan-layout did not "
+                                                         "write it")
     p.add_argument("--evaluate", metavar="RECIPE", help="estimate one given recipe instead of searching")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
     return p
@@ -56,6 +58,8 @@ def _run(args) -> int:
                                   "(or --evaluate RECIPE)")
     if args.top < 1:
         raise search.PlannerError(f"--top must be at least 1, got {args.top}")
+    if args.emit:
+        emit.may_replace(args.emit, args.force)
     s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs, args.force_load_balancing)
     result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
     if not result.considered:  # the all-DP layout always folds: only the batch can rule out every layout

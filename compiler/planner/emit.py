@@ -29,6 +29,24 @@ def recipe_text(ev: Evaluated, s: Setting) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=110)
 
 
+def may_replace(path: str | Path, force: bool) -> None:
+    """Refuse, before the search, to replace a file plan-layout did not write (a user's recipe would be lost);
+    an earlier plan is replaced, as re-planning into one file is the habit."""
+    path = Path(path)
+    if path.is_dir():
+        raise PlannerError(f"--emit {path}: is a directory: give a file name (e.g. {path / 'planned.yaml'})")
+    if force or not path.exists():
+        return
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            ours = f.readline() == HEADER.splitlines(keepends=True)[0]
+    except OSError:
+        ours = False
+    if not ours:
+        raise PlannerError(f"--emit {path}: the file exists and plan-layout did not write it: choose another path, "
+                           "or pass --force to replace it")
+
+
 def write(path: str | Path, text: str) -> Path:
     path = Path(path)
     try:

@@ -169,6 +169,26 @@ def test_emit_where_it_cannot_be_written_or_compiled(tmp_path):
     assert f"it lies outside {ROOT / 'recipes'}: move it there to compile it" in err
 
 
+def test_emit_never_replaces_a_file_it_did_not_write(tmp_path):
+    """A user's own recipe at the --emit path is kept, and said so before the search; an earlier plan is
+    replaced (re-planning into one file); --force replaces anything; a directory is named as one."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: my own recipe\n")
+    argv = ("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "1", "--emit")
+    rc, out, err = run(*argv, str(mine))
+    assert rc == 1 and out == "" and mine.read_text() == "name: my own recipe\n"
+    assert err.strip() == f"moeforge plan-layout: error: --emit {mine}: the file exists and plan-layout did not " \
+                          "write it: choose another path, or pass --force to replace it"
+    planned = tmp_path / "planned.yaml"
+    for _ in range(2):   # the second run replaces the first one's plan
+        rc, _, err = run(*argv, str(planned), "--gbs", "512")
+        assert rc == 0 and "global_batch_size: 512" in planned.read_text(), err
+    rc, _, err = run(*argv, str(mine), "--gbs", "512", "--force")
+    assert rc == 0 and planned.read_text() == mine.read_text(), err
+    rc, out, err = run(*argv, str(tmp_path))
+    assert rc == 1 and out == "" and f"--emit {tmp_path}: is a directory" in err
+
+
 def test_evaluate_a_catalogue_recipe():
     rc, out, err = run("plan-layout", "--evaluate", "qwen3-30b-a3b/h100-bf16", "--format", "json")
     assert rc == 0, err
