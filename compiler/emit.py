@@ -276,10 +276,14 @@ def render(plan: dict, composed_data: dict, build_dir: str) -> dict[str, str]:
 
 
 def write_atomically(target: Path, files: dict[str, str]) -> None:
-    """Write into a staging directory, then swap it in; on any failure the previous build stays."""
+    """Write into a staging directory, then swap it in; on any failure the previous build stays.
+
+    What the previous build holds besides compile's own files (the runtime's report.json, a checkpoint or
+    logs a recipe keeps there) moves into the new build (a rename, however large): a recompile never
+    deletes a run's results."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    retired = None
+    retired, carried = None, []
     try:
         for name, text in files.items():
             path = staging / name
@@ -288,17 +292,26 @@ def write_atomically(target: Path, files: dict[str, str]) -> None:
         os.chmod(staging, 0o755)
         with open(target.parent / f".{target.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent compiles of one recipe swap in turn
-            if target.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-                os.replace(target, retired / "build")
             try:
+                if target.is_dir():
+                    for entry in sorted(os.listdir(target)):
+                        if entry not in files:
+                            os.replace(target / entry, staging / entry)
+                            carried.append(entry)
+                if target.exists():
+                    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+                    os.replace(target, retired / "build")
                 os.replace(staging, target)
             except BaseException:
                 if retired is not None and (retired / "build").exists():
                     os.replace(retired / "build", target)  # put the previous build back
+                for entry in reversed(carried):  # and what it held
+                    os.replace(staging / entry, target / entry)
+                carried.clear()
                 raise
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not carried:  # a run's results never go with the staging directory
+            shutil.rmtree(staging, ignore_errors=True)
         if retired is not None:
             shutil.rmtree(retired, ignore_errors=True)
         raise

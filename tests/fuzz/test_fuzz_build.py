@@ -1,7 +1,8 @@
 """Never a partial build: `compile --out DIR` after failures, faults and kills.
 
 The contract (README, compiler/emit.py): a failed compile leaves the previous build intact, a
-successful one swaps the complete new build in, and nothing else is left in the build root.
+successful one swaps the complete new build in, and nothing else is left in the build root. What a
+run left in the build directory (the runtime's report.json, a checkpoint) is kept either way.
 The only other entry allowed next to build/<dir>/<name>/ is the lock file `.<name>.lock` that
 emit.write_atomically uses to serialise concurrent compiles of one recipe.
 """
@@ -44,18 +45,25 @@ def previous(fuzz_root, tmp_path_factory) -> Path:
     return out
 
 
-def fresh_out(previous: Path, tmp_path_factory, with_previous: bool) -> Path:
+# what a run leaves in its build directory: the runtime's report, a checkpoint a recipe saves there
+RESULTS = {"report.json": b'{"steps": 3}\n', "checkpoints/iter_0000003/model.pt": b"weights"}
+
+
+def fresh_out(previous: Path, tmp_path_factory, with_previous: bool, results: bool = False) -> Path:
     out = tmp_path_factory.mktemp("out")
     if with_previous:
         shutil.copytree(previous / CASE, out / CASE)
+        for name, data in RESULTS.items() if results else ():
+            (out / CASE / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / CASE / name).write_bytes(data)
     return out
 
 
 def assert_whole(out: Path, before: dict, outcome) -> None:
     after = tree(out / CASE)
     if outcome is not None and outcome.status == "ok":
-        assert sorted(after) == sorted(OUTPUTS)
-        assert after == {k: v.encode() for k, v in outcome.value["files"].items()}
+        kept = {k: v for k, v in before.items() if k not in OUTPUTS}   # a run's results stay
+        assert after == {**{k: v.encode() for k, v in outcome.value["files"].items()}, **kept}
     else:
         assert after == before, "a failed compile changed the previous build" if before else \
             "a failed compile left a partial build"
@@ -73,7 +81,7 @@ def mutated(draw):
 @given(data=mutated(), sets=fuzzlib.overrides, with_previous=st.booleans())
 def test_failed_compile_keeps_previous_build(fuzz_root, previous, tmp_path_factory, data, sets, with_previous):
     note(dump(data) + f"\noverrides {sets}")
-    out = fresh_out(previous, tmp_path_factory, with_previous)
+    out = fresh_out(previous, tmp_path_factory, with_previous, results=True)
     before = tree(out / CASE)
     (fuzz_root / f"{CASE}.yaml").write_text(dump(data), encoding="utf-8")
     outcome = fuzzlib.run(fuzzlib.compile_in, str(fuzz_root), CASE, sets, str(out))
@@ -114,12 +122,14 @@ def compile_with_fault(root: str, out: str, op: str, nth: int, kind: str) -> dic
     return fuzzlib.compile_in(root, CASE, [], out)
 
 
-FAULTS = [(op, n, kind) for op, calls in (("write_text", 8), ("chmod", 9), ("replace", 2), ("mkdtemp", 2))
+# renames with a previous build: its two results carried into the new one, then the two of the swap
+FAULTS = [(op, n, kind) for op, calls in (("write_text", 8), ("chmod", 9), ("replace", 4), ("mkdtemp", 2))
           for n in range(1, calls + 1) for kind in ("oserror", "interrupt")]
-# BUG-9 (fixed): a failure at either rename of the swap must keep the previous build.
+# BUG-9 (fixed): a failure at either rename of the swap must keep the previous build; and at a rename
+# carrying a run's results, those results, where they were.
 FAULT_CASES = [pytest.param(op, nth, kind, prev, id=f"{op}-{nth}-{kind}-{'previous' if prev else 'empty'}")
                for op, nth, kind in FAULTS for prev in (True, False)
-               if prev or not (op in ("replace", "mkdtemp") and nth == 2)]  # one rename/tmpdir without a build
+               if prev or not (op in ("replace", "mkdtemp") and nth >= 2)]  # one rename/tmpdir without a build
 
 
 @pytest.mark.usefixtures("warm")
@@ -127,7 +137,7 @@ FAULT_CASES = [pytest.param(op, nth, kind, prev, id=f"{op}-{nth}-{kind}-{'previo
 def test_fault_during_write_keeps_previous_build(fuzz_root, previous, tmp_path_factory, op, nth, kind,
                                                   with_previous):
     (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
-    out = fresh_out(previous, tmp_path_factory, with_previous)
+    out = fresh_out(previous, tmp_path_factory, with_previous, results=True)
     before = tree(out / CASE)
     outcome = fuzzlib.isolated(compile_with_fault, str(fuzz_root), str(out), op, nth, kind)
     assert outcome.status == "crash", "the injected fault did not surface"
