@@ -169,7 +169,9 @@ def test_killed_compile_leaves_previous_or_new_build(fuzz_root, previous, tmp_pa
     """SIGKILL at any moment: build/<recipe>/ is the previous build or the complete new one.
 
     (The staging directory of a killed compile does stay behind, and no later compile removes it:
-    not checked here, nothing can clean up after SIGKILL at that moment.)"""
+    not checked here, nothing can clean up after SIGKILL at that moment. Likewise a kill between the
+    renames that carry a run's results into the new build leaves those already carried in that staging
+    directory, moved, not deleted; this test's builds hold no results.)"""
     (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
     out = fresh_out(previous, tmp_path_factory, with_previous)
     before = tree(out / CASE)
