@@ -58,7 +58,7 @@ class Knob:
             return None
         op, a, b = self.unset
         a, b = get(a) if isinstance(a, str) else a, get(b) if isinstance(b, str) else b
-        if type(a) is not int or type(b) is not int or a <= 0 or b <= 0:  # noqa: E721 (bool is no size)
+        if type(a) is not int or type(b) is not int or a <= 0 or b <= 0:  # noqa: E721 (a bool is not a size)
             return None
         return a * b if op == "*" else a // b
 

@@ -35,6 +35,8 @@ def may_replace(path: str | Path, force: bool) -> None:
     path = Path(path)
     if path.is_dir():
         raise PlannerError(f"--emit {path}: is a directory: give a file name (e.g. {path / 'planned.yaml'})")
+    if path.exists() and not path.is_file():  # a device or a FIFO (reading one could block): not a recipe
+        raise PlannerError(f"--emit {path}: is not a regular file: give a file name (under recipes/ to compile it)")
     if force or not path.exists():
         return
     try:

@@ -3,6 +3,7 @@ input as one line, and legality judged by the rule catalogue (never by the plann
 import dataclasses
 import io
 import json
+import os
 import re
 import shutil
 from contextlib import redirect_stderr, redirect_stdout
@@ -187,6 +188,10 @@ def test_emit_never_replaces_a_file_it_did_not_write(tmp_path):
     assert rc == 0 and planned.read_text() == mine.read_text(), err
     rc, out, err = run(*argv, str(tmp_path))
     assert rc == 1 and out == "" and f"--emit {tmp_path}: is a directory" in err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)   # opened to read whether plan-layout wrote it, it would block
+    rc, out, err = run(*argv, str(fifo))
+    assert rc == 1 and out == "" and f"--emit {fifo}: is not a regular file" in err
 
 
 def test_evaluate_a_catalogue_recipe():
