@@ -232,7 +232,8 @@ def cmd_compile(args) -> int:
 
     resolved = resolve(load(args.recipe, args.overrides), args.strict)
     plan = build(resolved)
-    out = Path(args.out or project.build()) / resolved.composed.recipe_id
+    # through a symlinked build directory to where it points: the scripts name that place (build_dir)
+    out = (Path(args.out or project.build()) / resolved.composed.recipe_id).resolve()
     build_dir = _relative(out)
     try:
         emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))

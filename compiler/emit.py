@@ -293,7 +293,7 @@ def write_atomically(target: Path, files: dict[str, str]) -> None:
         with open(target.parent / f".{target.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent compiles of one recipe swap in turn
             try:
-                if target.is_dir():
+                if target.is_dir() and not target.is_symlink():  # a linked build's files stay where they are
                     for entry in sorted(os.listdir(target)):
                         if entry not in files:
                             os.replace(target / entry, staging / entry)

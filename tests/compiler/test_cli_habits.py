@@ -321,3 +321,20 @@ def test_a_path_that_cannot_be_written_is_one_line_not_an_internal_error(tmp_pat
     assert rc == 1 and "internal error" not in err and "Traceback" not in err
     assert err == f"moeforge: error: {tmp_path}/plain-file/project: Not a directory: choose a path you can write " \
                   "to\n"
+
+
+def test_a_symlinked_build_directory_is_built_through(tmp_path):
+    """build/<recipe> linked to a scratch directory: the build is written there (the link stays), the scripts
+    name that place, and what a run left there stays (compile once replaced the link and the scripts named
+    the old target, which had no plan.json)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "report.json").write_text('{"steps": 3}\n')
+    (tmp_path / "build" / "tiny-moe").mkdir(parents=True)
+    link = tmp_path / "build" / "tiny-moe" / "cpu"
+    link.symlink_to(scratch)
+    rc, out, err = run("compile", "tiny-moe/cpu", "--out", str(tmp_path / "build"))
+    assert rc == 0, out + err
+    assert link.is_symlink() and (scratch / "plan.json").exists()
+    assert (scratch / "report.json").read_text() == '{"steps": 3}\n'
+    assert f"build_dir={scratch}" in (scratch / "launch.sbatch").read_text()
