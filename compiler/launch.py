@@ -71,10 +71,22 @@ def summarize(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _print_report(build: Path) -> int:
+def _report_stamp(build: Path) -> tuple | None:
+    """Which report.json the build holds (the runtime replaces it with a new file), None without one: a recompile
+    keeps an earlier run's report, which must not be shown as this run's."""
+    try:
+        st = (build / "report.json").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _print_report(build: Path, before: tuple | None) -> int:
     path = build / "report.json"
-    if not path.exists():
-        print(f"moeforge: the run left no {path}", file=sys.stderr)
+    stamp = _report_stamp(build)
+    if stamp is None or stamp == before:
+        earlier = " (the one there is an earlier run's)" if stamp is not None else ""
+        print(f"moeforge: the run left no {path}{earlier}", file=sys.stderr)
         return 1
     print(summarize(json.loads(path.read_text())))
     return 0
@@ -148,14 +160,15 @@ def slurm_command(build: Path, timeout: int) -> list[str]:
 
 def run_local(build: Path) -> int:
     python = job_python(_plan(build))
+    before = _report_stamp(build)
     rc = subprocess.call(local_command(build), cwd=project.root(), env=_job_env(python))
     if rc == EXIT_SAVED_ON_SIGNAL:  # saved on USR1 and stopped: what it did, then the same code
-        _print_report(build)
+        _print_report(build, before)
         return rc
     if rc != 0:
         print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
         return rc
-    return _print_report(build)
+    return _print_report(build, before)
 
 
 def run_slurm(build: Path, timeout: int) -> int:
@@ -164,6 +177,7 @@ def run_slurm(build: Path, timeout: int) -> int:
     if logs is not None:
         (project.root() / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
         print(f"slurm logs: {project.root() / logs}/")
+    before = _report_stamp(build)
     proc = subprocess.run(slurm_command(build, timeout), cwd=project.root(), capture_output=True, text=True,
                           env=_job_env(python))
     job = proc.stdout.strip().split(";")[0] or "?"
@@ -171,7 +185,7 @@ def run_slurm(build: Path, timeout: int) -> int:
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         return proc.returncode
-    return _print_report(build)
+    return _print_report(build, before)
 
 
 def print_commands(build: Path, timeout: int) -> int:

@@ -277,6 +277,12 @@ def test_slurm_target_creates_the_logs_dir_and_submits(tmp_path):
     assert not any(a.startswith("--output") for a in lines)
     assert "slurm job 77 exited with 0" in proc.stdout
     assert proc.returncode == 1 and "left no" in proc.stderr  # the fake job wrote no report
+    # an earlier run's report (a recompile keeps it) is not shown as this run's
+    (build_dir / "report.json").write_text('{"steps": 3}\n')
+    proc = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "slurm", str(build_dir)],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip() == \
+        f"moeforge: the run left no {build_dir / 'report.json'} (the one there is an earlier run's)"
 
 
 def test_print_target_shows_the_exact_commands(tmp_path):
