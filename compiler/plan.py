@@ -131,10 +131,10 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     # likewise every layer MoE (megatron-core's 1) where the document names no pattern: a Bridge recipe's own
     # dense-first pattern (DeepSeek-V3's) must not stand in for it
     tc["moe_layer_freq"] = moe["layer_freq"] if moe.get("layer_freq") is not None else 1
-    if tc.get("ffn_hidden_size") is None and K.effective("ffn_hidden_size", tc) is not None:
+    if tc.get("ffn_hidden_size") is None and (width := K.effective("ffn_hidden_size", tc)) is not None:
         # megatron-core's default (TransformerConfig.__post_init__), stated: without --ffn-hidden-size
         # Megatron-LM's validate_args makes a SwiGLU MLP 2/3 as wide, and the estimates read the width
-        tc["ffn_hidden_size"] = K.effective("ffn_hidden_size", tc)
+        tc["ffn_hidden_size"] = width
     if tc.get("recompute_modules") == [] or (tc.get("recompute_granularity") == "selective"
                                              and not tc.get("recompute_modules")):
         # what megatron-core fills in for None; stated, so it is checked.  [] is None too: Megatron-LM's

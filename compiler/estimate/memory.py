@@ -169,19 +169,15 @@ def _virtual_stages(tc: dict, lay: Layout) -> tuple[str, ...]:
     stages, or an even split of num_layers (+1 each for account_for_embedding/loss_in_pipeline_split,
     those slots being the embedding and the loss); the embedding on the first virtual stage, MTP
     and the loss on the last."""
-    return _split(*_split_fields(tc), lay.pp, lay.chunks)
-
-
-def _split_fields(tc: dict) -> tuple:
-    """The transformer-config fields that decide the split (hashable: the split is cached)."""
-    return (tc.get("pipeline_model_parallel_layout"), tc["num_layers"], tc.get("mtp_num_layers") or 0,
-            tc.get("num_layers_in_first_pipeline_stage"), tc.get("num_layers_in_last_pipeline_stage"),
-            bool(tc.get("account_for_embedding_in_pipeline_split")),
-            bool(tc.get("account_for_loss_in_pipeline_split")))
+    return _split(tc.get("pipeline_model_parallel_layout"), tc["num_layers"], tc.get("mtp_num_layers") or 0,
+                  tc.get("num_layers_in_first_pipeline_stage"), tc.get("num_layers_in_last_pipeline_stage"),
+                  bool(tc.get("account_for_embedding_in_pipeline_split")),
+                  bool(tc.get("account_for_loss_in_pipeline_split")), lay.pp, lay.chunks)
 
 
 @functools.lru_cache(maxsize=1024)
 def _split(text, n, mtp_layers, first, last, emb, loss, pp, vpp) -> tuple[str, ...]:
+    """_virtual_stages from the fields that decide it (hashable: cached per layout)."""
     if text:
         return tuple(pipeline_layout.stages(text))
     mtp = "m" * mtp_layers
