@@ -162,12 +162,17 @@ def schedule_peak(chunk_bytes: list[float], pp: int, pp_rank: int, vpp: int | No
     else:
         warmup = pp - pp_rank - 1
     warmup = min(warmup, total)
+    kind = "combined 1F1B" if combined else ("interleaved 1F1B" if vpp and pp > 1 else "1F1B")
+    text = f"{kind}: {warmup} warm-up forwards of {total} (chunk, micro-batch) steps"
+    if chunks == 1:  # every step adds and frees the same bytes: the walk below, in closed form
+        steady = total > warmup
+        return (warmup + (steady and not combined)) * chunk_bytes[0] + (layer_peak if combined and steady else 0), text
 
     def fwd(i):
-        return chunk_bytes[(i % (pp * chunks)) // pp] if chunks > 1 else chunk_bytes[0]
+        return chunk_bytes[(i % (pp * chunks)) // pp]
 
     def bwd(i):
-        return chunk_bytes[chunks - 1 - (i % (pp * chunks)) // pp] if chunks > 1 else chunk_bytes[0]
+        return chunk_bytes[chunks - 1 - (i % (pp * chunks)) // pp]
 
     held = peak = 0.0
     for i in range(warmup):
@@ -183,5 +188,4 @@ def schedule_peak(chunk_bytes: list[float], pp: int, pp_rank: int, vpp: int | No
             held += fwd(warmup + j)
             peak = max(peak, held)
             held -= bwd(j)
-    kind = "combined 1F1B" if combined else ("interleaved 1F1B" if vpp and pp > 1 else "1F1B")
-    return peak, f"{kind}: {warmup} warm-up forwards of {total} (chunk, micro-batch) steps"
+    return peak, text

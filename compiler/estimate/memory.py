@@ -378,22 +378,33 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     return total, per_mb, formula
 
 
-def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0, te: bool | None = None) -> Estimate:
-    """One rank's memory for a compiled plan (its layout unless ``lay`` is given; its layer spec unless
-    ``te`` says which one was built)."""
-    tc, model = plan["transformer_config"], plan["model"]
-    lay = lay or Layout.from_plan(plan["layout"])
+def rank_states(plan: dict, lay: Layout, pp_rank: int, te: bool | None = None) -> tuple:
+    """A rank's parameters, and the bytes of its weights, gradients and optimizer state with their
+    formulas: what its memory holds whatever the recompute, micro-batch size, dispatcher or overlap."""
     if te is None:
         te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
-    counts = rank_parameters(tc, model, lay, pp_rank, te)
-    weights, grads, opt, formulas = states(counts, plan, lay)
-    activations, per_mb, formulas["activations"] = activation_bytes(plan, lay, pp_rank)
-    formulas["allowance"] = ALLOWANCE_FORMULA
+    counts = rank_parameters(plan["transformer_config"], plan["model"], lay, pp_rank, te)
+    return (counts, *states(counts, plan, lay))
+
+
+def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0, te: bool | None = None,
+             held: tuple | None = None) -> Estimate:
+    """One rank's memory for a compiled plan (its layout unless ``lay`` is given; its layer spec unless
+    ``te`` says which one was built; ``held``: its rank_states, when already known)."""
+    lay = lay or Layout.from_plan(plan["layout"])
+    counts, weights, grads, opt, formulas = held or rank_states(plan, lay, pp_rank, te)
+    activations, per_mb, activation_formula = activation_bytes(plan, lay, pp_rank)
+    formulas = {**formulas, "activations": activation_formula, "allowance": ALLOWANCE_FORMULA}
     return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas, per_mb)
 
 
-def peak(plan: dict, lay: Layout | None = None) -> tuple[Estimate, int]:
+def peak(plan: dict, lay: Layout | None = None, held: dict | None = None) -> tuple[Estimate, int]:
     """The largest per-rank estimate over pipeline stages, and its stage (ranks of one stage hold the
-    same shard up to TP/EP symmetry): what must fit on every GPU."""
+    same shard up to TP/EP symmetry): what must fit on every GPU.  ``held``: pipeline rank ->
+    rank_states, filled as computed; the planner shares one across the candidates of a layout."""
     lay = lay or Layout.from_plan(plan["layout"])
-    return max(((estimate(plan, lay, r), r) for r in range(lay.pp)), key=lambda e: e[0].total)
+    held = {} if held is None else held
+    for r in range(lay.pp):
+        if r not in held:
+            held[r] = rank_states(plan, lay, r)
+    return max(((estimate(plan, lay, r, held=held[r]), r) for r in range(lay.pp)), key=lambda e: e[0].total)

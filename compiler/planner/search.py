@@ -161,21 +161,23 @@ def measure(ev: Evaluated, plan: dict, capacity_gb: float | None) -> Evaluated:
 
 
 # ------------------------------------------------------------------------ the search
-def _fits(cand, lay, s, base) -> tuple[bool, memory.Estimate, int]:
-    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay)
+def _fits(cand, lay, s, base, held: dict) -> tuple[bool, memory.Estimate, int]:
+    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay, held)
     return (not s.capacity_gb or est.total <= s.capacity_gb * GIB), est, rank
 
 
-def _lightest_recompute(cand, lay, s, base, options, start: int = 0):
+def _lightest_recompute(cand, lay, s, base, options, start: int = 0, held: dict | None = None):
     """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
-    with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate."""
+    with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate.
+    ``held``: the layout's per-rank parameters and states (memory.peak), shared by its candidates."""
+    held = {} if held is None else held
     heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
-    ok, est, rank = _fits(heaviest, lay, s, base)
+    ok, est, rank = _fits(heaviest, lay, s, base, held)
     if not ok:
         return None, est, rank, len(options)
     for i in range(start, len(options) - 1):
         c = replace(cand, recompute=options[i][0], modules=options[i][1])
-        ok, est2, rank2 = _fits(c, lay, s, base)
+        ok, est2, rank2 = _fits(c, lay, s, base, held)
         if ok:
             return c, est2, rank2, i
     return heaviest, est, rank, len(options) - 1
@@ -189,10 +191,16 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
     options = space.recompute_options(s)
     kept, rejected, considered = [], [], 0
     hint: dict = {}
+    # what depends on the layout alone, whatever the micro-batch size, dispatcher and overlap: the ranks'
+    # parameters and states (memory.rank_states), and with the recompute option the stage FLOPs
+    # (steptime.stage_facts)
+    held: dict = {}
+    facts_of: dict = {}
     for cand, lay in space.layouts(s):
         if progress is not None:
             progress.update(1)
         group = cand.key()[:-1]
+        shape = replace(cand, mbs=1)
         for overlap in (False, True) if cand.ep > 1 else (False,):
             probe = replace(cand, ep_overlap=overlap)
             start = max(hint.get((group, False), 0), hint.get((group, True), 0) if overlap else 0)
@@ -202,7 +210,8 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                 chosen = None
                 est, rank = None, 0
             else:
-                chosen, est, rank, hint[(group, overlap)] = _lightest_recompute(probe, lay, s, base, options, start)
+                chosen, est, rank, hint[(group, overlap)] = _lightest_recompute(
+                    probe, lay, s, base, options, start, held.setdefault(shape, {}))
             if chosen is None:
                 hint[(group, overlap)] = len(options)
                 if est is not None:
@@ -212,12 +221,13 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                                       f"recompute (pp rank {rank})")
                     rejected.append(ev)
                 continue
-            facts = None  # the variants share layout and recompute: one stage computation for all
             for v in variants:
                 v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
                 ev = Evaluated(v, lay, est, rank)
                 patched = v.patched_plan(base, s, lay)
-                facts = facts or steptime.stage_facts(patched, lay)
+                facts = facts_of.get((shape, chosen.recompute, chosen.modules))
+                if facts is None:
+                    facts = facts_of[(shape, chosen.recompute, chosen.modules)] = steptime.stage_facts(patched, lay)
                 ev.time = steptime.estimate(patched, lay, facts)
                 kept.append(ev)
     kept.sort(key=lambda e: (e.step_s, e.cand.key()))

@@ -221,7 +221,8 @@ def test_interleaved_warmup_is_megatrons():
 
 
 def _walk_every_step(chunk_bytes, pp, pp_rank, vpp, microbatches, combined, layer_peak):
-    """The schedule walked step by step to the end (what schedule_peak shortens to one period)."""
+    """The schedule walked step by step to the end (what schedule_peak shortens to one period, and
+    for one chunk per rank to a closed form)."""
     combined = combined and (pp == 1 or bool(vpp))
     chunks, total = len(chunk_bytes), microbatches * len(chunk_bytes)
     warmup = (1 if combined else 0) if pp == 1 else \
@@ -245,7 +246,8 @@ def _walk_every_step(chunk_bytes, pp, pp_rank, vpp, microbatches, combined, laye
 
 
 def test_schedule_peak_over_one_period_equals_the_whole_walk():
-    """What a rank holds in the steady state repeats every pp*vpp steps, so one period finds the peak."""
+    """What a rank holds in the steady state repeats every pp*vpp steps, so one period finds the peak;
+    with one chunk every step adds and frees the same bytes (the closed form)."""
     import random
 
     rng = random.Random(15)
