@@ -166,11 +166,10 @@ def _fits(cand, lay, s, base, held: dict) -> tuple[bool, memory.Estimate, int]:
     return (not s.capacity_gb or est.total <= s.capacity_gb * GIB), est, rank
 
 
-def _lightest_recompute(cand, lay, s, base, options, start: int = 0, held: dict | None = None):
+def _lightest_recompute(cand, lay, s, base, options, start: int, held: dict):
     """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
     with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate.
     ``held``: the layout's per-rank parameters and states (memory.peak), shared by its candidates."""
-    held = {} if held is None else held
     heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
     ok, est, rank = _fits(heaviest, lay, s, base, held)
     if not ok:
@@ -225,10 +224,10 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                 v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
                 ev = Evaluated(v, lay, est, rank)
                 patched = v.patched_plan(base, s, lay)
-                facts = facts_of.get((shape, chosen.recompute, chosen.modules))
-                if facts is None:
-                    facts = facts_of[(shape, chosen.recompute, chosen.modules)] = steptime.stage_facts(patched, lay)
-                ev.time = steptime.estimate(patched, lay, facts)
+                key = (shape, chosen.recompute, chosen.modules)
+                if key not in facts_of:
+                    facts_of[key] = steptime.stage_facts(patched, lay)
+                ev.time = steptime.estimate(patched, lay, facts_of[key])
                 kept.append(ev)
     kept.sort(key=lambda e: (e.step_s, e.cand.key()))
     return kept, rejected, considered
