@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -189,9 +191,10 @@ def test_emit_never_replaces_a_file_it_did_not_write(tmp_path):
     rc, out, err = run(*argv, str(tmp_path))
     assert rc == 1 and out == "" and f"--emit {tmp_path}: is a directory" in err
     fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)   # opened to read whether plan-layout wrote it, it would block
-    rc, out, err = run(*argv, str(fifo))
-    assert rc == 1 and out == "" and f"--emit {fifo}: is not a regular file" in err
+    os.mkfifo(fifo)   # opened to read whether plan-layout wrote it, it would block: a child with a time limit
+    done = subprocess.run([sys.executable, "-m", "compiler", *argv, str(fifo)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and done.stdout == "" and f"--emit {fifo}: is not a regular file" in done.stderr
 
 
 def test_evaluate_a_catalogue_recipe():
