@@ -1,4 +1,5 @@
-"""Suite-wide: a private cache directory, and a closing summary of skipped tests, grouped by reason.
+"""Suite-wide: a private cache directory, a time limit for tests that could block, and a closing summary of
+skipped tests, grouped by reason.
 
 Why: a skip hides a check (no root for Slurm, no Python 3.12 for Megatron's own judges, ...);
 the end of `make test` says how many were skipped and why, so a green run never hides that.
@@ -7,8 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections import Counter
+
+import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="moeforge-test-cache-")
 
@@ -21,6 +25,22 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+@pytest.fixture
+def deadline():
+    """For a test that would block if what it guards regressed (reading a FIFO): after 300 s SIGALRM
+    interrupts the blocking call and the test fails, instead of hanging the suite (the suite has no
+    per-test timeout)."""
+    def expire(signum, frame):
+        raise TimeoutError("the test blocked for 300 s: what it guards has regressed")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(300)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _reason(report) -> str:

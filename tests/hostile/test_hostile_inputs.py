@@ -261,7 +261,7 @@ def test_symlinks_out_of_recipes(fresh_sandbox, outside):
     refused(fresh_sandbox, "hostile/model-link", "E_PATH_ESCAPE")
 
 
-def test_special_files_are_not_read(fresh_sandbox):
+def test_special_files_are_not_read(fresh_sandbox, deadline):
     """A FIFO or a directory named *.yaml is not a recipe (a FIFO would block the reader forever)."""
     root = fresh_sandbox / "recipes"
     os.mkfifo(root / "hostile" / "fifo.yaml")
