@@ -326,6 +326,11 @@ def capacity_bytes(plan: dict) -> int:
     return int(plan["platform"]["gpu"]["memory_gb"] * GIB)
 
 
+def builds_te(plan: dict) -> bool:
+    """Whether the runtime builds the Transformer Engine layer spec (else megatron-core's local spec)."""
+    return (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
+
+
 def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, str]:
     """Peak activation bytes on a rank of pipeline stage ``pp_rank`` (compiler/estimate/
     activations.py): every model chunk's per-micro-batch bytes (its decoder layers, MTP layers,
@@ -338,8 +343,7 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
     recompute = tc.get("recompute_granularity")
     modules = frozenset(tc.get("recompute_modules") or ()) if recompute == "selective" else frozenset()
     # without Transformer Engine (the CPU platform's local spec) attention is not flash: s x s scores
-    te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
-    scores = 0 if te else tr["seq_length"] // lay.cp
+    scores = 0 if builds_te(plan) else tr["seq_length"] // lay.cp
     items: dict = {}
     kinds, kept = layer_kinds(tc), {}
 
@@ -381,30 +385,30 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
 def rank_states(plan: dict, lay: Layout, pp_rank: int, te: bool | None = None) -> tuple:
     """A rank's parameters, and the bytes of its weights, gradients and optimizer state with their
     formulas: what its memory holds whatever the recompute, micro-batch size, dispatcher or overlap."""
-    if te is None:
-        te = (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
+    te = builds_te(plan) if te is None else te
     counts = rank_parameters(plan["transformer_config"], plan["model"], lay, pp_rank, te)
     return (counts, *states(counts, plan, lay))
 
 
 def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0, te: bool | None = None,
-             held: tuple | None = None) -> Estimate:
+             state: tuple | None = None) -> Estimate:
     """One rank's memory for a compiled plan (its layout unless ``lay`` is given; its layer spec unless
-    ``te`` says which one was built; ``held``: its rank_states, when already known)."""
+    ``te`` says which one was built; ``state``: its rank_states, when already known)."""
     lay = lay or Layout.from_plan(plan["layout"])
-    counts, weights, grads, opt, formulas = held or rank_states(plan, lay, pp_rank, te)
+    counts, weights, grads, opt, formulas = state or rank_states(plan, lay, pp_rank, te)
     activations, per_mb, activation_formula = activation_bytes(plan, lay, pp_rank)
     formulas = {**formulas, "activations": activation_formula, "allowance": ALLOWANCE_FORMULA}
     return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas, per_mb)
 
 
-def peak(plan: dict, lay: Layout | None = None, held: dict | None = None) -> tuple[Estimate, int]:
+def peak(plan: dict, lay: Layout | None = None, states_by_rank: dict | None = None) -> tuple[Estimate, int]:
     """The largest per-rank estimate over pipeline stages, and its stage (ranks of one stage hold the
-    same shard up to TP/EP symmetry): what must fit on every GPU.  ``held``: pipeline rank ->
+    same shard up to TP/EP symmetry): what must fit on every GPU.  ``states_by_rank``: pipeline rank ->
     rank_states, filled as computed; the planner shares one across the candidates of a layout."""
     lay = lay or Layout.from_plan(plan["layout"])
-    held = {} if held is None else held
+    states_by_rank = {} if states_by_rank is None else states_by_rank
     for r in range(lay.pp):
-        if r not in held:
-            held[r] = rank_states(plan, lay, r)
-    return max(((estimate(plan, lay, r, held=held[r]), r) for r in range(lay.pp)), key=lambda e: e[0].total)
+        if r not in states_by_rank:
+            states_by_rank[r] = rank_states(plan, lay, r)
+    return max(((estimate(plan, lay, r, state=states_by_rank[r]), r) for r in range(lay.pp)),
+               key=lambda e: e[0].total)

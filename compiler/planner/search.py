@@ -161,22 +161,22 @@ def measure(ev: Evaluated, plan: dict, capacity_gb: float | None) -> Evaluated:
 
 
 # ------------------------------------------------------------------------ the search
-def _fits(cand, lay, s, base, held: dict) -> tuple[bool, memory.Estimate, int]:
-    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay, held)
+def _fits(cand, lay, s, base, states_by_rank: dict) -> tuple[bool, memory.Estimate, int]:
+    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay, states_by_rank)
     return (not s.capacity_gb or est.total <= s.capacity_gb * GIB), est, rank
 
 
-def _lightest_recompute(cand, lay, s, base, options, start: int, held: dict):
+def _lightest_recompute(cand, lay, s, base, options, start: int, states_by_rank: dict):
     """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
     with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate.
-    ``held``: the layout's per-rank parameters and states (memory.peak), shared by its candidates."""
+    ``states_by_rank``: the layout's per-rank parameters and states (memory.peak), shared by its candidates."""
     heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
-    ok, est, rank = _fits(heaviest, lay, s, base, held)
+    ok, est, rank = _fits(heaviest, lay, s, base, states_by_rank)
     if not ok:
         return None, est, rank, len(options)
     for i in range(start, len(options) - 1):
         c = replace(cand, recompute=options[i][0], modules=options[i][1])
-        ok, est2, rank2 = _fits(c, lay, s, base, held)
+        ok, est2, rank2 = _fits(c, lay, s, base, states_by_rank)
         if ok:
             return c, est2, rank2, i
     return heaviest, est, rank, len(options) - 1
@@ -189,30 +189,30 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
     the search for a recompute option starts where the smaller configuration of the layout ended."""
     options = space.recompute_options(s)
     kept, rejected, considered = [], [], 0
+    # per layout (``shape``: the candidate whatever its micro-batch size): where the recompute search ended
+    # (with and without EP overlap), and what depends on the layout alone, whatever the micro-batch size,
+    # dispatcher and overlap: the ranks' parameters and states (memory.rank_states), and with the
+    # recompute option the stage FLOPs (steptime.stage_facts)
     hint: dict = {}
-    # what depends on the layout alone, whatever the micro-batch size, dispatcher and overlap: the ranks'
-    # parameters and states (memory.rank_states), and with the recompute option the stage FLOPs
-    # (steptime.stage_facts)
-    held: dict = {}
+    states_of: dict = {}
     facts_of: dict = {}
     for cand, lay in space.layouts(s):
         if progress is not None:
             progress.update(1)
-        group = cand.key()[:-1]
         shape = replace(cand, mbs=1)
         for overlap in (False, True) if cand.ep > 1 else (False,):
             probe = replace(cand, ep_overlap=overlap)
-            start = max(hint.get((group, False), 0), hint.get((group, True), 0) if overlap else 0)
+            start = max(hint.get((shape, False), 0), hint.get((shape, True), 0) if overlap else 0)
             variants = [v for v in space.variants(s, cand) if v.ep_overlap == overlap]
             considered += len(variants)
             if start >= len(options):
                 chosen = None
                 est, rank = None, 0
             else:
-                chosen, est, rank, hint[(group, overlap)] = _lightest_recompute(
-                    probe, lay, s, base, options, start, held.setdefault(shape, {}))
+                chosen, est, rank, hint[(shape, overlap)] = _lightest_recompute(
+                    probe, lay, s, base, options, start, states_of.setdefault(shape, {}))
             if chosen is None:
-                hint[(group, overlap)] = len(options)
+                hint[(shape, overlap)] = len(options)
                 if est is not None:
                     full = replace(probe, recompute=options[-1][0], modules=options[-1][1])
                     ev = Evaluated(full, lay, est, rank, feasible=False)

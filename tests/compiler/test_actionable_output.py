@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def test_tp3_offers_only_tp_values_every_rule_accepts():
     for d in diags:
         tp = [v for path, v in d.fixes if path == "parallelism.tp"]
         assert tp and 12 not in tp and 3 not in tp
-        assert tp == sorted(tp, key=lambda v: abs(__import__("math").log2(v / 3))), tp  # smallest change first
+        assert tp == sorted(tp, key=lambda v: abs(math.log2(v / 3))), tp  # smallest change first
     q = next(d for d in diags if d.code == "LAYOUT_QUERY_GROUPS_VS_TP")
     assert "12" not in q.help
 
@@ -178,7 +179,7 @@ def test_an_unset_head_size_is_offered_near_the_one_megatron_derives():
     for d in diags:
         kv = [v for path, v in d.fixes if path == "model.architecture.kv_channels"]
         assert sorted(kv) == [30, 32, 34, 36, 38], (d.code, kv)
-        assert kv == sorted(kv, key=lambda v: abs(__import__("math").log2(v / 33))), kv
+        assert kv == sorted(kv, key=lambda v: abs(math.log2(v / 33))), kv
     assert {"HIDDEN_DIVISIBLE_BY_HEADS", "ROPE_NEEDS_EVEN_HEAD_SIZE"} <= {d.code for d in diags}
     _check_fixes("tiny-moe/cpu", sets)
 

@@ -309,19 +309,19 @@ def test_local_attention_keeps_the_scores():
 
 
 def test_states_shared_across_recompute_and_micro_batches_change_nothing():
-    """The planner shares one layout's rank_states (memory.peak ``held``) across its recompute options,
+    """The planner shares one layout's rank_states (memory.peak ``states_by_rank``) across its recompute options,
     micro-batch sizes and overlaps: each must estimate as if computed afresh, so nothing that varies
     between them may enter rank_states."""
     plan = _plan("deepseek-v3/h100-bf16")
     lay = Layout.from_plan(plan["layout"])
     assert lay.pp > 1
-    held: dict = {}
+    states_by_rank: dict = {}
     for recompute, modules, mbs, overlap in ((None, None, 1, False), ("selective", ["mla_up_proj"], 2, True),
                                              ("full", None, 1, True)):
         variant = {**plan, "transformer_config": {**plan["transformer_config"], "recompute_granularity": recompute,
                                                   "recompute_modules": modules,
                                                   "overlap_moe_expert_parallel_comm": overlap},
                    "training": {**plan["training"], "micro_batch_size": mbs}}
-        shared, fresh = M.peak(variant, lay, held), M.peak(variant, lay)
+        shared, fresh = M.peak(variant, lay, states_by_rank), M.peak(variant, lay)
         assert (shared[0].total, shared[1], shared[0].formulas) == (fresh[0].total, fresh[1], fresh[0].formulas)
-    assert sorted(held) == list(range(lay.pp))
+    assert sorted(states_by_rank) == list(range(lay.pp))
