@@ -69,13 +69,14 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
     pins.update(derived_pins(pins))
     pins.update(platform)
     pins.update(derived_facts(pins))
-    _vpp_from_layout(pins, auto)
+    vpp_from_layout(pins, auto)
     return pins, auto
 
 
-def _vpp_from_layout(pins: dict, auto: set) -> None:
+def vpp_from_layout(pins: dict, auto: set) -> None:
     """Megatron takes VPP from an explicit pipeline layout when none is given; so does the plan, so that
-    the runtime, the estimates and the VPP rules see the chunks Megatron builds."""
+    the runtime, the estimates and the VPP rules see the chunks Megatron builds (and a fix is verified on
+    them: compiler/conflicts.py)."""
     vpp = pins.get("virtual_pipeline_model_parallel_size")
     implied = pipeline_layout.implied_vpp(pins["pipeline_layout_stages"].value,
                                           pins["pipeline_model_parallel_size"].value)

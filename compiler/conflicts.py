@@ -227,6 +227,7 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
     """Solve again with the pin changed: nothing of `rules` violated, and the auto knobs still have values."""
     trial = dict(pins)
     trial[name] = replace(pins[name], value=value)
+    _rederive(trial)
     problem = _Problem(rules, _fixed(trial))
     if problem.violated:
         return False
@@ -235,6 +236,19 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
     if _out_of_time():
         return False
     return _residual_verdict(problem) == z3.sat
+
+
+def _rederive(trial: dict) -> None:
+    """What the compile derives from the changed pins: VPP from an explicit pipeline layout, when the fix leaves
+    VPP unset (so "set parallelism.vpp to null" is no fix while the layout implies VPP 4)."""
+    from .config import vpp_from_layout  # config imports the solver, which imports this module
+
+    vpp = trial.get("virtual_pipeline_model_parallel_size")
+    if vpp is None or "pipeline_layout_stages" not in trial:
+        return
+    if vpp.origin == "derived":
+        trial["virtual_pipeline_model_parallel_size"] = replace(vpp, value=None)
+    vpp_from_layout(trial, set())
 
 
 def _cost(old, new) -> float:

@@ -20,6 +20,7 @@ TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_i
 MPC = "megatron-core model_parallel_config.py ModelParallelConfig.__post_init__"
 TB = "megatron-core transformer/transformer_block.py get_num_layers_to_build"
 MBC = "megatron-core num_microbatches_calculator.py"
+SCHED = "megatron-core pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 BRIDGE_TC = "Megatron-Bridge models/transformer_config.py _set_moe_expert_tensor_parallel_default"
 PPL = ("megatron-core transformer/pipeline_parallel_layer_layout.py PipelineParallelLayerLayout (parse_str_to_list, "
@@ -50,10 +51,18 @@ BY_ACCOUNTING = Not(IsSet(LAYOUT)) & Not(STAGE_SIZES) & ACCOUNT_FOR
 MIDDLE_LAYERS = F("num_layers") - FIRST - LAST          # an unset stage size counts 0 ...
 MIDDLE_STAGES = PP - IsSet(FIRST) - IsSet(LAST)          # ... and takes no rank
 SPLIT_LAYERS = F("num_layers") + EMB + LOSS              # each accounted for counts one layer
+# Micro-batches per step (M); the interleaved schedule runs them in groups of microbatch_group_size_per_vp_stage,
+# which moeforge leaves at megatron-core's default, PP (ModelParallelConfig.__post_init__)
+GBS, MBS, DP = F("global_batch_size"), F("micro_batch_size"), F("data_parallel_size")
+BATCH_SPLITS = IsSet(DP) & IsSet(GBS) & (GBS % (MBS * DP) == 0)
+MICROBATCHES = GBS // (MBS * DP)
+INTERLEAVED = IsSet(VPP) & (PP > 1) & BATCH_SPLITS
 # megatron-core's local values in its messages, by placeholder (compiler.lint_input._display fills them)
 SHOWN = {"pipeline_middle_layers": MIDDLE_LAYERS, "pipeline_middle_stages": MIDDLE_STAGES,
          "pipeline_middle_rank_layers": MIDDLE_LAYERS // MIDDLE_STAGES,
-         "pipeline_split_layers": SPLIT_LAYERS, "pipeline_split_rank_layers": SPLIT_LAYERS // PP}
+         "pipeline_split_layers": SPLIT_LAYERS, "pipeline_split_rank_layers": SPLIT_LAYERS // PP,
+         "num_microbatches": MICROBATCHES, "pipeline_parallel_size": PP,
+         "final_microbatch_group_size": MICROBATCHES % PP}
 STAGE_FIX = ("choose parallelism.first_stage_layers and parallelism.last_stage_layers so that the remaining layers "
              "split evenly over the middle ranks (in multiples of parallelism.vpp), or unset them for an even split")
 ACCOUNT_FIX = ("choose parallelism.pp (and parallelism.vpp) dividing num_layers + 1 for each of "
@@ -255,6 +264,23 @@ RULES = (
          "change training.global_batch_size to a multiple of micro_batch_size x DP",
          "global batch size ({global_batch_size}) is not divisible by micro batch size "
          "({micro_batch_size}) times data parallel size ({data_parallel_size})"),
+    # The interleaved schedule checks its micro-batch count when a step starts (no front-end checks it before):
+    # a recipe that trips it is accepted everywhere and fails on the GPUs, so it is refused here.
+    Rule("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", "error", INTERLEAVED, MICROBATCHES >= PP,
+         "the interleaved schedule (VPP) needs at least PP micro-batches per step: GBS / (micro batch size x DP) "
+         ">= PP", SCHED,
+         "raise training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
+         "The number of contiguous micro-batches in a virtual pipeline stageshould range in "
+         "[PP={pipeline_parallel_size} , M={num_microbatches}]"),
+    Rule("LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", "error", INTERLEAVED & (MICROBATCHES >= PP),
+         MICROBATCHES % PP == 0,
+         "with the interleaved schedule (VPP) the micro-batches per step, GBS / (micro batch size x DP), must be a "
+         "multiple of PP", SCHED,
+         "change training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
+         "The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches in a "
+         "virtual pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is "
+         "{final_microbatch_group_size}. Otherwise, it introduces dependency bubbles in the pipeline and reduces "
+         "throughput."),
     # Context parallelism splits each sequence into 2 x CP chunks (load balance under causal masking):
     # Megatron-LM refuses a length that does not divide, and megatron-core's get_batch_on_this_cp_rank
     # reshapes the batch into 2 x CP chunks, so no front-end can run it.

@@ -189,6 +189,18 @@ def test_seq_length_must_split_into_2cp_chunks():
     assert any(d.code == "LAYOUT_SEQ_DIVISIBLE_BY_2CP" for d in diags)
 
 
+@pytest.mark.parametrize("gbs, rule", [(320, "LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP"),
+                                       (640, "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP")])
+def test_a_batch_the_interleaved_schedule_cannot_run_is_refused_with_fixes_that_work(gbs, rule):
+    """DeepSeek-V3 on 1024 H100 (PP8 VP4, DP 64): GBS 320 is 5 micro-batches, GBS 640 is 10. megatron-core's
+    interleaved schedule raises on either when the first step starts, after every front-end accepted the launch;
+    the compile refuses both, and each offered fix alone clears it without adding an error."""
+    overrides = [f"training.global_batch_size={gbs}"]
+    assert [d.code for d in _errors("deepseek-v3/h100-bf16", overrides)] == [rule]
+    _check_fixes("deepseek-v3/h100-bf16", overrides)
+    assert not _errors("deepseek-v3/h100-bf16", ["training.global_batch_size=512"])   # 8 micro-batches
+
+
 def test_no_fix_is_a_silent_fallback():
     diags = _errors("qwen3-30b-a3b/gb200-nvl72-bf16", ["moe.dispatcher=flex", "moe.flex_backend=deepep"])
     assert diags

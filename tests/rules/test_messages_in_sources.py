@@ -34,6 +34,7 @@ MLM_FILES = (
     "megatron/core/distributed/distributed_data_parallel_config.py", "megatron/core/transformer/moe/experts.py",
     "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/mla_qk_norm_config.py",
     "megatron/core/extensions/transformer_engine.py", "megatron/core/models/common/language_module/language_module.py",
+    "megatron/core/pipeline_parallel/schedules.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",
@@ -54,14 +55,43 @@ def _show(git: Path, rev: str, path: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def _text(node) -> str | None:
+    """A string literal's text, an f-string's with its fields as {placeholders}; None for anything else."""
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+                       for v in node.values)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
 def _literals(src: str) -> set[str]:
+    """Every string literal, and every message built by `msg = '...'` then `msg += '...'` lines (megatron-core's
+    interleaved schedule builds its texts so) as the whole text."""
     out = set()
     for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.JoinedStr):
-            out.add("".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
-                            for v in node.values))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) > 12:
-            out.add(node.value)
+        text = _text(node)
+        if text is not None and (isinstance(node, ast.JoinedStr) or len(text) > 12):
+            out.add(text)
+        for body in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+            if isinstance(body, list):
+                out |= _built_up(body)
+    return out
+
+
+def _built_up(statements: list) -> set[str]:
+    out, name, parts = set(), None, []
+    for st in statements + [None]:
+        if (name and isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and isinstance(st.target, ast.Name)
+                and st.target.id == name and _text(st.value) is not None):
+            parts.append(_text(st.value))
+            continue
+        if len(parts) > 1:
+            out.add("".join(parts))
+        name, parts = None, []
+        if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and _text(st.value) is not None):
+            name, parts = st.targets[0].id, [_text(st.value)]
     return out
 
 

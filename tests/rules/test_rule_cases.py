@@ -368,6 +368,11 @@ CASES = {
     "LAYOUT_HEADS_DIVISIBLE_BY_TP": (c(TP2, num_attention_heads=15, num_query_groups=None), TP2),
     "LAYOUT_QUERY_GROUPS_VS_TP": (c(TP2, num_query_groups=3), TP2),
     "LAYOUT_GBS_DIVISIBLE": (c(global_batch_size=500), {}),
+    # PP 4 on 64 GPUs: DP 16, so GBS 32 is 2 micro-batches, GBS 96 is 6, GBS 64 is 4
+    "LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP": (c(PP4_VPP, global_batch_size=32),
+                                                    c(PP4_VPP, global_batch_size=64)),
+    "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP": (c(PP4_VPP, global_batch_size=96),
+                                                        c(PP4, global_batch_size=96)),
     "LAYOUT_SEQ_DIVISIBLE_BY_2CP": (c(context_parallel_size=2, seq_length=4098), c(context_parallel_size=2, seq_length=4096)),
     "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
                                    c(TP2, add_bias_linear=True)),
@@ -671,6 +676,12 @@ def _megatron(rule_id, delta):
      "num_layers_per_pipeline_rank 8             should be divisible by vp_size 3"),
     ("LAYOUT_GBS_DIVISIBLE", c(global_batch_size=500),
      "global batch size (500) is not divisible by micro batch size (1) times data parallel size (64)"),
+    ("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", c(PP4_VPP, global_batch_size=32),
+     "The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=4 , M=2]"),
+    ("LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", c(PP4_VPP, global_batch_size=96),
+     "The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches in a virtual "
+     "pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is 2. Otherwise, "
+     "it introduces dependency bubbles in the pipeline and reduces throughput."),
     ("PRECISION_BF16_FP16_EXCLUSIVE", c(fp16=True), "Only one of self.fp16: True and self.bf16 True should be True."),
     ("RANK_CAPACITY_NEEDS_OP_FUSER", c(CASES["RANK_CAPACITY_NEEDS_OP_FUSER"][0], V("0.18.0")),
      "moe_expert_rank_capacity_factor requires use_transformer_engine_op_fuser to be enabled."),
