@@ -68,12 +68,13 @@ def _run(args) -> int:
     if not result.ranked:
         why = (f"none of {result.considered} candidates fits in {s.capacity_gb:g} GB per GPU" if not result.kept else
                f"{result.kept} of {result.considered} candidates fit in memory, none of those tried passed the rules")
+        if args.all:  # the reasons the message points to: the rejected layouts, the nearest to fitting first
+            result.rejected.sort(key=lambda e: (e.mem is None, e.mem.total if e.mem else 0, e.cand.key()))
+            _print(result, args.format)
         raise search.PlannerError(f"no feasible layout for {s.model} on {s.gpus} x {s.platform} (seq {s.seq}, GBS "
-                                  f"{s.gbs}): {why}; try more GPUs or a shorter --seq, and --all for the reasons")
-    if args.format == "json":
-        print(report.as_json(result))
-    else:
-        print(report.table(result))
+                                  f"{s.gbs}): {why}; try more GPUs or a shorter --seq"
+                                  + ("" if args.all else ", and --all for the reasons"))
+    _print(result, args.format)
     if args.explain is not None:
         if not 1 <= args.explain <= len(result.ranked):
             raise search.PlannerError(f"--explain {args.explain}: there are {len(result.ranked)} ranked layouts")
@@ -101,3 +102,7 @@ def _evaluate(args) -> int:
     else:
         print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE)
     return 0
+
+
+def _print(result: search.Result, fmt: str) -> None:
+    print(report.as_json(result) if fmt == "json" else report.table(result))

@@ -2,17 +2,20 @@
 
 A candidate is built as the recipe it stands for (Candidate.recipe), so the legality check, the
 emitted file and the estimate all see the same document.  Only arithmetic prunes here (sizes that
-do not fold: compiler/layout.py LayoutError; a batch that does not split into micro-batches);
-legality is the rule catalogue's, through the pipeline (search.py).
+do not fold: compiler/layout.py LayoutError; a batch that does not split into micro-batches or into the
+interleaved schedule's groups, asked of the catalogue's own batch rules: BATCH_RULES); legality is the
+rule catalogue's, through the pipeline (search.py).
 """
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, replace
 
 from .. import knobs as K
 from ..layout import Layout, LayoutError
-from ..rules.expr import version_int
+from ..rules import BY_ID
+from ..rules.expr import evaluate, version_int
 from ..rules.precision import PERMUTE_FUSION_TE
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -220,18 +223,38 @@ def _dispatchers(s: Setting, ep: int) -> list[tuple[str, str | None]]:
     return out
 
 
+def divisors(n: int) -> list[int]:
+    """Every size that divides n, smallest first."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# The rules about the batch alone: whether GBS splits into micro-batches over DP, and into the groups the interleaved
+# schedule runs.  The search asks them of every layout (their expressions, not a copy of their arithmetic), so
+# layouts that cannot run the batch never take the confirmation budget.
+BATCH_RULES = tuple(BY_ID[r] for r in ("LAYOUT_GBS_DIVISIBLE", "LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP",
+                                       "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP"))
+
+
+def batch_runs(s: Setting, cand: Candidate, lay: Layout) -> bool:
+    env = {"global_batch_size": s.gbs, "micro_batch_size": cand.mbs, "data_parallel_size": lay.dp,
+           "pipeline_model_parallel_size": cand.pp, "virtual_pipeline_model_parallel_size": cand.vpp}
+    return all(evaluate(r.when, env) is False or evaluate(r.require, env) is True for r in BATCH_RULES)
+
+
 def layouts(s: Setting):
     """(Candidate with the layout fields set, its Layout) for every size combination that folds and
-    splits the batch; yields also the number tried (for the progress count)."""
+    splits the batch.  PP and EP take every size that divides the GPU count (EP also the expert count),
+    not powers of two alone: a 72-GPU NVL72 rack folds with PP 3 or 9; TP and CP stay powers of two
+    (head counts and sequence halves)."""
     experts = s.arch.get("num_experts") or 1
     for tp in _tp_options(s):
         for cp in _cp_options(s):
-            for pp in (p for p in POW2 if p <= s.arch["num_layers"] and s.gpus % p == 0):
+            for pp in (p for p in divisors(s.gpus) if p <= s.arch["num_layers"]):
                 for vpp in (None,) + (VPP if pp > 1 else ()):
                     split = pipeline_split(s.arch, pp, vpp)
                     if split is None:
                         continue
-                    for ep in (e for e in POW2 if experts % e == 0):
+                    for ep in divisors(math.gcd(experts, s.gpus)):
                         for etp in sorted({1, tp}):
                             for mbs in MBS:
                                 cand = Candidate(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, split=split)
@@ -239,7 +262,7 @@ def layouts(s: Setting):
                                     lay = cand.layout(s)
                                 except LayoutError:
                                     continue
-                                if s.gbs % (mbs * lay.dp):
+                                if not batch_runs(s, cand, lay):
                                     continue
                                 yield cand, lay
 

@@ -220,13 +220,31 @@ def test_evaluate_a_catalogue_recipe():
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "0"], "--gpus must be a positive integer, got 0"),
     (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--seq", "-1"], "--seq must be a positive integer"),
     (["deepseek-v3", "--platform", "h100", "--gpus", "8"], "no feasible layout for deepseek-v3 on 8 x h100"),
-    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "24", "--gbs", "7"],
-     "--gbs 7: no layout of 24 GPUs has a DP x micro-batch that divides it"),
+    # TP <= 8 and PP <= 32 (48 layers) leave DP >= 4 of 1024 GPUs (24 GPUs fold with DP 1: TP4 x PP6)
+    (["qwen3-30b-a3b", "--platform", "h100", "--gpus", "1024", "--gbs", "6"],
+     "--gbs 6: no layout of 1024 GPUs has a DP x micro-batch that divides it"),
 ])
 def test_bad_input_is_one_line(argv, words):
     rc, out, err = run("plan-layout", *argv)
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_all_lists_the_reasons_when_nothing_fits(fmt):
+    """The no-feasible-layout error points to --all for the reasons; with --all they are printed (it printed the
+    same one line), the nearest to fitting first, and the error still ends the run with its exit code."""
+    rc, out, err = run("plan-layout", "deepseek-v3", "--platform", "h100", "--gpus", "8", "--all", "--format", fmt)
+    assert rc == 1 and err.count("\n") == 1 and "no feasible layout for deepseek-v3 on 8 x h100" in err
+    assert "--all" not in err
+    if fmt == "json":
+        cands = json.loads(out)["candidates"]
+        assert cands and not any(c["feasible"] for c in cands)
+        memory = [c["memory_gb"] for c in cands]
+        assert memory == sorted(memory) and memory[0] > 80
+        assert all(re.match(r"memory [\d.]+ GB > 80 GB even with full recompute", c["reasons"][0]) for c in cands)
+    else:
+        assert "0 within memory" in out and out.count("rejected: memory") >= 2
 
 
 def test_a_batch_smaller_than_the_gpu_count_plans_with_model_parallelism():
@@ -285,6 +303,25 @@ def test_pipeline_split_matches_megatron_bridge():
     assert space.pipeline_split(search.setting("qwen3-235b-a22b", "h100", 64).arch, 8, None) == "account"
     assert space.pipeline_split(search.setting("qwen3-30b-a3b", "h100", 64).arch, 4, 2) == "even"
     assert space.pipeline_split(ds, 1, 2) is None
+
+
+def test_a_rack_of_72_folds_with_every_pipeline_and_expert_size_that_divides_it():
+    """PP and EP range over the divisors of the GPU count, not powers of two alone: DeepSeek-V3 on one GB200 NVL72
+    rack fits only with PP 9 (61 layers + embedding + loss = 63 = 9 x 7) and EP 8; the search said that no layout
+    fits when PP stopped at 8."""
+    s = search.setting("deepseek-v3", "gb200-nvl72", 72)
+    sizes = {(c.pp, c.ep) for c, lay in space.layouts(s)}
+    # 61 layers + embedding + loss = 63 = 3 x 21 = 9 x 7; with the MTP layer, 64 slots for 2, 4 and 8 stages; 6, 12,
+    # 18, 24 and 36 divide 72 but split none of these evenly
+    assert {p for p, _ in sizes} == {1, 2, 3, 4, 8, 9}
+    assert {e for _, e in sizes} == {1, 2, 4, 8}                             # 256 experts, 72 GPUs: gcd 8
+    rc, out, err = run("plan-layout", "deepseek-v3", "--platform", "gb200-nvl72", "--gpus", "72", "--top", "3",
+                       "--format", "json")
+    assert rc == 0, err
+    for c in json.loads(out)["candidates"]:
+        lay = c["layout"]
+        assert lay["pp"] == 9 and lay["tp"] * lay["cp"] * lay["dp"] * lay["pp"] == 72 and c["memory_gb"] <= 186
+    assert space.divisors(12) == [1, 2, 3, 4, 6, 12] and space.divisors(1) == [1]
 
 
 def test_a_platform_without_performance_numbers_is_one_clear_line():
