@@ -3,8 +3,8 @@
 A candidate is built as the recipe it stands for (Candidate.recipe), so the legality check, the
 emitted file and the estimate all see the same document.  Only arithmetic prunes here (sizes that
 do not fold: compiler/layout.py LayoutError; a batch that does not split into micro-batches or into the
-interleaved schedule's groups, asked of the catalogue's own batch rules: BATCH_RULES); legality is the
-rule catalogue's, through the pipeline (search.py).
+interleaved schedule's groups, a sequence that does not split over TP: asked of the catalogue's own
+rules, BATCH_RULES); legality is the rule catalogue's, through the pipeline (search.py).
 """
 from __future__ import annotations
 
@@ -104,10 +104,15 @@ class Candidate:
             return "sel[" + ",".join(self.modules) + "]"
         return self.recompute or "none"
 
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism wherever there is TP (as Megatron-Bridge's tuned MoE recipes run)."""
+        return self.tp > 1
+
     def recipe(self, s: Setting, description: str | None = None) -> dict:
         """The recipe document (schemas/recipe.v3.json) this candidate stands for."""
         par = {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "vpp": self.vpp,
-               "sp": self.tp > 1}
+               "sp": self.sp}
         if self.split == "account":
             par.update(account_for_embedding=True, account_for_loss=True)
         elif self.split != "even":
@@ -228,16 +233,20 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-# The rules about the batch alone: whether GBS splits into micro-batches over DP, and into the groups the interleaved
-# schedule runs.  The search asks them of every layout (their expressions, not a copy of their arithmetic), so
-# layouts that cannot run the batch never take the confirmation budget.
+# The rules about the batch and the sequence alone: whether GBS splits into micro-batches over DP and into the groups
+# the interleaved schedule runs, and whether each rank's sequence splits over TP under sequence parallelism.  The
+# search asks them of every layout (their expressions, not a copy of their arithmetic), so layouts that cannot run
+# the batch never take the confirmation budget.
 BATCH_RULES = tuple(BY_ID[r] for r in ("LAYOUT_GBS_DIVISIBLE", "LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP",
-                                       "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP"))
+                                       "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP",
+                                       "LAYOUT_SP_SEQ_DIVISIBLE_BY_TP"))
 
 
 def batch_runs(s: Setting, cand: Candidate, lay: Layout) -> bool:
     env = {"global_batch_size": s.gbs, "micro_batch_size": cand.mbs, "data_parallel_size": lay.dp,
-           "pipeline_model_parallel_size": cand.pp, "virtual_pipeline_model_parallel_size": cand.vpp}
+           "pipeline_model_parallel_size": cand.pp, "virtual_pipeline_model_parallel_size": cand.vpp,
+           "seq_length": s.seq, "tensor_model_parallel_size": cand.tp, "context_parallel_size": cand.cp,
+           "sequence_parallel": cand.sp}
     return all(evaluate(r.when, env) is False or evaluate(r.require, env) is True for r in BATCH_RULES)
 
 

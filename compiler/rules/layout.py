@@ -289,6 +289,17 @@ RULES = (
          "utils.py get_batch_on_this_cp_rank", "set training.seq_length to a multiple of 2 x parallelism.cp, "
          "or a smaller parallelism.cp",
          "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1."),
+    # Sequence parallelism splits each rank's tokens (seq / CP) over TP: the embedding's output is scattered along
+    # the sequence at the first forward, after every front-end accepted the launch.
+    Rule("LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", "error",
+         (F("sequence_parallel") == True) & (TP > 1) & IsSet(F("seq_length"))  # noqa: E712
+         & Or(CP == 1, F("seq_length") % (CP * 2) == 0),  # else LAYOUT_SEQ_DIVISIBLE_BY_2CP says it
+         (F("seq_length") // CP) % TP == 0,
+         "with sequence parallelism each rank's sequence (seq_length / CP) must be divisible by TP",
+         "megatron-core tensor_parallel/mappings.py _split_along_first_dim (scatter_to_sequence_parallel_region, "
+         "the embedding's output)",
+         "set training.seq_length to a multiple of parallelism.tp x parallelism.cp (x 2 with CP), or parallelism.sp: "
+         "false", "First dimension of the tensor should be divisible by tensor parallel size"),
     Rule("LAYOUT_MOE_BIAS_NEEDS_ETP1", "error", IsSet(F("num_moe_experts")) & (F("add_bias_linear") == True),  # noqa: E712
          Or(ETP == 1, Not(IsSet(ETP)) & (TP == 1)),
          "MoE layers with bias need ETP = 1 (an unset ETP means ETP = TP)", TC,

@@ -247,6 +247,23 @@ def test_all_lists_the_reasons_when_nothing_fits(fmt):
         assert "0 within memory" in out and out.count("rejected: memory") >= 2
 
 
+@pytest.mark.parametrize("argv, fits", [
+    # GBS 96 on 256 GPUs: 6 micro-batches at DP 16, which PP 4 cannot interleave; the search proposed
+    # TP4 PP4 VP8 EP32, which megatron-core's interleaved schedule refuses when the first step starts
+    (["qwen3-235b-a22b", "--platform", "h100", "--gpus", "256", "--gbs", "96"],
+     lambda lay, gbs, seq: lay["vpp"] is None or (gbs // (lay["mbs"] * lay["dp"])) % lay["pp"] == 0),
+    # seq 4097 splits over no TP > 1 under sequence parallelism: every TP > 1 layout was tried and refused, so
+    # "none of those tried passed the rules"
+    (["qwen3-235b-a22b", "--platform", "h100", "--gpus", "256", "--seq", "4097"], lambda lay, gbs, seq: lay["tp"] == 1),
+])
+def test_layouts_the_batch_or_sequence_rules_refuse_are_never_proposed(argv, fits):
+    rc, out, err = run("plan-layout", *argv, "--top", "3", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert len(doc["candidates"]) == 3
+    assert all(fits(c["layout"], doc["global_batch_size"], doc["seq_length"]) for c in doc["candidates"])
+
+
 def test_a_batch_smaller_than_the_gpu_count_plans_with_model_parallelism():
     """GBS 8 on 16 GPUs: only layouts with DP <= 8 can run it (the planner's template recipe, DP 16, cannot:
     planning failed on it with LAYOUT_GBS_DIVISIBLE)."""

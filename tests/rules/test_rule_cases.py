@@ -374,6 +374,9 @@ CASES = {
     "LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP": (c(PP4_VPP, global_batch_size=96),
                                                         c(PP4, global_batch_size=96)),
     "LAYOUT_SEQ_DIVISIBLE_BY_2CP": (c(context_parallel_size=2, seq_length=4098), c(context_parallel_size=2, seq_length=4096)),
+    # TP4 x CP2: 4100 passes the CP rule (a multiple of 4), but each rank's 2050 tokens do not split over TP 4
+    "LAYOUT_SP_SEQ_DIVISIBLE_BY_TP": (c(TP2, tensor_model_parallel_size=4, context_parallel_size=2, seq_length=4100),
+                                      c(TP2, tensor_model_parallel_size=4, context_parallel_size=2, seq_length=4104)),
     "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
                                    c(TP2, add_bias_linear=True)),
     "LAYOUT_SP_NEEDS_TP": (c(sequence_parallel=True), TP2),
@@ -676,6 +679,8 @@ def _megatron(rule_id, delta):
      "num_layers_per_pipeline_rank 8             should be divisible by vp_size 3"),
     ("LAYOUT_GBS_DIVISIBLE", c(global_batch_size=500),
      "global batch size (500) is not divisible by micro batch size (1) times data parallel size (64)"),
+    ("LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", c(TP2, seq_length=4097),
+     "First dimension of the tensor should be divisible by tensor parallel size"),
     ("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", c(PP4_VPP, global_batch_size=32),
      "The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=4 , M=2]"),
     ("LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", c(PP4_VPP, global_batch_size=96),
