@@ -243,6 +243,7 @@ BATCH_RULES = tuple(BY_ID[r] for r in ("LAYOUT_GBS_DIVISIBLE", "LAYOUT_INTERLEAV
 
 
 def batch_runs(s: Setting, cand: Candidate, lay: Layout) -> bool:
+    """Whether BATCH_RULES hold for this layout's batch and sequence (each rule in force is evaluated concretely)."""
     env = {"global_batch_size": s.gbs, "micro_batch_size": cand.mbs, "data_parallel_size": lay.dp,
            "pipeline_model_parallel_size": cand.pp, "virtual_pipeline_model_parallel_size": cand.vpp,
            "seq_length": s.seq, "tensor_model_parallel_size": cand.tp, "context_parallel_size": cand.cp,
