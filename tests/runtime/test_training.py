@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+from compiler.rules import BY_ID
 from runtime_testlib import launch, micro_batch_losses
 
 
@@ -70,6 +71,22 @@ def test_pp2_vpp2_ep2_interleaved_combined_schedule(tiny_plan, tmp_path):
     assert on.report["combined_1f1b_calls"]["combined_1f1b_schedule_for_interleaved_pipelining"] > 0
     assert off.report["schedule_taken"] == "interleaved_1f1b"
     assert micro_batch_losses(on.report) == micro_batch_losses(off.report)
+
+
+def test_the_interleaved_schedule_stops_where_the_catalogue_refuses(tiny_plan, tmp_path):
+    """LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP mirrors a check megatron-core makes only when a step starts:
+    the PP2 VP2 run above with 3 micro-batches instead of 2 (the compiler refuses it; this plan is written by
+    hand) stops there, with the rule's megatron text."""
+    plan = copy.deepcopy(tiny_plan)
+    plan["transformer_config"].update(num_layers=4, pipeline_model_parallel_size=2,
+                                      virtual_pipeline_model_parallel_size=2)
+    plan["layout"].update(world_size=4, nproc_per_node=4, pp=2, vpp=2, dp=2, edp=1)
+    mbs = plan["training"]["micro_batch_size"]
+    plan["training"].update(num_microbatches=3, global_batch_size=3 * mbs * 2, train_iters=1, report_window=[1, 1])
+    run = launch(_without_overlap(plan, "interleaved_1f1b"), tmp_path)
+    assert run.returncode != 0
+    text = BY_ID["LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP"].megatron_message
+    assert text.replace("{final_microbatch_group_size}", "1") in run.output, run.output[-3000:]
 
 
 def test_learnable_task_loss_decreases_over_20_steps(tiny_plan, tmp_path):
