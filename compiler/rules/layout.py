@@ -310,6 +310,15 @@ RULES = (
          f"{MPC}; Megatron-Bridge TransformerConfig.finalize quietly sets sequence_parallel=False instead",
          "set parallelism.sp: false, or parallelism.tp > 1",
          "Cannot use sequence parallelism without tensor parallelism"),
+    # megatron-core's MoE layer refuses to train with TP and without SP (whatever EP), at the first forward; its
+    # config only warns, and only with EP (LAYOUT_EP_TP_WANTS_SP below)
+    Rule("MOE_TP_NEEDS_SP", "error", IsSet(F("num_moe_experts")) & (TP > 1),
+         F("sequence_parallel") == True,  # noqa: E712
+         "an MoE model with tensor parallelism trains only with sequence parallelism",
+         "megatron-core transformer/moe/moe_layer.py MoELayer.forward (when training)",
+         "set parallelism.sp: true, or parallelism.tp: 1",
+         "During training, performance may degrade if MoE and tensor parallelismare enabled without also enabling "
+         "sequence parallelism."),
     Rule("LAYOUT_EP_TP_WANTS_SP", "warning", (EP > 1) & (TP > 1), F("sequence_parallel") == True,  # noqa: E712
          "expert parallelism with tensor parallelism should use sequence parallelism", MPC,
          "set parallelism.sp: true",

@@ -35,6 +35,7 @@ MLM_FILES = (
     "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/mla_qk_norm_config.py",
     "megatron/core/extensions/transformer_engine.py", "megatron/core/models/common/language_module/language_module.py",
     "megatron/core/pipeline_parallel/schedules.py", "megatron/core/tensor_parallel/mappings.py",
+    "megatron/core/transformer/torch_norm.py", "megatron/core/transformer/moe/moe_layer.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",

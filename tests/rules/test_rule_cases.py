@@ -377,11 +377,17 @@ CASES = {
     # TP4 x CP2: 4100 passes the CP rule (a multiple of 4), but each rank's 2050 tokens do not split over TP 4
     "LAYOUT_SP_SEQ_DIVISIBLE_BY_TP": (c(TP2, tensor_model_parallel_size=4, context_parallel_size=2, seq_length=4100),
                                       c(TP2, tensor_model_parallel_size=4, context_parallel_size=2, seq_length=4104)),
+    # without TE the local spec's torch norm is built (TE present: TENorm takes all three)
+    "TORCH_NORM_NO_ZERO_CENTERED_GAMMA": (c(V(te=None), layernorm_zero_centered_gamma=True),
+                                          c(layernorm_zero_centered_gamma=True)),
+    "TORCH_NORM_NO_PERSIST": (c(V(te=None), persist_layer_norm=True), c(V(te=None), persist_layer_norm=False)),
+    "TORCH_NORM_NO_SEQUENCE_PARALLEL": (c(TP2, V(te=None)), c(TP2)),
     "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
                                    c(TP2, add_bias_linear=True)),
     "LAYOUT_SP_NEEDS_TP": (c(sequence_parallel=True), TP2),
     "LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM": (c(sequence_parallel=True), TP2),
     "LAYOUT_SP_WITHOUT_TP_DROPPED_BY_BRIDGE": (c(sequence_parallel=True), TP2),
+    "MOE_TP_NEEDS_SP": (c(tensor_model_parallel_size=2), TP2),
     "LAYOUT_EP_TP_WANTS_SP": (c(tensor_model_parallel_size=2), TP2),
     "LAYOUT_ETP_DEFAULT_DIFFERS": (c(TP2, expert_tensor_parallel_size=None), TP2),
     # --- TP / PP / DP overlap
@@ -679,6 +685,7 @@ def _megatron(rule_id, delta):
      "num_layers_per_pipeline_rank 8             should be divisible by vp_size 3"),
     ("LAYOUT_GBS_DIVISIBLE", c(global_batch_size=500),
      "global batch size (500) is not divisible by micro batch size (1) times data parallel size (64)"),
+    ("TORCH_NORM_NO_SEQUENCE_PARALLEL", c(TP2, V(te=None)), "sequence parallel not supported by torch LayerNorm"),
     ("LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", c(TP2, seq_length=4097),
      "First dimension of the tensor should be divisible by tensor parallel size"),
     ("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", c(PP4_VPP, global_batch_size=32),

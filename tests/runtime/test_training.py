@@ -89,6 +89,27 @@ def test_the_interleaved_schedule_stops_where_the_catalogue_refuses(tiny_plan, t
     assert text.replace("{final_microbatch_group_size}", "1") in run.output, run.output[-3000:]
 
 
+def _tp2(plan: dict, sp: bool) -> dict:
+    """The tiny plan on TP2 x EP2 (2 ranks, DP 1), with or without sequence parallelism: a plan written by hand."""
+    plan = copy.deepcopy(plan)
+    plan["transformer_config"].update(tensor_model_parallel_size=2, sequence_parallel=sp)
+    plan["layout"].update(tp=2, dp=1, ep=2, etp=1, edp=1)
+    plan["training"].update(global_batch_size=2 * plan["training"]["micro_batch_size"], train_iters=1,
+                            report_window=[1, 1])
+    return _without_overlap(plan, "no_pipelining")
+
+
+def test_tp_and_sequence_parallelism_stop_megatron_core_where_the_catalogue_refuses(tiny_plan, tmp_path):
+    """Two checks megatron-core makes after every front-end accepted the launch, each met by a rule: without
+    Transformer Engine (here) the local spec's torch norm refuses sequence parallelism when the model is built
+    (TORCH_NORM_NO_SEQUENCE_PARALLEL), and without sequence parallelism the MoE layer refuses TP at the first
+    training forward (MOE_TP_NEEDS_SP). Each run stops with its rule's megatron text."""
+    for sp, rule in ((True, "TORCH_NORM_NO_SEQUENCE_PARALLEL"), (False, "MOE_TP_NEEDS_SP")):
+        run = launch(_tp2(tiny_plan, sp), tmp_path / f"sp-{sp}")
+        assert run.returncode != 0
+        assert BY_ID[rule].megatron_message in run.output, run.output[-3000:]
+
+
 def test_learnable_task_loss_decreases_over_20_steps(tiny_plan, tmp_path):
     plan = copy.deepcopy(tiny_plan)
     plan["training"].update(train_iters=20, report_window=[3, 20])
