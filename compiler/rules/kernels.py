@@ -31,11 +31,11 @@ RULES = (
          TORCH_NORM, NO_TE_FIX, "zero_centered_gamma not supported by torch LayerNorm"),
     Rule("TORCH_NORM_NO_PERSIST", "error", TORCH_NORM_BUILT, Not(F("persist_layer_norm") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which has no persistent kernel",
-         TORCH_NORM, f"set kernels.persist_layer_norm: false, or {NO_TE_FIX[0].lower()}{NO_TE_FIX[1:]}",
+         TORCH_NORM, f"set kernels.persist_layer_norm: false, or {NO_TE_FIX}",
          "persist_layer_norm not supported by torch LayerNorm"),
     Rule("TORCH_NORM_NO_SEQUENCE_PARALLEL", "error", TORCH_NORM_BUILT, Not(F("sequence_parallel") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which refuses sequence parallelism",
-         TORCH_NORM, f"set parallelism.sp: false, or {NO_TE_FIX[0].lower()}{NO_TE_FIX[1:]}",
+         TORCH_NORM, f"set parallelism.sp: false, or {NO_TE_FIX}",
          "sequence parallel not supported by torch LayerNorm"),
     # Megatron-LM 0.19 refuses TE's fused cross entropy (Megatron-Bridge's DeepSeek recipes still use it)
     Rule("CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM", "error", F("cross_entropy_loss_fusion") == True,  # noqa: E712
