@@ -55,13 +55,20 @@ def test_ep2_overlap_matches_no_overlap_exactly(tiny_plan, tmp_path):
     assert "step    1/4 | loss" in on.stdout
 
 
-def test_pp2_vpp2_ep2_interleaved_combined_schedule(tiny_plan, tmp_path):
-    plan = copy.deepcopy(tiny_plan)
+def _pp2_vp2(plan: dict, microbatches: int, iters: int) -> dict:
+    """The tiny plan on PP2 x VP2 x EP2 (4 ranks, DP 2), with this many micro-batches per step."""
+    plan = copy.deepcopy(plan)
     plan["transformer_config"].update(num_layers=4, pipeline_model_parallel_size=2,
                                       virtual_pipeline_model_parallel_size=2)
     plan["layout"].update(world_size=4, nproc_per_node=4, pp=2, vpp=2, dp=2, edp=1)
-    plan["training"].update(num_microbatches=2, global_batch_size=8, train_iters=3,
-                            report_window=[2, 3])
+    plan["training"].update(num_microbatches=microbatches,
+                            global_batch_size=microbatches * plan["training"]["micro_batch_size"] * 2,
+                            train_iters=iters, report_window=[min(2, iters), iters])
+    return plan
+
+
+def test_pp2_vpp2_ep2_interleaved_combined_schedule(tiny_plan, tmp_path):
+    plan = _pp2_vp2(tiny_plan, 2, 3)
     on = launch(plan, tmp_path / "overlap")
     off = launch(_without_overlap(plan, "interleaved_1f1b"), tmp_path / "plain")
     _assert_ok(on)
@@ -77,13 +84,7 @@ def test_the_interleaved_schedule_stops_where_the_catalogue_refuses(tiny_plan, t
     """LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP mirrors a check megatron-core makes only when a step starts:
     the PP2 VP2 run above with 3 micro-batches instead of 2 (the compiler refuses it; this plan is written by
     hand) stops there, with the rule's megatron text."""
-    plan = copy.deepcopy(tiny_plan)
-    plan["transformer_config"].update(num_layers=4, pipeline_model_parallel_size=2,
-                                      virtual_pipeline_model_parallel_size=2)
-    plan["layout"].update(world_size=4, nproc_per_node=4, pp=2, vpp=2, dp=2, edp=1)
-    mbs = plan["training"]["micro_batch_size"]
-    plan["training"].update(num_microbatches=3, global_batch_size=3 * mbs * 2, train_iters=1, report_window=[1, 1])
-    run = launch(_without_overlap(plan, "interleaved_1f1b"), tmp_path)
+    run = launch(_without_overlap(_pp2_vp2(tiny_plan, 3, 1), "interleaved_1f1b"), tmp_path)
     assert run.returncode != 0
     text = BY_ID["LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP"].megatron_message
     assert text.replace("{final_microbatch_group_size}", "1") in run.output, run.output[-3000:]
