@@ -37,7 +37,7 @@ from pathlib import Path
 from . import gate, model, realised
 from . import plan as plan_mod
 from .errors import BackendMissing, PlanError, RuntimeFailure, report_and_exit
-from .local_spec import kernels_for_construction, local_backend, spec_hook, substitute_local
+from .local_spec import construction_stand_ins, local_backend, spec_hook, substitute_local
 
 
 def init_fake_world(world: int, rank: int) -> None:
@@ -117,7 +117,7 @@ def _dry_run(plan, rank: int, substitutions: list) -> dict:
         if model.use_transformer_engine(plan):
             chunks = model.build_model(plan, cfg, cast_dtype=False)
         else:
-            with kernels_for_construction(cfg, substitutions):
+            with construction_stand_ins(cfg, substitutions):
                 chunks = model.build_model(plan, cfg, cast_dtype=False,
                                            spec_hook=spec_hook(cfg, substitutions),
                                            local_backend=local_backend(cfg, substitutions))

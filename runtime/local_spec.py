@@ -4,7 +4,7 @@ Why: parameter counts and memory should not need the backends a plan will train 
 layers of mapping, neither of which changes a parameter shape: ``substitute_local`` maps plan
 values that only Transformer Engine, DeepEP/HybridEP, grouped_gemm or APEX's CUDA extensions
 can build to ones megatron-core's local spec builds; the spec stand-ins (``spec_hook``,
-``local_backend``, ``kernels_for_construction``) replace the modules the local spec names but
+``local_backend``, ``construction_stand_ins``) replace the modules the local spec names but
 cannot construct for this plan.  Every mapping is recorded as a substitution
 {field, plan, used, why} for the dry-run report.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import importlib.util
 
@@ -293,6 +294,13 @@ class _DryRunLayerNormColumnParallelLinear:
         return module
 
 
+def _fused_norm_linear_entry(fused_by: str) -> dict:
+    return {"field": "spec.column_parallel_layer_norm_linear",
+            "plan": "TELayerNormColumnParallelLinear", "used": "norm + ColumnParallelLinear",
+            "why": f"{fused_by}, which only Transformer Engine provides; the stand-in holds the same "
+                   "parameters (layer_norm_weight[, layer_norm_bias], weight)"}
+
+
 def local_backend(cfg, substitutions: list):
     """megatron-core's LocalSpecProvider, plus the fused norm+linear stand-in that experimental
     attention variants (gated_delta_net) ask the backend for; None when not needed."""
@@ -300,11 +308,7 @@ def local_backend(cfg, substitutions: list):
         return None
     from megatron.core.models.backends import LocalSpecProvider
 
-    entry = {"field": "spec.column_parallel_layer_norm_linear",
-             "plan": "TELayerNormColumnParallelLinear", "used": "norm + ColumnParallelLinear",
-             "why": f"{cfg.experimental_attention_variant} fuses its input norm into in_proj, "
-                    "which only Transformer Engine provides; the stand-in holds the same "
-                    "parameters (layer_norm_weight[, layer_norm_bias], weight)"}
+    entry = _fused_norm_linear_entry(f"{cfg.experimental_attention_variant} fuses its input norm into in_proj")
 
     class DryRunLocalSpecProvider(LocalSpecProvider):
         def column_parallel_layer_norm_linear(self):
@@ -316,7 +320,51 @@ def local_backend(cfg, substitutions: list):
 
 
 @contextlib.contextmanager
-def kernels_for_construction(cfg, substitutions: list):
+def construction_stand_ins(cfg, substitutions: list):
+    """Everything the local spec cannot construct for this config, allowed for the dry run's
+    construction only (each stated) and restored afterwards."""
+    with _gated_delta_net_without_fla(cfg, substitutions), _mla_query_norm_fused(cfg, substitutions):
+        yield
+
+
+@contextlib.contextmanager
+def _mla_query_norm_fused(cfg, substitutions: list):
+    """MLA with qk_layernorm and no query LoRA: megatron-core 0.19+ (transformer/
+    mla_qk_norm_config.py) builds linear_q_proj as a fused norm + linear, which only Transformer
+    Engine provides, and refuses the local spec's separate query norm.  The resolver is given the
+    fused stand-in (same parameters as TELayerNormColumnParallelLinear) and a trivial query norm,
+    so the dry run counts what the Transformer Engine spec builds; 0.16 has no such resolver and
+    builds no query norm without a query LoRA."""
+    try:
+        from megatron.core.transformer import mla_qk_norm_config
+    except ImportError:
+        mla_qk_norm_config = None
+    if mla_qk_norm_config is None or not getattr(cfg, "multi_latent_attention", False) \
+            or not getattr(cfg, "qk_layernorm", False) or cfg.q_lora_rank is not None:
+        yield
+        return
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    resolver = mla_qk_norm_config.QKNormConfigResolver
+    real_init = resolver.__init__
+    entry = _fused_norm_linear_entry("megatron-core 0.19+ fuses MLA's query norm into linear_q_proj "
+                                     "when there is no query LoRA (mla_qk_norm_config.py)")
+
+    def init(self, config, submodules):
+        real_init(self, config, dataclasses.replace(submodules, q_layernorm=IdentityOp))
+        self.fused_norm_linear_impl = _DryRunLayerNormColumnParallelLinear
+        if entry not in substitutions:
+            substitutions.append(entry)
+
+    resolver.__init__ = init
+    try:
+        yield
+    finally:
+        resolver.__init__ = real_init
+
+
+@contextlib.contextmanager
+def _gated_delta_net_without_fla(cfg, substitutions: list):
     """Gated DeltaNet refuses construction without the flash-linear-attention (fla) kernels,
     which only its forward calls; a dry run never runs forward, so construction is allowed
     (stated) and the module's flag restored afterwards."""

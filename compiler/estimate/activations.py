@@ -54,6 +54,10 @@ def attention_bytes(tc: dict, t: int, t_h: float, tp: int, modules: frozenset, l
         lora = (tc.get("q_lora_rank") or 0) + tc["kv_lora_rank"] + pos
         # q/kv compressed latents: the up projections' LayerNormLinear input + ln_out
         out["latents"] = 2 * ACT * t_h * lora
+        if not tc.get("q_lora_rank") and tc.get("qk_layernorm"):
+            # no query LoRA: linear_q_proj is a fused LayerNormLinear over the (already saved) normed
+            # hidden states (mla_qk_norm_config.py), whose ln_out is a new tensor
+            out["latents"] += ACT * t_h * h
         if "mla_up_proj" not in modules:
             # query, key (qk+pos per head) and value after the fused MLA RoPE, saved by TE attention;
             # recompute "mla_up_proj" discards them (multi_latent_attention.py: qkv_up_checkpoint

@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from .. import pipeline_layout
 from ..layout import Layout
+from ..rules.expr import version_int
 from . import activations as A
 
 GIB = 2 ** 30
@@ -44,12 +45,14 @@ def _norm(tc, size: int) -> int:
     return size * (2 if tc.get("normalization", "LayerNorm") == "LayerNorm" else 1)
 
 
-def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
+def attention_params(tc: dict, tp: int, linear: bool, te: bool = True, query_norm: bool = True) -> int:
     """One layer's attention block on one TP rank, with its input norm.
 
     ``te``: the Transformer Engine spec, where MLA's down projections are TELinear
     (parallel_mode "duplicated": replicated); the local spec builds them as
-    ColumnParallelLinear, sharded over TP (megatron-core multi_latent_attention.py)."""
+    ColumnParallelLinear, sharded over TP (megatron-core multi_latent_attention.py).
+    ``query_norm``: MLA with qk_layernorm and no query LoRA norms the hidden states again in a fused
+    norm + linear_q_proj (megatron-core 0.19+, ``fuses_mla_query_norm``)."""
     h = tc["hidden_size"]
     bias = bool(tc.get("add_bias_linear"))
     norm = _norm(tc, h)
@@ -73,7 +76,7 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True) -> int:
         if qlr:  # down projection (see ``te``), up projection column-parallel
             q = h * qlr // down + qlr * a * (qk + pos) // tp + (_norm(tc, qlr) if latent_norms else 0)
         else:
-            q = h * a * (qk + pos) // tp
+            q = h * a * (qk + pos) // tp + (_norm(tc, h) if latent_norms and query_norm else 0)
         kv = h * (kvlr + pos) // down + kvlr * a * (qk + vd) // tp + (_norm(tc, kvlr) if latent_norms else 0)
         return norm + q + kv + a * vd // tp * h + (h if bias else 0)
     q_out = a * d * (2 if tc.get("attention_output_gate") else 1)
@@ -154,11 +157,12 @@ def _kind_counts(kinds: tuple, layers: range) -> dict:
     return counts
 
 
-def kind_params(tc: dict, kind: tuple[bool, bool], lay: Layout, te: bool = True) -> tuple[int, int]:
+def kind_params(tc: dict, kind: tuple[bool, bool], lay: Layout, te: bool = True,
+                query_norm: bool = True) -> tuple[int, int]:
     """(dense, expert) parameters on one rank of a decoder layer of ``kind`` (layer_kinds)."""
     moe, linear = kind
     dense, expert = mlp_block_params(tc, moe, lay.tp, lay.ep, lay.expert_tp)
-    return dense + attention_params(tc, lay.tp, linear, te), expert
+    return dense + attention_params(tc, lay.tp, linear, te, query_norm), expert
 
 
 def _virtual_stages(tc: dict, lay: Layout) -> tuple[str, ...]:
@@ -221,9 +225,11 @@ def _contents(stages: tuple[str, ...], pp: int, pp_rank: int) -> tuple[Mapping, 
                  for i in range(pp_rank, len(stages), pp))
 
 
-def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool = True) -> dict:
+def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool = True,
+                    query_norm: bool = True) -> dict:
     """Parameters on one rank of pipeline stage ``pp_rank``: total, dense, expert, embedding
-    (``te``: the Transformer Engine layer spec; False: megatron-core's local spec)."""
+    (``te``: the Transformer Engine layer spec; False: megatron-core's local spec; ``query_norm``:
+    see attention_params)."""
     h, vocab, tp = tc["hidden_size"], model["vocab_size"], lay.tp
     tied = bool(model.get("share_embeddings_and_output_weights"))
     table = vocab // tp * h
@@ -236,7 +242,7 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
     for chunk in chunks:
         for kind, count in _kind_counts(kinds, chunk["layers"]).items():
             if kind not in held:
-                held[kind] = kind_params(tc, kind, lay, te)
+                held[kind] = kind_params(tc, kind, lay, te, query_norm)
             dense, expert = dense + count * held[kind][0], expert + count * held[kind][1]
         if chunk["embedding"]:
             embedding += table + positions
@@ -249,7 +255,7 @@ def rank_parameters(tc: dict, model: dict, lay: Layout, pp_rank: int, te: bool =
                 embedding += table  # output layer (a copy on the last stage when tied and PP > 1)
         for _ in range(chunk["mtp"]):
             # enorm, hnorm, eh_proj (2h -> h, column-parallel), one decoder layer, final norm
-            d, e = kind_params(tc, kinds[-1], lay, te)
+            d, e = kind_params(tc, kinds[-1], lay, te, query_norm)
             dense += 3 * _norm(tc, h) + 2 * h * h // tp + d
             expert += e
         if chunk["mtp"] and not chunk["embedding"]:
@@ -331,6 +337,14 @@ def builds_te(plan: dict) -> bool:
     return (plan.get("runtime") or {}).get("transformer_impl") == "transformer_engine"
 
 
+def fuses_mla_query_norm(plan: dict) -> bool:
+    """Whether the plan's megatron-core resolves MLA's query norm without a query LoRA into a fused
+    norm + linear_q_proj (0.19+, transformer/mla_qk_norm_config.py; 0.16 builds no query norm then).
+    A plan that names no release is taken as the newest, the one the estimates follow."""
+    version = ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
+    return version is None or version_int(version) >= version_int("0.19")
+
+
 def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, str]:
     """Peak activation bytes on a rank of pipeline stage ``pp_rank`` (compiler/estimate/
     activations.py): every model chunk's per-micro-batch bytes (its decoder layers, MTP layers,
@@ -386,7 +400,8 @@ def rank_states(plan: dict, lay: Layout, pp_rank: int, te: bool | None = None) -
     """A rank's parameters, and the bytes of its weights, gradients and optimizer state with their
     formulas: what its memory holds whatever the recompute, micro-batch size, dispatcher or overlap."""
     te = builds_te(plan) if te is None else te
-    counts = rank_parameters(plan["transformer_config"], plan["model"], lay, pp_rank, te)
+    counts = rank_parameters(plan["transformer_config"], plan["model"], lay, pp_rank, te,
+                             fuses_mla_query_norm(plan))
     return (counts, *states(counts, plan, lay))
 
 

@@ -24,7 +24,7 @@ from ..layout import Layout
 from . import comm
 from .flops import KEYS, chunk_flops, model_flops_per_token
 from .activations import heads
-from .memory import DTYPE_BYTES, builds_te, layer_kinds, rank_parameters, stage_contents
+from .memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
 from .steptime_terms import assemble
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
@@ -152,7 +152,7 @@ def stage_facts(plan: dict, lay: Layout) -> dict:
     overlap settings do not change them, so the planner computes them once for all of those variants."""
     tc, model = plan["transformer_config"], plan["model"]
     pp_rank, stage = _busiest_stage(plan, lay)
-    counts = rank_parameters(tc, model, lay, pp_rank, builds_te(plan))
+    counts = rank_parameters(tc, model, lay, pp_rank, builds_te(plan), fuses_mla_query_norm(plan))
     return {"pp_rank": pp_rank, "stage": stage, "counts": counts,
             "flops_per_token": sum(model_flops_per_token(tc, model, plan["training"]["seq_length"]).values())}
 

@@ -42,7 +42,8 @@ def _assert_counts_equal(name: str, plan: dict, recorded: dict) -> None:
     lay = Layout.from_plan(plan["layout"])
     for rank in recorded["ranks"]:
         got = M.rank_parameters(plan["transformer_config"], plan["model"], lay, rank["coordinates"]["pp"],
-                               te=False)  # the fixture was built with --local-spec
+                               te=False,  # the fixture was built with --local-spec
+                               query_norm=M.fuses_mla_query_norm(plan))
         assert {k: got[k] for k in rank["parameters"]} == rank["parameters"], (name, rank["rank"])
         assert got["decoder_layers"] == rank["decoder_layers"]["numbers"], (name, rank["rank"])
         assert got["mtp_layers"] == rank["mtp_layers_on_rank"], (name, rank["rank"])

@@ -67,7 +67,7 @@ def ours_in_megatron_bytes(plan: dict) -> tuple[int, int]:
     te = plan["runtime"]["transformer_impl"] == "transformer_engine"
     best = (0, 0)
     for rank in range(lay.pp):
-        c = M.rank_parameters(plan["transformer_config"], plan["model"], lay, rank, te)
+        c = M.rank_parameters(plan["transformer_config"], plan["model"], lay, rank, te, M.fuses_mla_query_norm(plan))
         dense = c["total"] - c["expert"]
         value = dense * (6 + 12 / dp) + c["expert"] * (6 + 12 / edp)
         best = max(best, (int(value), rank))

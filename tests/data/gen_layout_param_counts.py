@@ -50,6 +50,8 @@ VARIANTS = {
     "qwen3-30b-a3b/h100-bf16 learned_absolute": (
         "qwen3-30b-a3b/h100-bf16", ["model.architecture.position_embedding_type=learned_absolute"]),
     "deepseek-v3/h100-bf16 no qk_layernorm": ("deepseek-v3/h100-bf16", ["model.architecture.qk_layernorm=false"]),
+    # MLA without a query LoRA (DeepSeek-V2-Lite): megatron-core 0.19 norms the query's input in linear_q_proj
+    "deepseek-v3/h100-bf16 no q_lora_rank": ("deepseek-v3/h100-bf16", ["model.architecture.q_lora_rank=null"]),
     "qwen3-next-80b-a3b/h100-bf16 LayerNorm": (  # Gated DeltaNet's out_norm follows the model's norm
         "qwen3-next-80b-a3b/h100-bf16", ["model.architecture.normalization=LayerNorm"]),
 }

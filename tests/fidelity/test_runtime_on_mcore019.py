@@ -43,3 +43,33 @@ def test_ep_overlap_does_not_change_the_math_on_mcore_019(tmp_path):
     losses_on = [s["micro_batch_losses"] for s in on["steps"]]
     assert len(losses_on) == 4 and all(len(mb) == 2 for mb in losses_on)
     assert losses_on == [s["micro_batch_losses"] for s in off["steps"]]
+
+
+def test_mla_without_query_lora_dry_runs_with_the_te_query_norm(tmp_path):
+    """megatron-core 0.19 builds MLA's query projection without a query LoRA as a fused norm + linear, which only
+    Transformer Engine has, and refuses the local spec's separate query norm: the dry run (--local-spec) failed on
+    DeepSeek-V2-Lite-like plans. Its stand-in holds TE's parameters; counted here in closed form against the same
+    plan with a query LoRA (local spec: the q down projection sharded over TP)."""
+    paths = []
+    for name, sets in (("lora", []), ("no-lora", ["--set", "model.architecture.q_lora_rank=null"])):
+        done = subprocess.run([sys.executable, "-m", "compiler", "compile", "deepseek-v3/h100-bf16", *sets, "--out",
+                               str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        paths.append(tmp_path / name / "deepseek-v3" / "h100-bf16" / "plan.json")
+    ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "runtime.dryrun", *map(str, paths), "--rank", "0",
+                          "--local-spec"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    lora, plain = json.loads(ran.stdout)["plans"]
+    assert plain.get("error") is None and plain["megatron_core"].startswith("0.19")
+    tc = json.loads(paths[0].read_text())["transformer_config"]
+    h, ql, tp, a = tc["hidden_size"], tc["q_lora_rank"], tc["tensor_model_parallel_size"], tc["num_attention_heads"]
+    q_out = a * (tc["qk_head_dim"] + tc["qk_pos_emb_head_dim"]) // tp
+    with_lora = h * ql // tp + ql + ql * q_out  # down projection, q norm, up projection
+    without = h * q_out + h  # linear_q_proj with its fused norm over the hidden size
+    layers = len(plain["decoder_layers"]["numbers"])
+    assert plain["parameters"]["dense"] - lora["parameters"]["dense"] == layers * (without - with_lora)
+    assert plain["parameters"]["expert"] == lora["parameters"]["expert"]
+    fused = [s for s in plain["substitutions"] if s["field"] == "spec.column_parallel_layer_norm_linear"]
+    assert len(fused) == 1 and "linear_q_proj" in fused[0]["why"]
