@@ -135,6 +135,22 @@ def _is_cuda_device(dev) -> bool:
     return isinstance(dev, int) and not isinstance(dev, bool)
 
 
+def _backward(mode, tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """torch.autograd.backward with ``mode`` on.  torch 2.13 hands the call to the active mode, which
+    is off while it handles it; the pass would then run without the CPU mapping, and activation
+    checkpointing recomputes layers in it (a causal mask on ``device="cuda"``).  This is
+    torch.autograd.backward past that hand-off (torch/autograd/__init__.py), which megatron-core's
+    schedules call."""
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    tensors = (tensors,) if torch.is_tensor(tensors) else tuple(tensors)
+    grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(grad_tensors, len(tensors)), is_grads_batched=False)
+    with mode:
+        _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph, create_graph,
+                             tuple(inputs or ()), allow_unreachable=True, accumulate_grad=True)
+
+
 class _CudaToCpuMode(torch.overrides.TorchFunctionMode):
     """Maps ``device="cuda"`` allocations to CPU and reports CPU tensors under CUDA type names.
 
@@ -147,6 +163,8 @@ class _CudaToCpuMode(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.autograd.backward:
+            return _backward(self, *args, **kwargs)
         if "device" in kwargs and _is_cuda_device(kwargs["device"]):
             kwargs = dict(kwargs, device="cpu")
         if kwargs.get("pin_memory"):
@@ -210,6 +228,10 @@ def _patch_megatron() -> None:
     mrandom._CUDA_RNG_STATE_TRACKER = _CpuRNGStatesTracker()
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mrandom.CudaRNGStatesTracker = _CpuRNGStatesTracker
+    # activation checkpointing (full recompute, CheckpointFunction) saves and restores the CUDA state
+    # through these, which reach torch.cuda.random and torch.cuda's lazy-call queue: empty, as above
+    mrandom._get_cuda_rng_state = lambda device="cuda", clone=False, graph_safe=False: torch.empty(0, dtype=torch.uint8)
+    mrandom._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: None
     moe_utils.maybe_move_tensor_to_cpu = _cpu_maybe_move_tensor_to_cpu
     token_dispatcher.maybe_move_tensor_to_cpu = _cpu_maybe_move_tensor_to_cpu
     # megatron-core 0.16.1 references te_general_gemm even when Transformer Engine is absent.

@@ -7,7 +7,7 @@ a launch would be refused.
 """
 from .. import knobs as K
 from . import Rule
-from .expr import F, IsSet, Not, Or, TE_INSTALLED
+from .expr import F, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 MLA_TC = "megatron-core transformer/transformer_config.py MLATransformerConfig.__post_init__"
@@ -101,17 +101,6 @@ RULES = (
          "rotary position embeddings need an even head size (kv_channels, or hidden_size / num_attention_heads)",
          "megatron-core models/common/embeddings/rotary_pos_embedding.py RotaryEmbedding (and YaRN's)",
          "set model.architecture.kv_channels to an even head size", None, origin="moeforge"),
-    # megatron-core 0.19 fuses MLA's query norm into linear_q_proj when there is no query LoRA, and only Transformer
-    # Engine's LayerNormColumnParallelLinear is such a projection: the local spec's separate norm is refused while
-    # building the model (transformer/mla_qk_norm_config.py), which no config check sees
-    Rule("MLA_QUERY_NORM_WITHOUT_Q_LORA_NEEDS_TE", "error",
-         MLA & (F("qk_layernorm") == True) & Not(IsSet(F("q_lora_rank"))),  # noqa: E712
-         TE_INSTALLED, "multi-latent attention with qk_layernorm and no query LoRA needs Transformer Engine (its "
-         "fused norm + linear query projection; megatron-core's local spec has none)",
-         "megatron-core transformer/mla_qk_norm_config.py (MLASelfAttention)",
-         "install Transformer Engine on the platform, set model.architecture.q_lora_rank, or qk_layernorm: false",
-         "`q_layernorm={self.submodules.q_layernorm}` is non-trivial, but `q_lora_rank is None`, meaning it will "
-         "not be used.", versions=(("megatron_core", ">=0.19.0"),)),
     Rule("ROUTER_EXPERT_BIAS_NEEDS_SIGMOID", "error", F("moe_router_enable_expert_bias") == True,  # noqa: E712
          F("moe_router_score_function") == "sigmoid",
          "aux-loss-free routing (expert bias) needs the sigmoid score function", TC,

@@ -18,25 +18,41 @@ DENSE_LAYERS = Or(Not(IsSet(F("num_moe_experts"))), F("moe_layer_freq") != 1)
 # Without Transformer Engine the runtime builds megatron-core's local layer spec, whose norms are the plain torch
 # norm: always for RMSNorm, and for LayerNorm unless APEX is installed (gpt_layer_specs.py LNImpl). A platform states
 # no APEX and the environments moeforge runs in have none (it is a CUDA build), so both norms are taken as torch's.
-TORCH_NORM_BUILT = Not(TE_INSTALLED)
+LOCAL_SPEC = Not(TE_INSTALLED)
 TORCH_NORM = ("megatron-core transformer/torch_norm.py WrappedTorchNorm (the local spec's norm: models/gpt/"
               "gpt_layer_specs.py LNImpl, models/backends.py LocalSpecProvider.layer_norm), when the model is built")
 NO_TE_FIX = "use a platform with Transformer Engine (its layer spec builds TENorm)"
+# ... and its core attention is megatron-core's DotProductAttention (TE's spec: TEDotProductAttention)
+LOCAL_ATTENTION = ("megatron-core transformer/dot_product_attention.py DotProductAttention (the local spec's core "
+                   "attention: models/backends.py LocalSpecProvider.core_attention), when the model is built")
 
 RULES = (
     # WrappedTorchNorm's checks, in its order; no front-end checks them before the model is built
-    Rule("TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "error", TORCH_NORM_BUILT,
+    Rule("TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "error", LOCAL_SPEC,
          Not(F("layernorm_zero_centered_gamma") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which has no zero-centred gamma",
          TORCH_NORM, NO_TE_FIX, "zero_centered_gamma not supported by torch LayerNorm"),
-    Rule("TORCH_NORM_NO_PERSIST", "error", TORCH_NORM_BUILT, Not(F("persist_layer_norm") == True),  # noqa: E712
+    Rule("TORCH_NORM_NO_PERSIST", "error", LOCAL_SPEC, Not(F("persist_layer_norm") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which has no persistent kernel",
          TORCH_NORM, f"set kernels.persist_layer_norm: false, or {NO_TE_FIX}",
          "persist_layer_norm not supported by torch LayerNorm"),
-    Rule("TORCH_NORM_NO_SEQUENCE_PARALLEL", "error", TORCH_NORM_BUILT, Not(F("sequence_parallel") == True),  # noqa: E712
+    Rule("TORCH_NORM_NO_SEQUENCE_PARALLEL", "error", LOCAL_SPEC, Not(F("sequence_parallel") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which refuses sequence parallelism",
          TORCH_NORM, f"set parallelism.sp: false, or {NO_TE_FIX}",
          "sequence parallel not supported by torch LayerNorm"),
+    Rule("LOCAL_ATTENTION_NO_CONTEXT_PARALLEL", "error", LOCAL_SPEC, F("context_parallel_size") == 1,
+         "without Transformer Engine the core attention is megatron-core's DotProductAttention, which has no "
+         "context parallelism", LOCAL_ATTENTION,
+         "set parallelism.cp: 1, or use a platform with Transformer Engine (TEDotProductAttention)",
+         "Context parallelism is only supported by TEDotProductAttention!"),
+    # MultiLatentAttention builds its core attention with k_channels/v_channels (query/key and value head sizes
+    # differ), which DotProductAttention.__init__ does not take: a TypeError of Python's, not a check of megatron's.
+    # It comes first: 0.19's refusal of the local spec's separate query norm without a query LoRA
+    # (transformer/mla_qk_norm_config.py) is only reached after it.
+    Rule("LOCAL_ATTENTION_NO_MLA", "error", F("multi_latent_attention") == True, TE_INSTALLED,  # noqa: E712
+         "without Transformer Engine the core attention is megatron-core's DotProductAttention, which cannot "
+         "build multi-latent attention (it takes no separate key and value head sizes)", LOCAL_ATTENTION,
+         "use a platform with Transformer Engine (TEDotProductAttention)", None, origin="moeforge"),
     # Megatron-LM 0.19 refuses TE's fused cross entropy (Megatron-Bridge's DeepSeek recipes still use it)
     Rule("CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM", "error", F("cross_entropy_loss_fusion") == True,  # noqa: E712
          F("cross_entropy_fusion_impl") != "te",

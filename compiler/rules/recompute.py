@@ -49,6 +49,16 @@ RULES = (
          "recomputing moe_act needs grouped GEMM experts", TC,
          "set moe.grouped_gemm: true, or drop moe_act from recompute.modules",
          "moe_act in recompute_modules is only supported with moe_grouped_gemm."),
+    # CheckpointWithoutOutput (the layernorm and moe_act recompute) sets fp8 = (fp8 is not None), true by default,
+    # and then reads Transformer Engine's FP8GlobalStateManager, imported only with TE: a NameError of Python's at
+    # the first forward, not a check of megatron's (MLA's mla_up_proj passes its quantization, None in BF16)
+    Rule("RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE", "error",
+         SELECTIVE & Or(Has(MODS, "layernorm"), Has(MODS, "moe_act")), TE_INSTALLED,
+         "without Transformer Engine, recomputing layernorm or moe_act stops at the first forward step: megatron-core's "
+         "CheckpointWithoutOutput, which they use, reads Transformer Engine's FP8 state even in BF16",
+         "megatron-core tensor_parallel/random.py CheckpointWithoutOutput (0.16-0.19), at the first forward step",
+         "drop layernorm and moe_act from recompute.modules, or use a platform with Transformer Engine", None,
+         origin="moeforge"),
     Rule("RECOMPUTE_MLA_UP_PROJ_NEEDS_MLA", "error", SELECTIVE & Has(MODS, "mla_up_proj"),
          F("multi_latent_attention") == True,  # noqa: E712
          "recomputing mla_up_proj needs multi-latent attention", TC,

@@ -53,6 +53,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "LAYOUT_SP_SEQ_DIVISIBLE_BY_TP",  # tensor_parallel/mappings.py, at the first forward
     # torch_norm.py's WrappedTorchNorm, built with the local layer spec
     "TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "TORCH_NORM_NO_PERSIST", "TORCH_NORM_NO_SEQUENCE_PARALLEL",
+    "LOCAL_ATTENTION_NO_CONTEXT_PARALLEL",  # dot_product_attention.py's DotProductAttention, likewise
     "MOE_TP_NEEDS_SP",  # MoELayer.forward, when training
     # TEGroupedMLP, TEDotProductAttention and TEFusedMLP: built with TE (absent here)
     "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "SOFTMAX_TYPE_NEEDS_TE_2_8",

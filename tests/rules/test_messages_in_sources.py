@@ -32,10 +32,11 @@ MLM_FILES = (
     "megatron/core/transformer/cuda_graph_config.py", "megatron/training/arguments.py",
     "megatron/core/transformer/pipeline_parallel_layer_layout.py", "megatron/core/optimizer/optimizer_config.py",
     "megatron/core/distributed/distributed_data_parallel_config.py", "megatron/core/transformer/moe/experts.py",
-    "megatron/core/transformer/moe/shared_experts.py", "megatron/core/transformer/mla_qk_norm_config.py",
+    "megatron/core/transformer/moe/shared_experts.py",
     "megatron/core/extensions/transformer_engine.py", "megatron/core/models/common/language_module/language_module.py",
     "megatron/core/pipeline_parallel/schedules.py", "megatron/core/tensor_parallel/mappings.py",
     "megatron/core/transformer/torch_norm.py", "megatron/core/transformer/moe/moe_layer.py",
+    "megatron/core/transformer/dot_product_attention.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",

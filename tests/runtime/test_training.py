@@ -111,6 +111,46 @@ def test_tp_and_sequence_parallelism_stop_megatron_core_where_the_catalogue_refu
         assert BY_ID[rule].megatron_message in run.output, run.output[-3000:]
 
 
+def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refuses(tiny_plan, tmp_path):
+    """Without Transformer Engine (here) the local spec's core attention is megatron-core's DotProductAttention,
+    which refuses context parallelism (LOCAL_ATTENTION_NO_CONTEXT_PARALLEL, its megatron text) and cannot take
+    multi-latent attention's head sizes (LOCAL_ATTENTION_NO_MLA: Python's TypeError) when the model is built, and
+    recomputing layernorm reads TE's FP8 state at the first forward (RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE: a
+    NameError). The plans are written by hand: the compiler refuses them."""
+    cp2 = copy.deepcopy(tiny_plan)
+    cp2["transformer_config"].update(context_parallel_size=2)
+    cp2["layout"].update(cp=2, dp=1)
+    cp2["training"].update(global_batch_size=cp2["training"]["micro_batch_size"], num_microbatches=1,
+                           train_iters=1, report_window=[1, 1])
+    mla = copy.deepcopy(tiny_plan)
+    mla["transformer_config"].update(multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=16, qk_head_dim=16,
+                                     qk_pos_emb_head_dim=8, v_head_dim=16, rope_type="rope")
+    norm = _without_overlap(tiny_plan, "no_pipelining")
+    norm["transformer_config"].update(recompute_granularity="selective", recompute_modules=["layernorm"])
+    for name, plan, text in (("cp2", cp2, BY_ID["LOCAL_ATTENTION_NO_CONTEXT_PARALLEL"].megatron_message),
+                             ("mla", mla, "got an unexpected keyword argument 'k_channels'"),
+                             ("norm", norm, "name 'FP8GlobalStateManager' is not defined")):
+        run = launch(plan, tmp_path / name)
+        assert run.returncode != 0
+        assert text in run.output, run.output[-3000:]
+
+
+def test_full_recompute_leaves_every_loss_unchanged(tiny_plan, tmp_path):
+    """Full recompute runs each layer's forward again inside backward, where the CPU stand-ins must still hold
+    (it stopped on a causal mask allocated on "cuda": torch 2.13 hands torch.autograd.backward to the CPU mode,
+    which is off while it handles it), and the dropout RNG must be restored: every loss is bit-for-bit the same."""
+    plain = _without_overlap(tiny_plan, "no_pipelining")
+    plain["transformer_config"].update(hidden_dropout=0.1, attention_dropout=0.1)  # recomputed: the same masks
+    full = copy.deepcopy(plain)
+    full["transformer_config"].update(recompute_granularity="full", recompute_method="uniform",
+                                      recompute_num_layers=1)
+    runs = [launch(plan, tmp_path / name) for name, plan in (("plain", plain), ("full", full))]
+    for run in runs:
+        _assert_ok(run)
+    assert runs[1].report["realised"]["recompute_granularity"]["realised"] == "full"
+    assert micro_batch_losses(runs[0].report) == micro_batch_losses(runs[1].report)
+
+
 def test_learnable_task_loss_decreases_over_20_steps(tiny_plan, tmp_path):
     plan = copy.deepcopy(tiny_plan)
     plan["training"].update(train_iters=20, report_window=[3, 20])
