@@ -53,6 +53,32 @@ RULES = (
          "without Transformer Engine the core attention is megatron-core's DotProductAttention, which cannot "
          "build multi-latent attention (it takes no separate key and value head sizes)", LOCAL_ATTENTION,
          "use a platform with Transformer Engine (TEDotProductAttention)", None, origin="moeforge"),
+    # Megatron's own fused kernels are APEX's CUDA extensions, absent wherever TE is (see LOCAL_SPEC). The local
+    # attention's softmax takes its kernel for half precision at these shapes (ModuleNotFoundError at the first
+    # forward step: no megatron text); with TE, TEDotProductAttention has its own.
+    Rule("LOCAL_SOFTMAX_FUSION_NEEDS_APEX", "error",
+         LOCAL_SPEC & (F("masked_softmax_fusion") == True)  # noqa: E712
+         & Or(F("bf16") == True, F("fp16") == True) & IsSet(F("seq_length"))  # noqa: E712
+         & (F("seq_length") > 16) & (F("seq_length") <= 4096) & (F("seq_length") % 4 == 0)
+         & ((F("micro_batch_size") * F("num_attention_heads") // F("tensor_model_parallel_size")) % 4 == 0),
+         F("masked_softmax_fusion") == False,  # noqa: E712
+         "without Transformer Engine the attention softmax fusion runs APEX's scaled_masked_softmax_cuda kernel "
+         "(16 < seq <= 4096, seq and micro-batch x heads per TP rank multiples of 4), which is not installed",
+         "megatron-core fusions/fused_softmax.py FusedScaleMaskSoftmax.is_kernel_available (the local "
+         "DotProductAttention's softmax), at the first forward step",
+         "set kernels.masked_softmax_fusion: false, or use a platform with Transformer Engine", None,
+         origin="moeforge"),
+    # the output layer is megatron's ColumnParallelLinear whatever the spec; with TE, APEX is taken as installed
+    Rule("LOCAL_GRAD_ACC_FUSION_NEEDS_APEX", "error", LOCAL_SPEC,
+         Not(F("gradient_accumulation_fusion") == True),  # noqa: E712
+         "without Transformer Engine gradient accumulation fusion needs APEX's fused_weight_gradient_mlp_cuda, "
+         "which is not installed", "megatron-core tensor_parallel/layers.py ColumnParallelLinear, when the model is "
+         "built", "set training.gradient_accumulation_fusion: false, or use a platform with Transformer Engine",
+         "ColumnParallelLinear was called with gradient_accumulation_fusion set to True but the custom CUDA "
+         "extension fused_weight_gradient_mlp_cuda module is not found. To use gradient_accumulation_fusion you "
+         "must install APEX with --cpp_ext and --cuda_ext. For example: pip install "
+         '--global-option="--cpp_ext" --global-option="--cuda_ext ." Note that the extension requires CUDA>=11. '
+         "Otherwise, you must turn off gradient accumulation fusion."),
     # Megatron-LM 0.19 refuses TE's fused cross entropy (Megatron-Bridge's DeepSeek recipes still use it)
     Rule("CROSS_ENTROPY_TE_FUSION_NOT_IN_MEGATRON_LM", "error", F("cross_entropy_loss_fusion") == True,  # noqa: E712
          F("cross_entropy_fusion_impl") != "te",

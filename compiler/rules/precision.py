@@ -147,4 +147,11 @@ RULES = (
          "fused MoE permutation needs Transformer Engine >= 2.1.0", TC,
          "set moe.permute_fusion: false, or use a platform with TE >= 2.1.0",
          "fused permutation is not available. Please install TE >= 2.1.0."),
+    # the fused router kernels are Transformer Engine's; the router asks for them at its first forward step
+    Rule("ROUTER_FUSION_NEEDS_TE_2_6", "error", F("moe_router_fusion") == True,  # noqa: E712
+         AtLeast("transformer_engine", "2.6.0"),
+         "the fused MoE router (moe_router_fusion) needs Transformer Engine >= 2.6.0",
+         "megatron-core transformer/moe/moe_utils.py topk_routing_with_score_function (the router's first forward)",
+         "set kernels.moe_router_fusion: false, or use a platform with TE >= 2.6.0",
+         "fused_topk_with_score_function is not available. Please install TE >= 2.6.0."),
 )

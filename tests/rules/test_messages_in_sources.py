@@ -36,7 +36,8 @@ MLM_FILES = (
     "megatron/core/extensions/transformer_engine.py", "megatron/core/models/common/language_module/language_module.py",
     "megatron/core/pipeline_parallel/schedules.py", "megatron/core/tensor_parallel/mappings.py",
     "megatron/core/transformer/torch_norm.py", "megatron/core/transformer/moe/moe_layer.py",
-    "megatron/core/transformer/dot_product_attention.py",
+    "megatron/core/transformer/dot_product_attention.py", "megatron/core/tensor_parallel/layers.py",
+    "megatron/core/transformer/moe/moe_utils.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",

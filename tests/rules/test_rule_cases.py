@@ -385,6 +385,12 @@ CASES = {
     # ... and its core attention, megatron-core's DotProductAttention (TE present: TEDotProductAttention)
     "LOCAL_ATTENTION_NO_CONTEXT_PARALLEL": (c(V(te=None), context_parallel_size=2), c(context_parallel_size=2)),
     "LOCAL_ATTENTION_NO_MLA": (c(MLA, V(te=None)), MLA),
+    # BASE: bf16, 16 heads, MBS 1; the kernel is taken for 16 < seq <= 4096 (seq 8192: the unfused softmax runs)
+    "LOCAL_SOFTMAX_FUSION_NEEDS_APEX": (c(V(te=None), masked_softmax_fusion=True, seq_length=4096),
+                                        c(V(te=None), masked_softmax_fusion=True, seq_length=8192)),
+    "LOCAL_GRAD_ACC_FUSION_NEEDS_APEX": (c(V(te=None), gradient_accumulation_fusion=True),
+                                         c(gradient_accumulation_fusion=True)),
+    "ROUTER_FUSION_NEEDS_TE_2_6": (c(V(te="2.5.0"), moe_router_fusion=True), c(moe_router_fusion=True)),
     "RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE": (c(SEL, V(te=None), recompute_modules=["layernorm"]),
                                              c(SEL, V(te=None), recompute_modules=["core_attn", "mlp"])),
     "LAYOUT_MOE_BIAS_NEEDS_ETP1": (c(TP2, add_bias_linear=True, expert_tensor_parallel_size=2),
@@ -688,6 +694,8 @@ def _megatron(rule_id, delta):
     ("TORCH_NORM_NO_SEQUENCE_PARALLEL", c(TP2, V(te=None)), "sequence parallel not supported by torch LayerNorm"),
     ("LOCAL_ATTENTION_NO_CONTEXT_PARALLEL", c(V(te=None), context_parallel_size=2),
      "Context parallelism is only supported by TEDotProductAttention!"),
+    ("ROUTER_FUSION_NEEDS_TE_2_6", c(V(te=None), moe_router_fusion=True),
+     "fused_topk_with_score_function is not available. Please install TE >= 2.6.0."),
     ("LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", c(TP2, seq_length=4097),
      "First dimension of the tensor should be divisible by tensor parallel size"),
     ("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", c(PP4_VPP, global_batch_size=32),

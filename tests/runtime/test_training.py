@@ -116,7 +116,9 @@ def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refu
     which refuses context parallelism (LOCAL_ATTENTION_NO_CONTEXT_PARALLEL, its megatron text) and cannot take
     multi-latent attention's head sizes (LOCAL_ATTENTION_NO_MLA: Python's TypeError) when the model is built, and
     recomputing layernorm reads TE's FP8 state at the first forward (RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE: a
-    NameError). The plans are written by hand: the compiler refuses them."""
+    NameError); APEX's kernels are absent too: the output layer refuses gradient accumulation fusion
+    (LOCAL_GRAD_ACC_FUSION_NEEDS_APEX, its text) and the softmax fusion imports its kernel at the first forward
+    (LOCAL_SOFTMAX_FUSION_NEEDS_APEX). The plans are written by hand: the compiler refuses them."""
     cp2 = copy.deepcopy(tiny_plan)
     cp2["transformer_config"].update(context_parallel_size=2)
     cp2["layout"].update(cp=2, dp=1)
@@ -127,9 +129,16 @@ def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refu
                                      qk_pos_emb_head_dim=8, v_head_dim=16, rope_type="rope")
     norm = _without_overlap(tiny_plan, "no_pipelining")
     norm["transformer_config"].update(recompute_granularity="selective", recompute_modules=["layernorm"])
+    fused = {}
+    for field in ("gradient_accumulation_fusion", "masked_softmax_fusion"):
+        fused[field] = copy.deepcopy(tiny_plan)
+        fused[field]["transformer_config"][field] = True
     for name, plan, text in (("cp2", cp2, BY_ID["LOCAL_ATTENTION_NO_CONTEXT_PARALLEL"].megatron_message),
                              ("mla", mla, "got an unexpected keyword argument 'k_channels'"),
-                             ("norm", norm, "name 'FP8GlobalStateManager' is not defined")):
+                             ("norm", norm, "name 'FP8GlobalStateManager' is not defined"),
+                             ("gaf", fused["gradient_accumulation_fusion"],
+                              BY_ID["LOCAL_GRAD_ACC_FUSION_NEEDS_APEX"].megatron_message),
+                             ("softmax", fused["masked_softmax_fusion"], "No module named 'scaled_masked_softmax_cuda'")):
         run = launch(plan, tmp_path / name)
         assert run.returncode != 0
         assert text in run.output, run.output[-3000:]
