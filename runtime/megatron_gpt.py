@@ -9,6 +9,7 @@ report and the EP-overlap ``return_schedule_plan`` hook are the ones Megatron-LM
 
 from __future__ import annotations
 
+import inspect
 from functools import partial
 
 import torch
@@ -150,15 +151,30 @@ def datasets_provider(train_val_test_num_samples, vp_stage=None):
 datasets_provider.is_distributed = True  # pretrain_gpt.py: "Temporary for transition to core datasets"
 
 
-def get_batch(data_iterator, vp_stage=None):
-    """This rank's micro-batch: read on TP rank 0, broadcast over TP, sliced for CP."""
+def _mtp_on_this_rank(config, vp_stage) -> bool:
+    """Whether this (virtual) pipeline stage holds MTP layers, which embed the tokens themselves
+    (pretrain_gpt.py get_batch); megatron-core 0.17 asks for the config, 0.19 for its layout and depth."""
+    if not getattr(config, "mtp_num_layers", None):
+        return False
+    from megatron.core.transformer.multi_token_prediction import mtp_on_this_rank
+
+    if "config" in inspect.signature(mtp_on_this_rank).parameters:
+        return mtp_on_this_rank(config, ignore_virtual=False, vp_stage=vp_stage)
+    return mtp_on_this_rank(layout=config.pipeline_model_parallel_layout, mtp_num_layers=config.mtp_num_layers,
+                            ignore_virtual=False, vp_stage=vp_stage)
+
+
+def get_batch(data_iterator, vp_stage=None, config=None):
+    """This rank's micro-batch: read on TP rank 0, broadcast over TP, sliced for CP.  With PP > 1 only
+    the first and last stages and a stage holding MTP layers read one (``config``: the model chunk's)."""
     from megatron.core import mpu
     from megatron.core.utils import get_batch_on_this_cp_rank, get_batch_on_this_tp_rank
     from megatron.training import get_args
     from megatron.training.utils import is_first_or_last_pipeline_stage
 
     args = get_args()
-    if not is_first_or_last_pipeline_stage(vp_stage):
+    mtp_here = _mtp_on_this_rank(config, vp_stage)
+    if not is_first_or_last_pipeline_stage(vp_stage) and not mtp_here:
         return {key: None for key in BATCH_KEYS}
     tp_rank = mpu.get_tensor_model_parallel_rank()
     batch = {}
@@ -176,7 +192,7 @@ def get_batch(data_iterator, vp_stage=None):
         broadcast_group=mpu.get_tensor_model_parallel_group(),
         cp_size=args.context_parallel_size, tp_rank=tp_rank,
         micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,
-        mtp_on_this_rank=False,
+        mtp_on_this_rank=mtp_here,
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
         is_pipeline_first_stage=mpu.is_pipeline_first_stage(),
         is_pipeline_last_stage=mpu.is_pipeline_last_stage())
@@ -190,7 +206,7 @@ def forward_step(data_iterator, model, return_schedule_plan: bool = False, loss_
     """pretrain()'s forward_step_func; the combined-1F1B EP-overlap schedule asks for a plan."""
     from megatron.core.utils import get_attr_wrapped_model
 
-    batch = get_batch(data_iterator, get_attr_wrapped_model(model, "vp_stage"))
+    batch = get_batch(data_iterator, get_attr_wrapped_model(model, "vp_stage"), get_attr_wrapped_model(model, "config"))
     args = (batch["tokens"], batch["position_ids"], batch["attention_mask"])
     kwargs = {"labels": batch["labels"], "loss_mask": batch["loss_mask"]}
     if return_schedule_plan:

@@ -126,6 +126,18 @@ def test_a_changed_layout_is_refused_with_the_field_or_resharded(tmp_path, train
     assert sorted(mt.losses(resharded.report)) == [21, 22]
 
 
+def test_an_mtp_layer_on_the_last_pipeline_stage_gets_the_tokens(tmp_path):
+    """With PP > 1 only the first and last stages read a batch, and the last stage's tokens as well when it holds
+    MTP layers, which embed the shifted tokens themselves (pretrain_gpt.py get_batch, mtp_on_this_rank): the MTP
+    layer stopped on missing tokens (embedding(): argument 'indices' must be Tensor, not NoneType)."""
+    build = mt.compile_tiny(tmp_path, "model.mtp_num_layers=1", "parallelism.pp=2", "parallelism.ep=1",
+                            "moe.overlap.ep_comm=false", "training.train_iters=2", "logging.interval=1")
+    ranks = mt.run(build)
+    assert ranks.returncodes == [0, 0], ranks.output[-4000:]
+    assert sorted(mt.losses(ranks.report)) == [1, 2]
+    assert "mtp_1 loss:" in ranks.output  # Megatron-LM logs the MTP layer's loss beside the LM loss
+
+
 def test_the_realised_check_stops_a_run_whose_model_differs_from_the_plan(tmp_path):
     build = mt.compile_tiny(tmp_path / "b", "training.train_iters=3")
     ranks = mt.run(build, extra=["--num-experts", "8", "--moe-ffn-hidden-size", "96"])
