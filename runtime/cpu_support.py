@@ -148,7 +148,8 @@ def _backward(mode, tensors, grad_tensors=None, retain_graph=None, create_graph=
     grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(grad_tensors, len(tensors)), is_grads_batched=False)
     with mode:
         _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph, create_graph,
-                             tuple(inputs or ()), allow_unreachable=True, accumulate_grad=True)
+                             (inputs,) if torch.is_tensor(inputs) else tuple(inputs or ()), allow_unreachable=True,
+                             accumulate_grad=True)
 
 
 class _CudaToCpuMode(torch.overrides.TorchFunctionMode):

@@ -53,9 +53,9 @@ RULES = (
          "without Transformer Engine the core attention is megatron-core's DotProductAttention, which cannot "
          "build multi-latent attention (it takes no separate key and value head sizes)", LOCAL_ATTENTION,
          "use a platform with Transformer Engine (TEDotProductAttention)", None, origin="moeforge"),
-    # Megatron's own fused kernels are APEX's CUDA extensions, absent wherever TE is (see LOCAL_SPEC). The local
-    # attention's softmax takes its kernel for half precision at these shapes (ModuleNotFoundError at the first
-    # forward step: no megatron text); with TE, TEDotProductAttention has its own.
+    # Megatron's own fused kernels are APEX's CUDA extensions, taken as absent without TE (as for LOCAL_SPEC's norm).
+    # The local attention's softmax takes its kernel for half precision at these shapes (ModuleNotFoundError at the
+    # first forward step: no megatron text); with TE, TEDotProductAttention has its own.
     Rule("LOCAL_SOFTMAX_FUSION_NEEDS_APEX", "error",
          LOCAL_SPEC & (F("masked_softmax_fusion") == True)  # noqa: E712
          & Or(F("bf16") == True, F("fp16") == True) & IsSet(F("seq_length"))  # noqa: E712
