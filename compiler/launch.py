@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import project
 from .emit import EXIT_SAVED_ON_SIGNAL
+from .plan import megatron_core_release
 from .resources import CHECKOUT
 
 VENV312 = (CHECKOUT / ".venv312") if CHECKOUT is not None else None
@@ -92,14 +93,10 @@ def _print_report(build: Path, before: tuple | None) -> int:
     return 0
 
 
-def _mcore(plan: dict) -> str | None:
-    return ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
-
-
 def needs_venv312(plan: dict) -> bool:
     from .rules.expr import version_int
 
-    mcore = _mcore(plan)
+    mcore = megatron_core_release(plan)
     return mcore is not None and version_int(mcore) >= version_int(MCORE_WITH_TRAINING)
 
 
@@ -109,8 +106,9 @@ def job_python(plan: dict) -> Path:
         return Path(sys.executable)
     python = VENV312 / "bin" / "python"
     if not python.exists():
-        raise LaunchError(f"this plan is for megatron-core {_mcore(plan)}: it runs with {python} (Python 3.12, "
-                          "megatron-core with megatron/training), which does not exist: run `make setup312`")
+        raise LaunchError(f"this plan is for megatron-core {megatron_core_release(plan)}: it runs with {python} "
+                          "(Python 3.12, megatron-core with megatron/training), which does not exist: run "
+                          "`make setup312`")
     return python
 
 

@@ -226,6 +226,12 @@ def config_fields(mcore: int) -> frozenset | None:
     return chosen if chosen is not None else (versions[0][1] if versions else None)
 
 
+def megatron_core_release(plan: dict) -> str | None:
+    """The megatron-core release a plan is for (platform.software.megatron_core); None when a plan
+    written by hand names none."""
+    return ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
+
+
 def version_text(v: int) -> str:
     return f"{v // 1_000_000}.{v // 1000 % 1000}.{v % 1000}"
 

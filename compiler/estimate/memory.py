@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from .. import pipeline_layout
 from ..layout import Layout
+from ..plan import megatron_core_release
 from ..rules.expr import version_int
 from . import activations as A
 
@@ -341,7 +342,7 @@ def fuses_mla_query_norm(plan: dict) -> bool:
     """Whether the plan's megatron-core resolves MLA's query norm without a query LoRA into a fused
     norm + linear_q_proj (0.19+, transformer/mla_qk_norm_config.py; 0.16 builds no query norm then).
     A plan that names no release is taken as the newest, the one the estimates follow."""
-    version = ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
+    version = megatron_core_release(plan)
     return version is None or version_int(version) >= version_int("0.19")
 
 
