@@ -280,42 +280,82 @@ def write_atomically(target: Path, files: dict[str, str]) -> None:
 
     What the previous build holds besides compile's own files (the runtime's report.json, a checkpoint or
     logs a recipe keeps there) moves into the new build (a rename, however large): a recompile never
-    deletes a run's results."""
+    deletes a run's results. A compile killed outright (SIGKILL, a lost node) leaves its directories
+    beside the build; the next compile of the recipe finishes or discards that work first (_recover)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    retired, carried = None, []
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # compiles of one recipe run in turn: what is left is a dead one's
+        _recover(target)
+        staging = Path(tempfile.mkdtemp(prefix=_leftover_prefix(target, "staging"), dir=target.parent))
+        try:
+            for name, text in files.items():
+                path = staging / name
+                path.write_text(text, encoding="utf-8")
+                os.chmod(path, 0o755 if name in EXECUTABLE else 0o644)
+            os.chmod(staging, 0o755)
+            # complete: from here on a killed compile's build is swapped in by the next compile, not discarded
+            ready = staging.with_name(_leftover_prefix(target, "ready") + staging.name.rsplit(".", 1)[1])
+            os.replace(staging, ready)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _swap_in(ready, target)
+
+
+def _leftover_prefix(target: Path, kind: str) -> str:
+    """The names of write_atomically's directories beside the build: .<name>.<kind>.<random>."""
+    return f".{target.name}.{kind}."
+
+
+def _swap_in(ready: Path, target: Path) -> None:
+    """Carry what the build holds besides ready's files into ready, then put ready in the build's place."""
+    own, retired, carried = set(os.listdir(ready)), None, []
     try:
-        for name, text in files.items():
-            path = staging / name
-            path.write_text(text, encoding="utf-8")
-            os.chmod(path, 0o755 if name in EXECUTABLE else 0o644)
-        os.chmod(staging, 0o755)
-        with open(target.parent / f".{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent compiles of one recipe swap in turn
-            try:
-                if target.is_dir() and not target.is_symlink():  # a linked build's files stay where they are
-                    for entry in sorted(os.listdir(target)):
-                        if entry not in files:
-                            os.replace(target / entry, staging / entry)
-                            carried.append(entry)
-                if target.exists():
-                    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-                    os.replace(target, retired / "build")
-                os.replace(staging, target)
-            except BaseException:
-                if retired is not None and (retired / "build").exists():
-                    os.replace(retired / "build", target)  # put the previous build back
-                for entry in reversed(carried):  # and what it held
-                    os.replace(staging / entry, target / entry)
-                carried.clear()
-                raise
+        try:
+            if target.is_dir() and not target.is_symlink():  # a linked build's files stay where they are
+                for entry in sorted(os.listdir(target)):
+                    if entry not in own:
+                        os.replace(target / entry, ready / entry)
+                        carried.append(entry)
+            if target.exists() or target.is_symlink():
+                retired = Path(tempfile.mkdtemp(prefix=_leftover_prefix(target, "old"), dir=target.parent))
+                os.replace(target, retired / "build")
+            os.replace(ready, target)
+        except BaseException:
+            if retired is not None and (retired / "build").exists():
+                os.replace(retired / "build", target)  # put the previous build back
+            for entry in reversed(carried):  # and what it held
+                os.replace(ready / entry, target / entry)
+            carried.clear()
+            raise
     except BaseException:
         if not carried:  # a run's results never go with the staging directory
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(ready, ignore_errors=True)
         if retired is not None:
             shutil.rmtree(retired, ignore_errors=True)
         raise
     if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def _recover(target: Path) -> None:
+    """Put right what a compile killed inside write_atomically left (called under the recipe's lock).
+
+    A staging directory is a partial build: removed. A ready one is a complete build, perhaps holding
+    some of the run's results it was carrying: the swap is finished, as the killed compile would have.
+    A retired previous build goes back when no build stands in its place (killed between the swap's two
+    renames with no ready build left), else it is removed."""
+    def left(kind: str) -> list[Path]:
+        prefix = _leftover_prefix(target, kind)
+        return [target.parent / n for n in sorted(os.listdir(target.parent)) if n.startswith(prefix)]
+
+    for staging in left("staging"):
+        shutil.rmtree(staging, ignore_errors=True)
+    for ready in left("ready"):
+        _swap_in(ready, target)
+    for retired in left("old"):
+        if not (target.exists() or target.is_symlink()) and (retired / "build").exists():
+            os.replace(retired / "build", target)
         shutil.rmtree(retired, ignore_errors=True)
 
 
