@@ -205,6 +205,9 @@ def facts(c: Composed) -> dict[str, Pin]:
             arch = lookup(c.data, "model.architecture")
             activation = K.mlp_activation(arch) if isinstance(arch, dict) else None
             value = k.default if activation is None else activation[k.field == "gated_linear_unit"]
+        elif k.field == "apex_installed" and raw is None:  # NGC PyTorch containers ship APEX beside TE
+            value = lookup(c.data, "platform.software.transformer_engine") not in (None, _MISSING)
+            pos = c.pos(("platform", "software", "transformer_engine"))
         elif raw is None:
             value = k.default
         else:

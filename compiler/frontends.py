@@ -129,9 +129,9 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
                 if name not in given:
                     _set(env, rw, name, value, f"{cc}: DP > 1 with the distributed optimizer")
         if "gradient_accumulation_fusion" not in given:
-            te = g("transformer_engine")
-            _set(env, rw, "gradient_accumulation_fusion", UNKNOWN if te is UNKNOWN else te > 0,
-                 "Megatron-Bridge GPTModelProvider: on when Transformer Engine (or APEX) is installed")
+            te, apex = g("transformer_engine"), g("apex_installed") is True
+            _set(env, rw, "gradient_accumulation_fusion", UNKNOWN if te is UNKNOWN and not apex else apex or te > 0,
+                 "Megatron-Bridge GPTModelProvider: on when Transformer Engine or APEX is installed")
         if g("moe_token_dispatcher_type") == "flex" and g("moe_flex_dispatcher_backend") is None:
             _set(env, rw, "moe_token_dispatcher_type", "alltoall",
                  "Megatron-Bridge validate_flex_dispatcher_backend: flex without a backend")

@@ -24,6 +24,10 @@ FACTS: tuple[Knob, ...] = (
     _K("nvlink_domain", "platform.nvlink_domain", "int", 8),
     _K("deep_ep_installed", "platform.software.deep_ep", "bool", False),
     _K("hybrid_ep_installed", "platform.software.hybrid_ep", "bool", False),
+    # unset on the platform: installed with Transformer Engine, absent without (compiler.config.facts)
+    _K("apex_installed", "platform.software.apex", "bool", False,
+       doc="APEX with its CUDA extensions (fused_weight_gradient_mlp_cuda, scaled_masked_softmax_cuda, "
+           "fused_layer_norm_cuda) is installed"),
     _K("device", "platform.device", "enum", "cuda", ("cpu", "cuda")),
     # torch.distributed's backend (Megatron-LM --distributed-backend, default nccl; gloo on CPU)
     _K("distributed_backend", "platform.distributed_backend", "enum", "nccl", ("nccl", "gloo"),

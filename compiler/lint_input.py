@@ -253,6 +253,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
+    if "apex_installed" not in given and env["transformer_engine"] is not UNKNOWN:  # as compiler.config.facts
+        env["apex_installed"] = bool(env["transformer_engine"])
     if "model_document_mla" not in given:  # a linted config is its own model document: MLA there is MLA's provider
         env["model_document_mla"] = env.get("multi_latent_attention") is True
 

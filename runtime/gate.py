@@ -68,6 +68,15 @@ def derived_requirements(plan: Plan) -> list[Requirement]:
                 "transformer_engine", "transformer_engine[pytorch]",
                 f"transformer_config.{knob} = true (fused kernels from Transformer Engine)",
                 f"set {knob}: false"))
+    if tc.get("gradient_accumulation_fusion"):
+        # the output layer is megatron-core's ColumnParallelLinear whatever the spec; it refuses to build without
+        # APEX's kernel (tensor_parallel/layers.py), which Transformer Engine does not bring
+        reqs.append(Requirement(
+            "fused_weight_gradient_mlp_cuda", "APEX with its CUDA extensions (pip install --global-option=--cpp_ext "
+            "--global-option=--cuda_ext, https://github.com/NVIDIA/apex)",
+            "transformer_config.gradient_accumulation_fusion = true",
+            "set training.gradient_accumulation_fusion: false (and platform.software.apex: false, so that "
+            "the compiler keeps it off)"))
     if plan.section("optimizer").get("use_precision_aware_optimizer"):
         # megatron-core's OptimizerConfig takes FusedAdam (with its precision arguments) from Transformer Engine
         reqs.append(Requirement(

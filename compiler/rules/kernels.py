@@ -16,9 +16,13 @@ SWIGLU = (ACT == "silu") & GATED
 TE_EXT = "megatron-core extensions/transformer_engine.py (built with the model)"
 DENSE_LAYERS = Or(Not(IsSet(F("num_moe_experts"))), F("moe_layer_freq") != 1)
 # Without Transformer Engine the runtime builds megatron-core's local layer spec, whose norms are the plain torch
-# norm: always for RMSNorm, and for LayerNorm unless APEX is installed (gpt_layer_specs.py LNImpl). A platform states
-# no APEX and the environments moeforge runs in have none (it is a CUDA build), so both norms are taken as torch's.
+# norm: always for RMSNorm, and for LayerNorm unless APEX is installed (models/backends.py LocalSpecProvider.layer_norm,
+# gpt_layer_specs.py LNImpl: APEX's FusedLayerNorm). The platform says whether APEX is (platform.software.apex; unset:
+# installed with TE, absent without, as in the environments moeforge's CPU runtime runs in).
 LOCAL_SPEC = Not(TE_INSTALLED)
+APEX = F("apex_installed") == True  # noqa: E712
+RMSNORM = F("normalization") == "RMSNorm"
+TORCH_NORM_BUILT = LOCAL_SPEC & Or(Not(APEX), RMSNORM)
 TORCH_NORM = ("megatron-core transformer/torch_norm.py WrappedTorchNorm (the local spec's norm: models/gpt/"
               "gpt_layer_specs.py LNImpl, models/backends.py LocalSpecProvider.layer_norm), when the model is built")
 NO_TE_FIX = "use a platform with Transformer Engine (its layer spec builds TENorm)"
@@ -28,18 +32,27 @@ LOCAL_ATTENTION = ("megatron-core transformer/dot_product_attention.py DotProduc
 
 RULES = (
     # WrappedTorchNorm's checks, in its order; no front-end checks them before the model is built
-    Rule("TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "error", LOCAL_SPEC,
+    Rule("TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "error", TORCH_NORM_BUILT,
          Not(F("layernorm_zero_centered_gamma") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which has no zero-centred gamma",
          TORCH_NORM, NO_TE_FIX, "zero_centered_gamma not supported by torch LayerNorm"),
-    Rule("TORCH_NORM_NO_PERSIST", "error", LOCAL_SPEC, Not(F("persist_layer_norm") == True),  # noqa: E712
+    Rule("TORCH_NORM_NO_PERSIST", "error", TORCH_NORM_BUILT, Not(F("persist_layer_norm") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which has no persistent kernel",
          TORCH_NORM, f"set kernels.persist_layer_norm: false, or {NO_TE_FIX}",
          "persist_layer_norm not supported by torch LayerNorm"),
-    Rule("TORCH_NORM_NO_SEQUENCE_PARALLEL", "error", LOCAL_SPEC, Not(F("sequence_parallel") == True),  # noqa: E712
+    Rule("TORCH_NORM_NO_SEQUENCE_PARALLEL", "error", TORCH_NORM_BUILT, Not(F("sequence_parallel") == True),  # noqa: E712
          "without Transformer Engine the norms are megatron-core's torch norm, which refuses sequence parallelism",
          TORCH_NORM, f"set parallelism.sp: false, or {NO_TE_FIX}",
          "sequence parallel not supported by torch LayerNorm"),
+    # ... while with APEX the decoder block's final norm is gpt_layer_specs' LNImpl, APEX's FusedLayerNorm, for RMSNorm
+    # too (get_gpt_decoder_block_spec without TE; the layers' own norms stay torch's)
+    Rule("LOCAL_SPEC_APEX_NORM_NO_RMSNORM", "error", LOCAL_SPEC & APEX, Not(RMSNORM),
+         "without Transformer Engine and with APEX installed, megatron-core's local spec builds the decoder block's "
+         "final norm as APEX's FusedLayerNorm, which has no RMSNorm",
+         "megatron-core models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec (LNImpl) and fusions/"
+         "fused_layer_norm.py FusedLayerNorm, when the model is built",
+         f"{NO_TE_FIX}, or state platform.software.apex: false where APEX is not installed",
+         "(RMSNorm) is not supported in FusedLayerNorm"),
     Rule("LOCAL_ATTENTION_NO_CONTEXT_PARALLEL", "error", LOCAL_SPEC, F("context_parallel_size") == 1,
          "without Transformer Engine the core attention is megatron-core's DotProductAttention, which has no "
          "context parallelism", LOCAL_ATTENTION,
@@ -53,11 +66,11 @@ RULES = (
          "without Transformer Engine the core attention is megatron-core's DotProductAttention, which cannot "
          "build multi-latent attention (it takes no separate key and value head sizes)", LOCAL_ATTENTION,
          "use a platform with Transformer Engine (TEDotProductAttention)", None, origin="moeforge"),
-    # Megatron's own fused kernels are APEX's CUDA extensions, taken as absent without TE (as for LOCAL_SPEC's norm).
+    # Megatron's own fused kernels are APEX's CUDA extensions (platform.software.apex, as for the local spec's norm).
     # The local attention's softmax takes its kernel for half precision at these shapes (ModuleNotFoundError at the
     # first forward step: no megatron text); with TE, TEDotProductAttention has its own.
     Rule("LOCAL_SOFTMAX_FUSION_NEEDS_APEX", "error",
-         LOCAL_SPEC & (F("masked_softmax_fusion") == True)  # noqa: E712
+         LOCAL_SPEC & Not(APEX) & (F("masked_softmax_fusion") == True)  # noqa: E712
          & Or(F("bf16") == True, F("fp16") == True) & IsSet(F("seq_length"))  # noqa: E712
          & (F("seq_length") > 16) & (F("seq_length") <= 4096) & (F("seq_length") % 4 == 0)
          & ((F("micro_batch_size") * F("num_attention_heads") // F("tensor_model_parallel_size")) % 4 == 0),
@@ -66,14 +79,18 @@ RULES = (
          "(16 < seq <= 4096, seq and micro-batch x heads per TP rank multiples of 4), which is not installed",
          "megatron-core fusions/fused_softmax.py FusedScaleMaskSoftmax.is_kernel_available (the local "
          "DotProductAttention's softmax), at the first forward step",
-         "set kernels.masked_softmax_fusion: false, or use a platform with Transformer Engine", None,
+         "set kernels.masked_softmax_fusion: false, or use a platform with Transformer Engine (or with APEX's CUDA "
+         "extensions: platform.software.apex: true)", None,
          origin="moeforge"),
-    # the output layer is megatron's ColumnParallelLinear whatever the spec; with TE, APEX is taken as installed
-    Rule("LOCAL_GRAD_ACC_FUSION_NEEDS_APEX", "error", LOCAL_SPEC,
+    # the output layer is megatron-core's ColumnParallelLinear whatever the spec (TE's own layers fuse without APEX):
+    # a pip environment with TE alone stops here (platform.software.apex: false)
+    Rule("GRAD_ACC_FUSION_NEEDS_APEX", "error", Not(APEX),
          Not(F("gradient_accumulation_fusion") == True),  # noqa: E712
-         "without Transformer Engine gradient accumulation fusion needs APEX's fused_weight_gradient_mlp_cuda, "
-         "which is not installed", "megatron-core tensor_parallel/layers.py ColumnParallelLinear, when the model is "
-         "built", "set training.gradient_accumulation_fusion: false, or use a platform with Transformer Engine",
+         "gradient accumulation fusion needs APEX's fused_weight_gradient_mlp_cuda in megatron-core's own linear "
+         "layers (the output layer, whatever the spec), and the platform has no APEX",
+         "megatron-core tensor_parallel/layers.py ColumnParallelLinear, when the model is built",
+         "set training.gradient_accumulation_fusion: false, or install APEX with its CUDA extensions "
+         "(platform.software.apex: true)",
          "ColumnParallelLinear was called with gradient_accumulation_fusion set to True but the custom CUDA "
          "extension fused_weight_gradient_mlp_cuda module is not found. To use gradient_accumulation_fusion you "
          "must install APEX with --cpp_ext and --cuda_ext. For example: pip install "

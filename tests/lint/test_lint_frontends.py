@@ -14,7 +14,7 @@ import pytest
 
 from compiler.lintconfig import UnusableInput, lint_config, lint_mapping, main_lint_config
 
-# no Transformer Engine: Megatron-LM's default gradient accumulation fusion would need APEX (LOCAL_GRAD_ACC_FUSION_NEEDS_APEX)
+# no Transformer Engine: Megatron-LM's default gradient accumulation fusion would need APEX (GRAD_ACC_FUSION_NEEDS_APEX)
 INTERLEAVED_PP2 = {"num_layers": 8, "hidden_size": 64, "num_attention_heads": 8, "bf16": True,
                    "gradient_accumulation_fusion": False,
                    "pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,

@@ -20,8 +20,10 @@ A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
 V100 = {"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}
 
 
-def V(mcore="0.19.0", te="2.12.0", torch="2.9.0"):
-    return {"versions": {"torch": torch, "transformer_engine": te, "megatron_core": mcore}}
+def V(mcore="0.19.0", te="2.12.0", torch="2.9.0", apex=None):
+    """Versions, and APEX as compiler.config derives it when the platform does not say: installed with TE."""
+    return {"versions": {"torch": torch, "transformer_engine": te, "megatron_core": mcore},
+            "apex_installed": te is not None if apex is None else apex}
 
 
 BASE = {
@@ -381,15 +383,19 @@ CASES = {
     "TORCH_NORM_NO_ZERO_CENTERED_GAMMA": (c(V(te=None), layernorm_zero_centered_gamma=True),
                                           c(layernorm_zero_centered_gamma=True)),
     "TORCH_NORM_NO_PERSIST": (c(V(te=None), persist_layer_norm=True), c(V(te=None), persist_layer_norm=False)),
-    "TORCH_NORM_NO_SEQUENCE_PARALLEL": (c(TP2, V(te=None)), c(TP2)),
+    "TORCH_NORM_NO_SEQUENCE_PARALLEL": (c(TP2, V(te=None)), c(TP2, V(te=None, apex=True))),  # FusedLayerNorm
     # ... and its core attention, megatron-core's DotProductAttention (TE present: TEDotProductAttention)
     "LOCAL_ATTENTION_NO_CONTEXT_PARALLEL": (c(V(te=None), context_parallel_size=2), c(context_parallel_size=2)),
     "LOCAL_ATTENTION_NO_MLA": (c(MLA, V(te=None)), MLA),
     # BASE: bf16, 16 heads, MBS 1; the kernel is taken for 16 < seq <= 4096 (seq 8192: the unfused softmax runs)
     "LOCAL_SOFTMAX_FUSION_NEEDS_APEX": (c(V(te=None), masked_softmax_fusion=True, seq_length=4096),
                                         c(V(te=None), masked_softmax_fusion=True, seq_length=8192)),
-    "LOCAL_GRAD_ACC_FUSION_NEEDS_APEX": (c(V(te=None), gradient_accumulation_fusion=True),
-                                         c(gradient_accumulation_fusion=True)),
+    # a pip environment with TE alone stops at the output layer; APEX without TE builds it
+    "GRAD_ACC_FUSION_NEEDS_APEX": (c(V(apex=False), gradient_accumulation_fusion=True),
+                                   c(V(te=None, apex=True), gradient_accumulation_fusion=True)),
+    # the local spec with APEX: the block's final norm is FusedLayerNorm (LayerNorm only), the others stay torch's
+    "LOCAL_SPEC_APEX_NORM_NO_RMSNORM": (c(V(te=None, apex=True), normalization="RMSNorm"),
+                                        c(V(te=None, apex=True), normalization="LayerNorm")),
     "ROUTER_FUSION_NEEDS_TE_2_6": (c(V(te="2.5.0"), moe_router_fusion=True), c(moe_router_fusion=True)),
     "RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE": (c(SEL, V(te=None), recompute_modules=["layernorm"]),
                                              c(SEL, V(te=None), recompute_modules=["core_attn", "mlp"])),

@@ -84,6 +84,10 @@ def test_derived_requirements(tiny_plan):
     tiny_plan["optimizer"]["use_precision_aware_optimizer"] = True
     reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
     assert ("transformer_engine.pytorch.optimizers", "FusedAdam") in reqs   # the precision-aware FusedAdam
+    assert ("fused_weight_gradient_mlp_cuda", None) not in reqs
+    tiny_plan["transformer_config"]["gradient_accumulation_fusion"] = True   # APEX's kernel, TE or not
+    reqs = {(r.module, r.attribute) for r in gate.derived_requirements(_check(tiny_plan))}
+    assert ("fused_weight_gradient_mlp_cuda", None) in reqs
 
 
 def test_gate_lists_every_missing_backend(tiny_plan):

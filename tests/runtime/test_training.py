@@ -116,9 +116,10 @@ def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refu
     which refuses context parallelism (LOCAL_ATTENTION_NO_CONTEXT_PARALLEL, its megatron text) and cannot take
     multi-latent attention's head sizes (LOCAL_ATTENTION_NO_MLA: Python's TypeError) when the model is built, and
     recomputing layernorm reads TE's FP8 state at the first forward (RECOMPUTE_OUTPUT_DISCARDING_NEEDS_TE: a
-    NameError); APEX's kernels are absent too: the output layer refuses gradient accumulation fusion
-    (LOCAL_GRAD_ACC_FUSION_NEEDS_APEX, its text) and the softmax fusion imports its kernel at the first forward
-    (LOCAL_SOFTMAX_FUSION_NEEDS_APEX). The plans are written by hand: the compiler refuses them."""
+    NameError); APEX's kernels are absent too: the softmax fusion imports its kernel at the first forward
+    (LOCAL_SOFTMAX_FUSION_NEEDS_APEX), and gradient accumulation fusion, which the output layer would refuse
+    (GRAD_ACC_FUSION_NEEDS_APEX), is stopped by the runtime's gate before megatron-core builds anything. The plans
+    are written by hand: the compiler refuses them."""
     cp2 = copy.deepcopy(tiny_plan)
     cp2["transformer_config"].update(context_parallel_size=2)
     cp2["layout"].update(cp=2, dp=1)
@@ -137,7 +138,7 @@ def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refu
                              ("mla", mla, "got an unexpected keyword argument 'k_channels'"),
                              ("norm", norm, "name 'FP8GlobalStateManager' is not defined"),
                              ("gaf", fused["gradient_accumulation_fusion"],
-                              BY_ID["LOCAL_GRAD_ACC_FUSION_NEEDS_APEX"].megatron_message),
+                              "backend unavailable: module 'fused_weight_gradient_mlp_cuda'"),
                              ("softmax", fused["masked_softmax_fusion"], "No module named 'scaled_masked_softmax_cuda'")):
         run = launch(plan, tmp_path / name)
         assert run.returncode != 0
