@@ -155,6 +155,7 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
                                            pins["data_blend"].pos if "data_blend" in pins else None, "fact"),
         "min_lr_at_most_lr": Pin(not (isinstance(lr, (int, float)) and isinstance(min_lr, (int, float))
                                       and min_lr > lr), pins["min_lr"].pos, "fact"),
+        "dsa_indexer_stated": Pin(False, None, "fact"),  # the model schema has no fields for them
     }
 
 

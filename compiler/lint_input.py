@@ -144,6 +144,10 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
+# megatron-core's DSAIndexer sizes (None by default, which it cannot build with): a flat config may state them
+DSA_INDEXER_SIZES = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
+
+
 def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> Config:
     lines = dict(lines or {})
     frontend, frontend_reason = _frontend_of(data, frontend)
@@ -253,6 +257,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
+    if "dsa_indexer_stated" not in given:
+        env["dsa_indexer_stated"] = all(data.get(k) is not None for k in DSA_INDEXER_SIZES)
     if "apex_installed" not in given and env["transformer_engine"] is not UNKNOWN:  # as compiler.config.facts
         env["apex_installed"] = bool(env["transformer_engine"])
     if "model_document_mla" not in given:  # a linted config is its own model document: MLA there is MLA's provider

@@ -118,6 +118,21 @@ RULES = (
          "megatron-core transformer/attention.py (query heads per group); Megatron-LM emits --num-query-groups only "
          "below the heads", "choose model.architecture.num_query_groups dividing num_attention_heads", None,
          origin="moeforge"),
+    # DeepSeek sparse attention's spec (models/gpt/experimental_attention_variant_module_specs.py) asserts MLA ...
+    Rule("DSA_NEEDS_MLA", "error", DSA, MLA,
+         "DeepSeek sparse attention is built on multi-latent attention only",
+         "megatron-core models/gpt/experimental_attention_variant_module_specs.py get_dsa_module_spec_for_backend, "
+         "when the model is built",
+         "set model.architecture.multi_latent_attention: true (with its LoRA ranks and head sizes), or remove "
+         "model.architecture.experimental_attention_variant", "Currently only MLA supports sparse attention."),
+    # ... and its indexer takes its sizes from dsa_indexer_n_heads / head_dim / topk (None by default: DSAIndexer's
+    # softmax scale, head_dim ** -0.5, is a TypeError). A flat config linted may state them; the model schema cannot.
+    Rule("DSA_NEEDS_INDEXER_SIZES", "error", DSA, F("dsa_indexer_stated") == True,  # noqa: E712
+         "DeepSeek sparse attention needs its indexer's sizes (dsa_indexer_n_heads, dsa_indexer_head_dim, "
+         "dsa_indexer_topk), which a recipe's model schema cannot state yet; megatron-core cannot build the indexer "
+         "without them", "megatron-core transformer/experimental_attention_variant/dsa.py DSAIndexer.__init__, "
+         "when the model is built", "remove model.architecture.experimental_attention_variant: dsa (DeepSeek-V3's "
+         "dense MLA); in a linted flat config, state the three sizes", None, origin="moeforge"),
     Rule("DSA_NO_CONTEXT_PARALLEL", "error", DSA, F("context_parallel_size") == 1,
          "DeepSeek sparse attention takes no context parallelism before megatron-core 0.19", TC,
          "set parallelism.cp: 1, or use a platform with megatron-core >= 0.19 (with parallelism.cp_comm_type: "

@@ -55,6 +55,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "TORCH_NORM_NO_ZERO_CENTERED_GAMMA", "TORCH_NORM_NO_PERSIST", "TORCH_NORM_NO_SEQUENCE_PARALLEL",
     "LOCAL_ATTENTION_NO_CONTEXT_PARALLEL",  # dot_product_attention.py's DotProductAttention, likewise
     "LOCAL_SPEC_APEX_NORM_NO_RMSNORM",  # fused_layer_norm.py's FusedLayerNorm, likewise (with APEX)
+    "DSA_NEEDS_MLA",  # the DSA layer spec's assert, when the model's spec is built
     "GRAD_ACC_FUSION_NEEDS_APEX",  # tensor_parallel/layers.py's ColumnParallelLinear, likewise
     "ROUTER_FUSION_NEEDS_TE_2_6",  # moe_utils.py, at the router's first forward
     "MOE_TP_NEEDS_SP",  # MoELayer.forward, when training

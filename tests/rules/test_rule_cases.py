@@ -64,6 +64,9 @@ BLEND = [{"weight": 0.7, "path": "/data/a"}, {"weight": 0.3, "path": "/data/b"}]
 SAVES = {"save": "/ckpt", "save_interval": 100}
 MLA = {"multi_latent_attention": True, "q_lora_rank": 64, "kv_lora_rank": 64, "qk_head_dim": 32,
        "qk_pos_emb_head_dim": 16, "v_head_dim": 32, "num_query_groups": None}
+# DeepSeek sparse attention on MLA, its indexer's sizes stated as a flat config states them
+DSA = {**MLA, "experimental_attention_variant": "dsa", "dsa_indexer_n_heads": 8, "dsa_indexer_head_dim": 32,
+       "dsa_indexer_topk": 64}
 OFFLOAD = {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]}
 GDN = {"experimental_attention_variant": "gated_delta_net", "linear_attention_freq": 4, "linear_conv_kernel_dim": 4,
        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
@@ -511,16 +514,17 @@ CASES = {
     "ROUTER_EXPERT_BIAS_NEEDS_SIGMOID": (c(moe_router_enable_expert_bias=True),
                                          c(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")),
     "HEADS_DIVISIBLE_BY_QUERY_GROUPS": (c(num_query_groups=32), c(num_query_groups=8)),
+    "DSA_NEEDS_MLA": (c(DSA, multi_latent_attention=False), DSA),
+    "DSA_NEEDS_INDEXER_SIZES": (c(DSA, dsa_indexer_topk=None), DSA),
     "DSA_NO_CONTEXT_PARALLEL": (c(V("0.18.0"), experimental_attention_variant="dsa", context_parallel_size=2),
-                                c(V("0.18.0"), experimental_attention_variant="dsa")),
+                                c(V("0.18.0"), DSA)),
     "DSA_CONTEXT_PARALLEL_NEEDS_ALLGATHER": (c(experimental_attention_variant="dsa", context_parallel_size=2),
-                                             c(experimental_attention_variant="dsa", context_parallel_size=2,
-                                               cp_comm_type="allgather")),
+                                             c(DSA, context_parallel_size=2, cp_comm_type="allgather")),
     "DSA_NO_ROPE_FUSION": (c(experimental_attention_variant="dsa", apply_rope_fusion=True),
-                           c(experimental_attention_variant="dsa")),
+                           DSA),
     "GDN_NEEDS_LINEAR_ATTENTION_FREQ": (c(GDN, linear_attention_freq=None), GDN),
     "DSA_NO_LINEAR_BIAS": (c(experimental_attention_variant="dsa", add_bias_linear=True),
-                           c(experimental_attention_variant="dsa")),
+                           DSA),
     # --- the fused bias + activation kernel
     "BIAS_ACTIVATION_FUSION_ACTIVATION": (c(FUSED, activation_func="squared_relu"), c(FUSED, SWIGLU)),
     "BIAS_GELU_FUSION_NEEDS_BIAS": (FUSED, c(FUSED, add_bias_linear=True)),
