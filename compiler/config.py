@@ -139,6 +139,12 @@ def env_vars(values) -> list[str]:
     return out
 
 
+def aux_loss_coeff_zero(coeff) -> bool:
+    """No auxiliary loss: a coefficient of 0, or a list of them (megatron-core 0.19 takes one per balancing type)."""
+    values = coeff if isinstance(coeff, list) else [coeff]
+    return all(not isinstance(v, (int, float)) or v == 0 for v in values)
+
+
 def derived_facts(pins: dict) -> dict[str, Pin]:
     """Facts of the recipe's own values that rules read (knobs.FACTS without a path)."""
     used = [(f, env_vars([pins[f].value])) for f in K.PATH_FIELDS if f in pins]
@@ -156,6 +162,8 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
         "min_lr_at_most_lr": Pin(not (isinstance(lr, (int, float)) and isinstance(min_lr, (int, float))
                                       and min_lr > lr), pins["min_lr"].pos, "fact"),
         "dsa_indexer_stated": Pin(False, None, "fact"),  # the model schema has no fields for them
+        "aux_loss_coeff_zero": Pin(aux_loss_coeff_zero(pins["moe_aux_loss_coeff"].value),
+                                   pins["moe_aux_loss_coeff"].pos, "fact"),
     }
 
 

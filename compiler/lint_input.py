@@ -18,6 +18,7 @@ import yaml
 from . import knobs as K
 from . import layout as L
 from . import pipeline_layout
+from .config import aux_loss_coeff_zero
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
@@ -257,6 +258,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
+    if "aux_loss_coeff_zero" not in given:
+        env["aux_loss_coeff_zero"] = aux_loss_coeff_zero(env.get("moe_aux_loss_coeff"))
     if "dsa_indexer_stated" not in given:
         env["dsa_indexer_stated"] = all(data.get(k) is not None for k in DSA_INDEXER_SIZES)
     if "apex_installed" not in given and env["transformer_engine"] is not UNKNOWN:  # as compiler.config.facts

@@ -56,6 +56,13 @@ RULES = (
          "set model.moe.router_group_topk <= model.moe.router_num_groups",
          "moe_router_group_topk ({moe_router_group_topk}) should be smaller than moe_router_num_groups "
          "({moe_router_num_groups})."),
+    # raised at the router's first forward (TopKRouter.sinkhorn_load_balancing), after every front-end accepted it
+    Rule("SINKHORN_NO_AUX_LOSS", "error", F("moe_router_load_balancing_type") == "sinkhorn",
+         F("aux_loss_coeff_zero") == True,  # noqa: E712
+         "Sinkhorn load balancing takes no auxiliary loss", "megatron-core transformer/moe/router.py "
+         "TopKRouter.sinkhorn_load_balancing, at the router's first forward",
+         "set model.moe.aux_loss_coeff: 0, or another model.moe.router_load_balancing_type",
+         "Sinkhorn routing does not support aux loss."),
     # softmax over a single selected logit is constant: its gradient is zero
     Rule("ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX", "error",
          (F("moe_router_topk") == 1) & (F("moe_router_score_function") == "softmax")

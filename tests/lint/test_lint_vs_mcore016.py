@@ -58,6 +58,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "DSA_NEEDS_MLA",  # the DSA layer spec's assert, when the model's spec is built
     "GRAD_ACC_FUSION_NEEDS_APEX",  # tensor_parallel/layers.py's ColumnParallelLinear, likewise
     "ROUTER_FUSION_NEEDS_TE_2_6",  # moe_utils.py, at the router's first forward
+    "SINKHORN_NO_AUX_LOSS",  # router.py's Sinkhorn balancing, likewise
     "MOE_TP_NEEDS_SP",  # MoELayer.forward, when training
     # TEGroupedMLP, TEDotProductAttention and TEFusedMLP: built with TE (absent here)
     "BIAS_DROPOUT_FUSION_NOT_WITH_BIASED_TE_GROUPED_EXPERTS", "SOFTMAX_TYPE_NEEDS_TE_2_8",

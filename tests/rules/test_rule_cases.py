@@ -511,6 +511,8 @@ CASES = {
     "MLA_NO_GROUP_QUERY_ATTENTION": (c(MLA, num_query_groups=4), c(MLA, num_query_groups=16)),
     "MTP_NEEDS_ROPE_OR_NO_POSITION_EMBEDDING": (c(NO_EPO, mtp_num_layers=1, position_embedding_type="yarn"),
                                                 c(NO_EPO, mtp_num_layers=1, position_embedding_type="rope")),
+    "SINKHORN_NO_AUX_LOSS": (c(moe_router_load_balancing_type="sinkhorn", moe_aux_loss_coeff=0.001),
+                             c(moe_router_load_balancing_type="sinkhorn", moe_aux_loss_coeff=0.0)),
     "ROUTER_EXPERT_BIAS_NEEDS_SIGMOID": (c(moe_router_enable_expert_bias=True),
                                          c(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")),
     "HEADS_DIVISIBLE_BY_QUERY_GROUPS": (c(num_query_groups=32), c(num_query_groups=8)),

@@ -90,6 +90,17 @@ def test_the_interleaved_schedule_stops_where_the_catalogue_refuses(tiny_plan, t
     assert text.replace("{final_microbatch_group_size}", "1") in run.output, run.output[-3000:]
 
 
+def test_sinkhorn_routing_with_an_aux_loss_stops_where_the_catalogue_refuses(tiny_plan, tmp_path):
+    """SINKHORN_NO_AUX_LOSS mirrors an assert of the router's, met only at its first forward: Sinkhorn balancing
+    with a non-zero auxiliary loss coefficient (written by hand: the compiler refuses it) stops with its text."""
+    plan = copy.deepcopy(tiny_plan)
+    plan["transformer_config"].update(moe_router_load_balancing_type="sinkhorn", moe_aux_loss_coeff=0.01)
+    plan["training"].update(train_iters=1, report_window=[1, 1])
+    run = launch(plan, tmp_path)
+    assert run.returncode != 0
+    assert BY_ID["SINKHORN_NO_AUX_LOSS"].megatron_message in run.output, run.output[-3000:]
+
+
 def _tp2(plan: dict, sp: bool) -> dict:
     """The tiny plan on TP2 x EP2 (2 ranks, DP 1), with or without sequence parallelism: a plan written by hand."""
     plan = copy.deepcopy(plan)
