@@ -60,6 +60,8 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
     if freq is not _MISSING:  # a per-layer list reads as 1 (all MoE) or 2 (some dense), as lint-config does
         value = (1 if all(freq) else 2) if isinstance(freq, list) else freq
         pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
+    pins["last_layer_moe"] = Pin(last_layer_moe(1 if freq in (_MISSING, None) else freq, pins["num_layers"].value),
+                                 c.pos(("model", "moe", "layer_freq")), "fact")
     platform = facts(c)
     _warmup(pins)
     values = {**{f: p.value for f, p in platform.items()}, **{f: p.value for f, p in pins.items()}}
@@ -137,6 +139,16 @@ def env_vars(values) -> list[str]:
         for path in path_strings(value):
             out += [m for m in ENV_VAR.findall(path) if m not in out]
     return out
+
+
+def last_layer_moe(freq, num_layers) -> bool | None:
+    """Whether the last decoder layer is MoE, as megatron-core reads moe_layer_freq (int N: layers 0, N, 2N...;
+    a list: one 0/1 per layer); None where it cannot tell (a Megatron-LM pattern expression)."""
+    if isinstance(freq, list):
+        return bool(freq[-1]) if freq else None
+    if isinstance(freq, int) and not isinstance(freq, bool) and freq > 0 and isinstance(num_layers, int):
+        return (num_layers - 1) % freq == 0
+    return None
 
 
 def aux_loss_coeff_zero(coeff) -> bool:

@@ -50,6 +50,8 @@ FACTS: tuple[Knob, ...] = (
        doc="the ${VAR} names in the recipe's paths, comma-separated (None: none); resolved at launch"),
     _K("data_blend_weights_positive", None, "bool", True, doc="every data.blend weight is > 0"),
     _K("min_lr_at_most_lr", None, "bool", True, doc="schedule.min_lr <= schedule.lr"),
+    _K("last_layer_moe", None, "bool", True,
+       doc="the model's last decoder layer is an MoE layer (model.moe.layer_freq); MTP layers take its spec"),
     _K("aux_loss_coeff_zero", None, "bool", True, doc="model.moe.aux_loss_coeff is 0 (every coefficient, for a list)"),
     _K("dsa_indexer_stated", None, "bool", False,
        doc="the DSA indexer's sizes are stated (dsa_indexer_n_heads, dsa_indexer_head_dim, dsa_indexer_topk): a "

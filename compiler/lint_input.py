@@ -18,7 +18,7 @@ import yaml
 from . import knobs as K
 from . import layout as L
 from . import pipeline_layout
-from .config import aux_loss_coeff_zero
+from .config import aux_loss_coeff_zero, last_layer_moe
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
@@ -258,6 +258,10 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
+    if "last_layer_moe" not in given:
+        layers = env.get("num_layers")
+        moe = last_layer_moe(data.get("moe_layer_freq", 1), layers if isinstance(layers, int) else None)
+        env["last_layer_moe"] = UNKNOWN if moe is None else moe
     if "aux_loss_coeff_zero" not in given:
         env["aux_loss_coeff_zero"] = aux_loss_coeff_zero(env.get("moe_aux_loss_coeff"))
     if "dsa_indexer_stated" not in given:

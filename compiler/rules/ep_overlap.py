@@ -100,6 +100,15 @@ RULES = (
          "Pipeline model parallel size must be larger than 1 when enabling "
          "overlap_moe_expert_parallel_comm with MTP layer.",
          versions=(("megatron_core", "<0.18.0"),)),
+    # the combined-1F1B schedule splits the MTP layer like a decoder layer; megatron-core builds it with the spec of
+    # the model's last decoder layer (get_gpt_mtp_block_spec), so a dense last layer stops the first training step
+    Rule("EP_OVERLAP_MTP_NEEDS_MOE_LAST_LAYER", "error", EP_OVERLAP & IsSet(F("mtp_num_layers"))
+         & (F("mtp_num_layers") > 0), F("last_layer_moe") == True,  # noqa: E712
+         "with EP overlap the MTP layer must be an MoE layer, and it takes the spec of the model's last decoder "
+         "layer, which is dense here", "megatron-core models/common/fine_grained_callables.py "
+         "build_mtp_layer_callables (0.16: models/gpt/fine_grained_callables.py), at the first training step",
+         f"make the last decoder layer an MoE layer (model.moe.layer_freq), {OFF}",
+         "MTP layer in a2a overlap only supports MoE layer for now."),
     Rule("EP_OVERLAP_CUDA_GRAPH_SCOPE", "error",
          EP_OVERLAP & GRAPH_TE,
          Not(Has(F("cuda_graph_modules"), "moe")) & Not(Has(F("cuda_graph_modules"), "mlp")),

@@ -39,6 +39,7 @@ MLM_FILES = (
     "megatron/core/transformer/dot_product_attention.py", "megatron/core/tensor_parallel/layers.py",
     "megatron/core/fusions/fused_layer_norm.py", "megatron/core/models/gpt/experimental_attention_variant_module_specs.py",
     "megatron/core/transformer/moe/moe_utils.py", "megatron/core/transformer/moe/router.py",
+    "megatron/core/models/common/fine_grained_callables.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",

@@ -111,6 +111,9 @@ CASES = {
         c(moe_shared_expert_intermediate_size=512)),
     "EP_OVERLAP_MTP_AT_MOST_ONE": (c(mtp_num_layers=2), c(mtp_num_layers=1)),
     "EP_OVERLAP_MTP_NEEDS_PP": (c(V("0.17.1"), mtp_num_layers=1), c(V("0.18.0"), mtp_num_layers=1)),
+    # BASE's 16 layers: a per-layer list ending dense; every 5th layer MoE ends on one (layer 15)
+    "EP_OVERLAP_MTP_NEEDS_MOE_LAST_LAYER": (c(mtp_num_layers=1, moe_layer_freq=[1] * 15 + [0]),
+                                            c(mtp_num_layers=1, moe_layer_freq=5)),
     "EP_OVERLAP_CUDA_GRAPH_SCOPE": (c(G, cuda_graph_modules=["attn", "mlp"], moe_layer_freq=2),
                                     c(G, cuda_graph_modules=DROPLESS)),
     "EP_OVERLAP_CUDA_GRAPH_IMPL": (c(V("0.16.1"), G, cuda_graph_impl="local", cuda_graph_modules=["attn"]),
