@@ -157,6 +157,20 @@ def aux_loss_coeff_zero(coeff) -> bool:
     return all(not isinstance(v, (int, float)) or v == 0 for v in values)
 
 
+# megatron-core's DSAIndexer sizes (None by default, which it cannot build with): a flat config may state them
+DSA_INDEXER_SIZES = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
+
+
+def flat_config_facts(env: dict, data: dict) -> dict:
+    """derived_facts' twin for a flat Megatron config (lint-config): the facts its own values decide, and APEX as
+    facts() defaults it (None: unknown)."""
+    layers, te = env.get("num_layers"), env.get("transformer_engine")
+    return {"last_layer_moe": last_layer_moe(data.get("moe_layer_freq", 1), layers if isinstance(layers, int) else None),
+            "aux_loss_coeff_zero": aux_loss_coeff_zero(env.get("moe_aux_loss_coeff")),
+            "dsa_indexer_stated": all(data.get(k) is not None for k in DSA_INDEXER_SIZES),
+            "apex_installed": te > 0 if isinstance(te, int) else None}
+
+
 def derived_facts(pins: dict) -> dict[str, Pin]:
     """Facts of the recipe's own values that rules read (knobs.FACTS without a path)."""
     used = [(f, env_vars([pins[f].value])) for f in K.PATH_FIELDS if f in pins]

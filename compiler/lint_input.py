@@ -18,7 +18,7 @@ import yaml
 from . import knobs as K
 from . import layout as L
 from . import pipeline_layout
-from .config import aux_loss_coeff_zero, last_layer_moe
+from .config import flat_config_facts
 from .diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from .field_catalogue import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from .frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
@@ -145,10 +145,6 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-# megatron-core's DSAIndexer sizes (None by default, which it cannot build with): a flat config may state them
-DSA_INDEXER_SIZES = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
-
-
 def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> Config:
     lines = dict(lines or {})
     frontend, frontend_reason = _frontend_of(data, frontend)
@@ -258,16 +254,8 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
-    if "last_layer_moe" not in given:
-        layers = env.get("num_layers")
-        moe = last_layer_moe(data.get("moe_layer_freq", 1), layers if isinstance(layers, int) else None)
-        env["last_layer_moe"] = UNKNOWN if moe is None else moe
-    if "aux_loss_coeff_zero" not in given:
-        env["aux_loss_coeff_zero"] = aux_loss_coeff_zero(env.get("moe_aux_loss_coeff"))
-    if "dsa_indexer_stated" not in given:
-        env["dsa_indexer_stated"] = all(data.get(k) is not None for k in DSA_INDEXER_SIZES)
-    if "apex_installed" not in given and env["transformer_engine"] is not UNKNOWN:  # as compiler.config.facts
-        env["apex_installed"] = bool(env["transformer_engine"])
+    env.update({name: UNKNOWN if value is None else value  # what compiler.config derives for a recipe
+                for name, value in flat_config_facts(env, data).items() if name not in given})
     if "model_document_mla" not in given:  # a linted config is its own model document: MLA there is MLA's provider
         env["model_document_mla"] = env.get("multi_latent_attention") is True
 
