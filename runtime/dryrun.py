@@ -31,12 +31,11 @@ import copy
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 from . import gate, model, realised
 from . import plan as plan_mod
-from .errors import BackendMissing, PlanError, RuntimeFailure, report_and_exit
+from .errors import BackendMissing, PlanError, RuntimeFailure, Stopped, report_and_exit, stage
 from .local_spec import construction_stand_ins, local_backend, spec_hook, substitute_local
 
 
@@ -75,27 +74,12 @@ def _cleanup() -> None:
         torch.distributed.destroy_process_group()
 
 
-def _unexpected(exc: BaseException, plan, rank: int) -> RuntimeFailure:
-    """An exception megatron-core raised that the runtime has no name for, as one line."""
-    if os.environ.get("MOEFORGE_TRACEBACK"):
-        traceback.print_exception(exc)
-    text = " ".join(str(exc).split()) or "(no message)"
-    if len(text) > 400:
-        text = text[:400] + " ..."
-    return RuntimeFailure(f"building rank {rank} of {plan.path} failed: "
-                          f"{type(exc).__name__}: {text}; MOEFORGE_TRACEBACK=1 shows "
-                          "megatron-core's traceback")
-
-
 def dry_run(plan, rank: int, substitutions: list) -> dict:
     """Build rank ``rank``'s shard (``plan``: with --local-spec, the substituted plan)."""
     environ = dict(os.environ)  # GPTModel sets Transformer Engine's NVTE_*_ATTN for its attention backend
     try:
-        return _dry_run(plan, rank, substitutions)
-    except RuntimeFailure:
-        raise
-    except Exception as exc:  # noqa: BLE001 - becomes one line, never a traceback
-        raise _unexpected(exc, plan, rank) from None
+        with stage(f"building rank {rank} of {plan.path}"):
+            return _dry_run(plan, rank, substitutions)
     finally:
         _cleanup()  # so the next rank (or plan) can be built in this process
         os.environ.clear()  # ... with its own attention backend (megatron-core refuses another's variables)
@@ -180,7 +164,7 @@ def run_plan(path: str, rank_args: list[int], local_spec: bool) -> dict:
     try:
         results = [dry_run(plan, r, copy.deepcopy(subs)) for r in ranks]
     except RuntimeFailure as err:
-        if not local_spec and type(err) is RuntimeFailure:
+        if not local_spec and isinstance(err, Stopped):
             err.message += (" (--local-spec maps plan values that need TE/DeepEP/APEX to what "
                             "the local spec builds)")
         raise

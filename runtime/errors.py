@@ -7,7 +7,11 @@ them may surface as a Python traceback.
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
 
 EXIT_BAD_PLAN = 2
 EXIT_BACKEND_MISSING = 3
@@ -16,6 +20,7 @@ EXIT_REALISED_MISMATCH = 5
 EXIT_SCHEDULE_MISMATCH = 6
 EXIT_INTERNAL = 7
 EXIT_CHECKPOINT_MISMATCH = 8
+EXIT_OUT_OF_MEMORY = 9
 # Not a failure: runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
 # and stopped; launch.sbatch requeues the job on this code (75 = EX_TEMPFAIL, "try again").
 EXIT_SAVED_ON_SIGNAL = 75
@@ -52,6 +57,15 @@ class RealisedMismatch(RuntimeFailure):
     kind = "realised configuration differs from the plan"
 
 
+class Stopped(ConfigRejected):
+    """megatron-core raised where the runtime has no check of its own (see ``stopped``)."""
+
+
+class OutOfMemory(RuntimeFailure):
+    exit_code = EXIT_OUT_OF_MEMORY
+    kind = "out of memory"
+
+
 class CheckpointMismatch(RuntimeFailure):
     exit_code = EXIT_CHECKPOINT_MISMATCH
     kind = "checkpoint does not fit the plan"
@@ -66,3 +80,45 @@ def report_and_exit(err: RuntimeFailure, prog: str = "moeforge-runtime") -> None
     """Print ``err`` on stderr as ``prog: <kind>: <message>`` and exit with its code."""
     print(f"{prog}: {err.kind}: {err.message}", file=sys.stderr, flush=True)
     raise SystemExit(err.exit_code)
+
+
+def raised_at(exc: BaseException) -> str:
+    """``Type: message (file:line)``: the line a traceback ends with and where it was raised; a bare
+    ``assert`` has no message of its own, so then the source line itself."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    text = " ".join(str(exc).split())
+    if len(text) > 400:
+        text = text[:400] + " ..."
+    if not tb:
+        return f"{type(exc).__name__}: {text or '(no message)'}"
+    frame = tb[-1]
+    where = f"{Path(frame.filename).name}:{frame.lineno}"
+    return f"{type(exc).__name__}: {text} ({where})" if text else f"{type(exc).__name__} at {where}: {frame.line}"
+
+
+def stopped(exc: BaseException, during: str) -> RuntimeFailure:
+    """What megatron-core (or torch) raised ``during`` a stage, as one clear failure.
+
+    The compiler's catalogue should have refused anything megatron-core refuses; a plan that gets
+    here was written by hand or met a check the catalogue does not know yet, so the message names
+    the stage and the source line, and ``MOEFORGE_TRACEBACK=1`` prints the traceback too.
+    """
+    if os.environ.get("MOEFORGE_TRACEBACK"):
+        traceback.print_exception(exc)
+    hint = "; MOEFORGE_TRACEBACK=1 prints the traceback"
+    if type(exc).__name__ in ("OutOfMemoryError", "MemoryError"):  # torch's (CUDA) and Python's (host)
+        return OutOfMemory(f"{during}: {raised_at(exc)}; lower training.micro_batch_size, turn on recompute "
+                           f"(the recipe's recompute) or shard further (moeforge plan-layout --evaluate "
+                           f"RECIPE prints the estimate per rank){hint}")
+    return Stopped(f"{during}: {raised_at(exc)}{hint}")
+
+
+@contextmanager
+def stage(during: str):
+    """Run a stage of building or training; anything but a RuntimeFailure leaves as ``stopped``."""
+    try:
+        yield
+    except RuntimeFailure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - becomes one clear message, never a traceback
+        raise stopped(exc, during) from None

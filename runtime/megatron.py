@@ -30,7 +30,7 @@ from pathlib import Path
 from . import checkpoint_guard, cpu_support, gate, launch_env, megatron_gpt, model, realised, report
 from . import plan as plan_mod
 from .errors import (EXIT_SAVED_ON_SIGNAL, BackendMissing, ConfigRejected, PlanError, RealisedMismatch,
-                     RuntimeFailure, ScheduleMismatch, report_and_exit)
+                     RuntimeFailure, ScheduleMismatch, raised_at, report_and_exit, stage)
 from .schedule_probe import ScheduleProbe
 from .train import apply_env, free_port, loss_func
 
@@ -117,7 +117,7 @@ def config_differences(args, plan) -> list[str]:
         derived = core_transformer_config_from_args(args)
     except (AssertionError, ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigRejected(f"the TransformerConfig Megatron-LM derives from its arguments: "
-                             f"{_where_raised(exc)}") from None
+                             f"{raised_at(exc)}") from None
     tc = plan.transformer_config
     fields = [f for f in (*plan.runtime.get("checked_fields", []), *SHAPE_FIELDS) if f in tc]
     diffs = []
@@ -154,7 +154,7 @@ class Run:
 
             overrides = {} if torch.cuda.is_available() else {"use_cpu_initialization": True}
             self.cfg, _ = model.build_config(self.plan, overrides)
-        with cpu_support.device_scope():
+        with cpu_support.device_scope(), stage("building the model"):
             chunk = model.build_chunk(self.plan, self.cfg, pre_process, post_process, vp_stage,
                                       cast_dtype=False)  # Megatron-LM's Float16Module casts
         self.chunks.append(chunk)
@@ -174,7 +174,8 @@ class Run:
         def train_step(*args, **kwargs):
             from megatron.training import get_args
 
-            result = original(*args, **kwargs)
+            with stage(f"training step {get_args().curr_iteration + 1}"):
+                result = original(*args, **kwargs)
             self.steps_run += 1
             if self.steps_run == 1:
                 self.probe.note_function(get_forward_backward_func())
@@ -230,7 +231,7 @@ def megatron_lm_arguments(plan, argv: list[str], strict: bool):
     try:
         mlm_arguments.validate_args(args, {})
     except (AssertionError, ValueError, TypeError) as exc:
-        raise ConfigRejected(f"Megatron-LM's validate_args: {_where_raised(exc)}") from None
+        raise ConfigRejected(f"Megatron-LM's validate_args: {raised_at(exc)}") from None
     global_vars.set_global_variables(args)
     changed = rewrites(before, vars(args), plan)
     differs = config_differences(args, plan)
@@ -281,9 +282,10 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     saved_on_signal = False
     with cpu_support.device_scope():
         try:
-            training.pretrain(pretrain_cfg_container_from_args(args, None),
-                              megatron_gpt.datasets_provider, ModelType.encoder_or_decoder,
-                              _forward_step, model_provider=run.model_provider)
+            with stage("Megatron-LM's pretrain"):
+                training.pretrain(pretrain_cfg_container_from_args(args, None),
+                                  megatron_gpt.datasets_provider, ModelType.encoder_or_decoder,
+                                  _forward_step, model_provider=run.model_provider)
         except SystemExit as exc:  # Megatron-LM exits this way after a signal or --exit-interval
             if exc.code not in (0, None):
                 raise
@@ -326,15 +328,6 @@ def use_prebuilt_dataset_helpers() -> bool:
 
     utils.compile_helpers = lambda: None
     return True
-
-
-def _where_raised(exc: BaseException) -> str:
-    """``Type: message`` plus the Megatron source line that raised (a bare assert has no message)."""
-    import traceback
-
-    frame = traceback.extract_tb(exc.__traceback__)[-1]
-    where = f"{Path(frame.filename).name}:{frame.lineno}: {frame.line}"
-    return f"{type(exc).__name__}: {exc} ({where})" if str(exc) else f"{type(exc).__name__} at {where}"
 
 
 def _forward_step(data_iterator, model_chunk, return_schedule_plan: bool = False):

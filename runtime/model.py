@@ -15,7 +15,7 @@ import inspect
 
 import torch
 
-from .errors import ConfigRejected
+from .errors import ConfigRejected, stage
 from .plan import Plan
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -115,12 +115,10 @@ def config_kwargs(plan: Plan, runtime_overrides: dict) -> tuple[dict, list[str]]
 
 
 def build_config(plan: Plan, runtime_overrides: dict | None = None):
-    """Construct the config; megatron-core's own __post_init__ checks become ConfigRejected."""
+    """Construct the config; megatron-core's own __post_init__ checks stop it as one message (errors.stage)."""
     kwargs, ignored = config_kwargs(plan, runtime_overrides or {})
-    try:
+    with stage("TransformerConfig"):
         cfg = config_class(plan)(**kwargs)
-    except (AssertionError, ValueError, TypeError, NotImplementedError, ImportError) as exc:
-        raise ConfigRejected(f"{type(exc).__name__}: {exc}") from None
     apply_config_attributes(plan, cfg)
     return cfg, ignored
 
@@ -300,12 +298,10 @@ def build_chunk(plan: Plan, cfg, pre_process: bool, post_process: bool, vp_stage
     block, mtp = layer_specs(cfg, plan, vp_stage, local_backend=local_backend)
     if spec_hook is not None:
         block, mtp = spec_hook(block), (spec_hook(mtp) if mtp is not None else None)
-    try:
+    with stage("GPTModel construction"):
         chunk = GPTModel(config=cfg, transformer_layer_spec=block, pre_process=pre_process,
                          post_process=post_process, mtp_block_spec=mtp, vp_stage=vp_stage,
                          **gpt_kwargs(plan))
-    except (AssertionError, ValueError, NotImplementedError, ImportError) as exc:
-        raise ConfigRejected(f"GPTModel construction: {type(exc).__name__}: {exc}") from None
     chunk.model_type = getattr(chunk, "model_type", None)
     if cast_dtype and cfg.bf16:
         chunk = chunk.bfloat16()  # the local spec's norms are created in fp32

@@ -23,7 +23,7 @@ import torch
 
 from . import cpu_support, data, gate, model, realised, report
 from . import plan as plan_mod
-from .errors import PlanError, RuntimeFailure, ScheduleMismatch, report_and_exit
+from .errors import PlanError, RuntimeFailure, ScheduleMismatch, report_and_exit, stage
 from .launch_env import rank_environment
 from .schedule_probe import ScheduleProbe
 
@@ -178,7 +178,8 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
     seed_everything(plan.training["seed"])
     probe = ScheduleProbe()
     probe.install()
-    cfg, chunks, wrapped, optimizer, checked, ignored = build(plan)
+    with stage("building the model"):
+        cfg, chunks, wrapped, optimizer, checked, ignored = build(plan)
 
     tr = plan.training
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
@@ -200,7 +201,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
             m.zero_grad_buffer()
         optimizer.zero_grad()
         t0 = time.perf_counter()
-        with cpu_support.device_scope():
+        with cpu_support.device_scope(), stage(f"training step {step}"):
             losses_reduced = fwd_bwd(
                 forward_step_func=forward_step, data_iterator=iters,
                 model=wrapped if len(wrapped) > 1 else wrapped[0],

@@ -13,6 +13,8 @@ import pytest
 
 import megatron_testlib as mt
 
+from compiler.rules import BY_ID
+
 pytestmark = pytest.mark.skipif(not mt.have_megatron_training(),
                                 reason="needs .venv312 with megatron-core 0.19.2 (make setup312)")
 
@@ -145,6 +147,22 @@ def test_the_realised_check_stops_a_run_whose_model_differs_from_the_plan(tmp_pa
     assert "num_moe_experts: plan 4, Megatron-LM 8" in ranks.output
     assert "moe_ffn_hidden_size: plan 128, Megatron-LM 96" in ranks.output
     assert ranks.report is None and "iteration        1/" not in ranks.output
+
+
+def test_what_megatron_core_raises_in_a_step_stops_as_one_line(tmp_path):
+    """A check megatron-core makes only at its first forward (the router's, SINKHORN_NO_AUX_LOSS: the compiler
+    refuses it, so plan and arguments are edited by hand) stops every rank with the runtime's one line: the
+    step, megatron-core's message and where it was raised, not a traceback out of Megatron-LM's loop."""
+    build = mt.compile_tiny(tmp_path / "b", "training.train_iters=2", "model.moe.aux_loss_coeff=0.01")
+    plan = json.loads((build / "plan.json").read_text())
+    plan["transformer_config"]["moe_router_load_balancing_type"] = "sinkhorn"
+    (build / "plan.json").write_text(json.dumps(plan))
+    ranks = mt.run(build, extra=["--moe-router-load-balancing-type", "sinkhorn"])
+    assert ranks.returncodes == [EXIT_CONFIG_REJECTED] * 2, ranks.output[-4000:]
+    for rank in (0, 1):
+        assert (f"runtime.megatron[rank {rank}]: megatron-core rejected the plan: training step 1: AssertionError: "
+                f"{BY_ID['SINKHORN_NO_AUX_LOSS'].megatron_message} (router.py:") in ranks.output, ranks.output[-4000:]
+    assert "Traceback" not in ranks.output and ranks.report is None
 
 
 def test_strict_refuses_a_planned_value_megatron_lm_rewrites(tmp_path):

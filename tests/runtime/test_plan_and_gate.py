@@ -3,7 +3,9 @@ and no model (not even megatron-core's model code) touched before the gate has p
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import subprocess
 
 import pytest
@@ -12,7 +14,7 @@ from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
 
 from runtime import gate
 from runtime import plan as plan_mod
-from runtime.errors import BackendMissing, PlanError
+from runtime.errors import BackendMissing, OutOfMemory, PlanError, Stopped, stage
 
 
 def _check(raw):
@@ -145,3 +147,38 @@ def test_multi_rank_without_master_port_is_refused_not_defaulted(tmp_path, tiny_
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MASTER_PORT is not set" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _raise(exc: BaseException):
+    raise exc
+
+
+def test_what_megatron_core_raises_in_a_stage_is_one_line_with_where(monkeypatch, tmp_path):
+    """errors.stage turns anything megatron-core raises into the runtime's own failure: the stage, the
+    exception's last line and where it was raised (the source line itself for a bare assert); an
+    out-of-memory error says what to lower; the runtime's own failures pass through unchanged."""
+    monkeypatch.delenv("MOEFORGE_TRACEBACK", raising=False)
+    (tmp_path / "router.py").write_text("def route(topk):\n    assert topk <= 8\n")
+    spec = importlib.util.spec_from_file_location("router", tmp_path / "router.py")
+    router = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(router)  # not under pytest's assert rewriting: a bare assert, as megatron-core's
+    with pytest.raises(Stopped) as caught:
+        with stage("training step 3"):
+            router.route(9)
+    assert caught.value.exit_code == 4
+    assert caught.value.message == ("training step 3: AssertionError at router.py:2: assert topk <= 8; "
+                                    "MOEFORGE_TRACEBACK=1 prints the traceback")
+    with pytest.raises(Stopped) as caught:
+        with stage("GPTModel construction"):
+            _raise(ValueError("num_moe_experts must be\n  divisible"))
+    assert re.fullmatch(r"GPTModel construction: ValueError: num_moe_experts must be divisible "
+                        r"\(test_plan_and_gate.py:\d+\); MOEFORGE_TRACEBACK=1 prints the traceback",
+                        caught.value.message)
+    out_of_memory = type("OutOfMemoryError", (RuntimeError,), {})
+    with pytest.raises(OutOfMemory) as caught:
+        with stage("training step 1"):
+            _raise(out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert "lower training.micro_batch_size" in caught.value.message and caught.value.exit_code == 9
+    with pytest.raises(PlanError, match="^as it was$"):
+        with stage("training step 1"):
+            _raise(PlanError("as it was"))

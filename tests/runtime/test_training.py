@@ -26,6 +26,15 @@ def _assert_ok(run):
     assert run.report is not None and run.report["status"] == "ok"
 
 
+def _assert_stopped(run, text: str, during: str):
+    """The run stopped with megatron-core's ``text``, as the runtime's one line naming the stage ``during``
+    which it was raised, never megatron-core's traceback (torchrun's own summary is not the runtime's)."""
+    assert run.returncode != 0, run.output[-3000:]
+    assert text in run.output, run.output[-3000:]
+    assert f"runtime.train[rank 0]: megatron-core rejected the plan: {during}: " in run.output, run.output[-3000:]
+    assert "site-packages/megatron" not in run.output, run.output[-3000:]
+
+
 def test_ep2_overlap_matches_no_overlap_exactly(tiny_plan, tmp_path):
     on = launch(tiny_plan, tmp_path / "overlap")
     off = launch(_without_overlap(tiny_plan, "no_pipelining"), tmp_path / "plain")
@@ -85,9 +94,8 @@ def test_the_interleaved_schedule_stops_where_the_catalogue_refuses(tiny_plan, t
     the PP2 VP2 run above with 3 micro-batches instead of 2 (the compiler refuses it; this plan is written by
     hand) stops there, with the rule's megatron text."""
     run = launch(_without_overlap(_pp2_vp2(tiny_plan, 3, 1), "interleaved_1f1b"), tmp_path)
-    assert run.returncode != 0
     text = BY_ID["LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP"].megatron_message
-    assert text.replace("{final_microbatch_group_size}", "1") in run.output, run.output[-3000:]
+    _assert_stopped(run, text.replace("{final_microbatch_group_size}", "1"), "training step 1")
 
 
 def test_sinkhorn_routing_with_an_aux_loss_stops_where_the_catalogue_refuses(tiny_plan, tmp_path):
@@ -96,9 +104,7 @@ def test_sinkhorn_routing_with_an_aux_loss_stops_where_the_catalogue_refuses(tin
     plan = copy.deepcopy(tiny_plan)
     plan["transformer_config"].update(moe_router_load_balancing_type="sinkhorn", moe_aux_loss_coeff=0.01)
     plan["training"].update(train_iters=1, report_window=[1, 1])
-    run = launch(plan, tmp_path)
-    assert run.returncode != 0
-    assert BY_ID["SINKHORN_NO_AUX_LOSS"].megatron_message in run.output, run.output[-3000:]
+    _assert_stopped(launch(plan, tmp_path), BY_ID["SINKHORN_NO_AUX_LOSS"].megatron_message, "training step 1")
 
 
 def _tp2(plan: dict, sp: bool) -> dict:
@@ -116,10 +122,9 @@ def test_tp_and_sequence_parallelism_stop_megatron_core_where_the_catalogue_refu
     Transformer Engine (here) the local spec's torch norm refuses sequence parallelism when the model is built
     (TORCH_NORM_NO_SEQUENCE_PARALLEL), and without sequence parallelism the MoE layer refuses TP at the first
     training forward (MOE_TP_NEEDS_SP). Each run stops with its rule's megatron text."""
-    for sp, rule in ((True, "TORCH_NORM_NO_SEQUENCE_PARALLEL"), (False, "MOE_TP_NEEDS_SP")):
-        run = launch(_tp2(tiny_plan, sp), tmp_path / f"sp-{sp}")
-        assert run.returncode != 0
-        assert BY_ID[rule].megatron_message in run.output, run.output[-3000:]
+    for sp, rule, during in ((True, "TORCH_NORM_NO_SEQUENCE_PARALLEL", "GPTModel construction"),
+                             (False, "MOE_TP_NEEDS_SP", "training step 1")):
+        _assert_stopped(launch(_tp2(tiny_plan, sp), tmp_path / f"sp-{sp}"), BY_ID[rule].megatron_message, during)
 
 
 def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refuses(tiny_plan, tmp_path):
@@ -145,15 +150,16 @@ def test_without_transformer_engine_megatron_core_stops_where_the_catalogue_refu
     for field in ("gradient_accumulation_fusion", "masked_softmax_fusion"):
         fused[field] = copy.deepcopy(tiny_plan)
         fused[field]["transformer_config"][field] = True
-    for name, plan, text in (("cp2", cp2, BY_ID["LOCAL_ATTENTION_NO_CONTEXT_PARALLEL"].megatron_message),
-                             ("mla", mla, "got an unexpected keyword argument 'k_channels'"),
-                             ("norm", norm, "name 'FP8GlobalStateManager' is not defined"),
-                             ("gaf", fused["gradient_accumulation_fusion"],
-                              "backend unavailable: module 'fused_weight_gradient_mlp_cuda'"),
-                             ("softmax", fused["masked_softmax_fusion"], "No module named 'scaled_masked_softmax_cuda'")):
-        run = launch(plan, tmp_path / name)
-        assert run.returncode != 0
-        assert text in run.output, run.output[-3000:]
+    building, step = "GPTModel construction", "training step 1"
+    for name, plan, text, during in (
+            ("cp2", cp2, BY_ID["LOCAL_ATTENTION_NO_CONTEXT_PARALLEL"].megatron_message, building),
+            ("mla", mla, "got an unexpected keyword argument 'k_channels'", building),
+            ("norm", norm, "name 'FP8GlobalStateManager' is not defined", step),
+            ("softmax", fused["masked_softmax_fusion"], "No module named 'scaled_masked_softmax_cuda'", step)):
+        _assert_stopped(launch(plan, tmp_path / name), text, during)
+    run = launch(fused["gradient_accumulation_fusion"], tmp_path / "gaf")
+    assert run.returncode != 0
+    assert "backend unavailable: module 'fused_weight_gradient_mlp_cuda'" in run.output, run.output[-3000:]
 
 
 def test_full_recompute_leaves_every_loss_unchanged(tiny_plan, tmp_path):
