@@ -110,6 +110,8 @@ def stopped(exc: BaseException, during: str) -> RuntimeFailure:
         return OutOfMemory(f"{during}: {raised_at(exc)}; lower training.micro_batch_size, turn on recompute "
                            f"(the recipe's recompute) or shard further (moeforge plan-layout --evaluate "
                            f"RECIPE prints the estimate per rank){hint}")
+    if isinstance(exc, OSError):  # a full disk or an unreadable path: not megatron-core refusing the plan
+        return RuntimeFailure(f"{during}: {raised_at(exc)}{hint}")
     return Stopped(f"{during}: {raised_at(exc)}{hint}")
 
 

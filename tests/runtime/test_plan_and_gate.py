@@ -14,7 +14,7 @@ from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
 
 from runtime import gate
 from runtime import plan as plan_mod
-from runtime.errors import BackendMissing, OutOfMemory, PlanError, Stopped, stage
+from runtime.errors import BackendMissing, OutOfMemory, PlanError, RuntimeFailure, Stopped, stage
 
 
 def _check(raw):
@@ -179,6 +179,10 @@ def test_what_megatron_core_raises_in_a_stage_is_one_line_with_where(monkeypatch
         with stage("training step 1"):
             _raise(out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert "lower training.micro_batch_size" in caught.value.message and caught.value.exit_code == 9
+    with pytest.raises(RuntimeFailure) as caught:
+        with stage("training step 7"):
+            _raise(OSError(28, "No space left on device"))
+    assert type(caught.value) is RuntimeFailure and "No space left on device" in caught.value.message
     with pytest.raises(PlanError, match="^as it was$"):
         with stage("training step 1"):
             _raise(PlanError("as it was"))
