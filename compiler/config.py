@@ -10,6 +10,7 @@ import re
 
 from . import knobs as K
 from . import pipeline_layout
+from .layer_pattern import last_layer_linear_attention, last_layer_moe
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
 from .rules.expr import version_int
@@ -62,6 +63,7 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
         pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
     pins["last_layer_moe"] = Pin(last_layer_moe(1 if freq in (_MISSING, None) else freq, pins["num_layers"].value),
                                  c.pos(("model", "moe", "layer_freq")), "fact")
+    pins["moe_layer_freq_entries"] = Pin(list_entries(freq), c.pos(("model", "moe", "layer_freq")), "fact")
     platform = facts(c)
     _warmup(pins)
     values = {**{f: p.value for f, p in platform.items()}, **{f: p.value for f, p in pins.items()}}
@@ -141,14 +143,10 @@ def env_vars(values) -> list[str]:
     return out
 
 
-def last_layer_moe(freq, num_layers) -> bool | None:
-    """Whether the last decoder layer is MoE, as megatron-core reads moe_layer_freq (int N: layers 0, N, 2N...;
-    a list: one 0/1 per layer); None where it cannot tell (a Megatron-LM pattern expression)."""
-    if isinstance(freq, list):
-        return bool(freq[-1]) if freq else None
-    if isinstance(freq, int) and not isinstance(freq, bool) and freq > 0 and isinstance(num_layers, int):
-        return (num_layers - 1) % freq == 0
-    return None
+def list_entries(freq) -> int | None:
+    """How many entries a per-layer pattern (moe_layer_freq, linear_attention_freq) has; None for an integer
+    frequency. megatron-core asserts one per decoder layer only when it builds the layer specs."""
+    return len(freq) if isinstance(freq, list) else None
 
 
 def aux_loss_coeff_zero(coeff) -> bool:
@@ -168,6 +166,11 @@ def flat_config_facts(env: dict, data: dict) -> dict:
     return {"last_layer_moe": last_layer_moe(data.get("moe_layer_freq", 1), layers if isinstance(layers, int) else None),
             "aux_loss_coeff_zero": aux_loss_coeff_zero(env.get("moe_aux_loss_coeff")),
             "dsa_indexer_stated": all(data.get(k) is not None for k in DSA_INDEXER_SIZES),
+            "moe_layer_freq_entries": list_entries(data.get("moe_layer_freq")),
+            "linear_attention_freq_entries": list_entries(env.get("linear_attention_freq")),
+            "last_layer_linear_attention": last_layer_linear_attention(
+                env.get("experimental_attention_variant"), env.get("linear_attention_freq"),
+                layers if isinstance(layers, int) else None),
             "apex_installed": te > 0 if isinstance(te, int) else None}
 
 
@@ -190,6 +193,11 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
         "dsa_indexer_stated": Pin(False, None, "fact"),  # the model schema has no fields for them
         "aux_loss_coeff_zero": Pin(aux_loss_coeff_zero(pins["moe_aux_loss_coeff"].value),
                                    pins["moe_aux_loss_coeff"].pos, "fact"),
+        "linear_attention_freq_entries": Pin(list_entries(pins["linear_attention_freq"].value),
+                                             pins["linear_attention_freq"].pos, "fact"),
+        "last_layer_linear_attention": Pin(last_layer_linear_attention(
+            pins["experimental_attention_variant"].value, pins["linear_attention_freq"].value,
+            pins["num_layers"].value), pins["linear_attention_freq"].pos, "fact"),
     }
 
 

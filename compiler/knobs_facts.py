@@ -53,6 +53,13 @@ FACTS: tuple[Knob, ...] = (
     _K("last_layer_moe", None, "bool", True,
        doc="the model's last decoder layer is an MoE layer (model.moe.layer_freq); MTP layers take its spec"),
     _K("aux_loss_coeff_zero", None, "bool", True, doc="model.moe.aux_loss_coeff is 0 (every coefficient, for a list)"),
+    _K("last_layer_linear_attention", None, "bool", False,
+       doc="the model's last decoder layer is Gated DeltaNet (model.architecture.linear_attention_freq); MTP layers "
+           "take its spec"),
+    _K("moe_layer_freq_entries", None, "opt_int", None,
+       doc="the entries of a per-layer model.moe.layer_freq list (None: an integer frequency)"),
+    _K("linear_attention_freq_entries", None, "opt_int", None,
+       doc="the entries of a per-layer model.architecture.linear_attention_freq list (None: an integer or unset)"),
     _K("dsa_indexer_stated", None, "bool", False,
        doc="the DSA indexer's sizes are stated (dsa_indexer_n_heads, dsa_indexer_head_dim, dsa_indexer_topk): a "
            "linted flat config can, the model schema has no fields for them"),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .. import pipeline_layout
+from ..layer_pattern import linear_attention_layer, moe_layer
 from ..layout import Layout
 from ..plan import megatron_core_release
 from ..rules.expr import version_int
@@ -112,25 +113,12 @@ def mlp_block_params(tc: dict, moe: bool, tp: int, ep: int, etp: int) -> tuple[i
     return dense, experts // ep * mlp_params(tc, f, etp)
 
 
-def _flag(freq, number: int, default_every: int = 1) -> bool:
-    """Is layer ``number`` (1-based) selected by a megatron frequency (int or 0/1 list)?"""
-    if isinstance(freq, list):
-        return bool(freq[number - 1])
-    return (number - 1) % (freq or default_every) == 0
-
-
 def is_moe_layer(tc: dict, number: int) -> bool:
-    return bool(tc.get("num_moe_experts")) and _flag(tc.get("moe_layer_freq", 1), number)
+    return bool(tc.get("num_moe_experts")) and moe_layer(tc.get("moe_layer_freq", 1), number)
 
 
 def is_linear_attention_layer(tc: dict, number: int) -> bool:
-    """Gated DeltaNet layers: every layer but each linear_attention_freq-th (megatron-core)."""
-    if tc.get("experimental_attention_variant") != "gated_delta_net":
-        return False
-    freq = tc.get("linear_attention_freq")
-    if isinstance(freq, list):
-        return not freq[number - 1]
-    return number % (freq or 1) != 0
+    return linear_attention_layer(tc.get("experimental_attention_variant"), tc.get("linear_attention_freq"), number)
 
 
 def layer_kinds(tc: dict) -> tuple[tuple[bool, bool], ...]:

@@ -13,6 +13,9 @@ TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_i
 MLA_TC = "megatron-core transformer/transformer_config.py MLATransformerConfig.__post_init__"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 LM_CONFIG = "Megatron-LM megatron/training/argument_utils.py core_transformer_config_from_args"
+SPECS = "megatron-core models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec"
+MTP_LAYER = "megatron-core transformer/multi_token_prediction.py MultiTokenPredictionLayer.__init__"
+VARIANT_SPECS = "megatron-core models/gpt/experimental_attention_variant_module_specs.py get_linear_attention_pattern"
 
 GROUPS, GROUP_TOPK = F("moe_router_num_groups"), F("moe_router_group_topk")
 GROUP_ROUTING = IsSet(GROUP_TOPK) & (GROUP_TOPK > 0)
@@ -20,7 +23,7 @@ MLA = F("multi_latent_attention") == True  # noqa: E712
 HEADS, QUERY_GROUPS = F("num_attention_heads"), F("num_query_groups")
 MTP = IsSet(F("mtp_num_layers")) & (F("mtp_num_layers") > 0)
 DSA = F("experimental_attention_variant") == "dsa"
-BEFORE_V18 = (("megatron_core", "<0.18.0"),)
+BEFORE_V17, BEFORE_V18 = (("megatron_core", "<0.17.0"),), (("megatron_core", "<0.18.0"),)
 V19, BEFORE_V19 = (("megatron_core", ">=0.19.0"),), (("megatron_core", "<0.19.0"),)
 ACT, GATED = F("activation_func"), F("gated_linear_unit") == True  # noqa: E712
 MODEL_MLA = F("model_document_mla") == True  # noqa: E712
@@ -162,6 +165,37 @@ RULES = (
          "Gated DeltaNet needs the pattern of linear and softmax layers", TC,
          "set model.architecture.linear_attention_freq (N: every Nth layer is softmax attention)",
          "linear_attention_freq must be set for linear gated_delta_net."),
+    # megatron-core asserts these when it builds the layer specs (gpt_layer_specs.py get_gpt_decoder_block_spec,
+    # experimental_attention_variant_module_specs.py), after Megatron-LM's validate_args accepted the launch
+    Rule("MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER", "error",
+         IsSet(F("num_moe_experts")) & IsSet(F("moe_layer_freq_entries")),
+         F("moe_layer_freq_entries") == F("num_layers"),
+         "a per-layer MoE pattern needs one entry per decoder layer", SPECS,
+         "give model.moe.layer_freq one 0/1 entry per layer (model.architecture.num_layers), or an integer N "
+         "(every Nth layer MoE)",
+         "Invalid length of moe_layer_pattern: {moe_layer_freq_entries}, expected {num_layers}, current moe layer "
+         "pattern: {moe_layer_freq}"),
+    Rule("LINEAR_ATTENTION_FREQ_ONE_ENTRY_PER_LAYER", "error",
+         (F("experimental_attention_variant") == "gated_delta_net") & IsSet(F("linear_attention_freq_entries")),
+         F("linear_attention_freq_entries") == F("num_layers"),
+         "a per-layer linear-attention pattern needs one entry per decoder layer", VARIANT_SPECS,
+         "give model.architecture.linear_attention_freq one 0/1 entry per layer (model.architecture.num_layers), "
+         "or an integer N (every Nth layer softmax attention)",
+         "Invalid length of linear_attention_pattern: {linear_attention_freq_entries}, expected {num_layers}, "
+         "current linear attention pattern: {linear_attention_freq}"),
+    # MultiTokenPredictionLayer.__init__ (all releases) refuses an MTP layer whose attention has no causal mask type;
+    # megatron-core, Megatron-LM (gpt_builders.py) and moeforge's runtime build it with the last decoder layer's spec
+    Rule("MTP_NEEDS_SOFTMAX_LAST_LAYER", "error",
+         MTP & (F("experimental_attention_variant") == "gated_delta_net"),
+         F("last_layer_linear_attention") == False,  # noqa: E712
+         "an MTP layer is built like the last decoder layer, and megatron-core builds MTP only on softmax attention, "
+         "not Gated DeltaNet", MTP_LAYER,
+         "make the last decoder layer softmax attention (model.architecture.linear_attention_freq: an N dividing "
+         "num_layers, or a list ending in 0), or set model.mtp_num_layers: null",
+         "Multi-Token Prediction (MTP) is not yet supported with {attn_mask_type} attention mask type. The supported "
+         "attention mask types are {SUPPORTED_ATTN_MASK}.",
+         variants=((BEFORE_V17, "Multi-Token Prediction (MTP) is not jet supported with {attn_mask_type} attention "
+                                "mask type.The supported attention mask types are {SUPPORTED_ATTN_MASK}."),)),
     # --- models Megatron-LM's flags cannot state
     # Megatron-LM states an activation by one flag each (argument_utils.core_transformer_config_from_args):
     # none: GELU; --swiglu: SiLU, gated; --quick-geglu: quick-GELU, gated; --squared-relu.  Another pair

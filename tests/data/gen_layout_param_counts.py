@@ -54,6 +54,11 @@ VARIANTS = {
     "deepseek-v3/h100-bf16 no q_lora_rank": ("deepseek-v3/h100-bf16", ["model.architecture.q_lora_rank=null"]),
     "qwen3-next-80b-a3b/h100-bf16 LayerNorm": (  # Gated DeltaNet's out_norm follows the model's norm
         "qwen3-next-80b-a3b/h100-bf16", ["model.architecture.normalization=LayerNorm"]),
+    # a per-layer list (1: Gated DeltaNet, 0: softmax attention), split over two stages unlike every 4th layer
+    "qwen3-next-80b-a3b/h100-bf16 pp=2 linear_attention_freq list": (
+        "qwen3-next-80b-a3b/h100-bf16", ["parallelism.pp=2", "parallelism.ep=64",
+                                         "model.architecture.linear_attention_freq="
+                                         + str([1] * 24 + [1, 0] * 12).replace(" ", "")]),
 }
 
 

@@ -6,6 +6,7 @@ own torchrun.sh with .venv312's python first on PATH.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -73,3 +74,34 @@ def test_mla_without_query_lora_dry_runs_with_the_te_query_norm(tmp_path):
     assert plain["parameters"]["expert"] == lora["parameters"]["expert"]
     fused = [s for s in plain["substitutions"] if s["field"] == "spec.column_parallel_layer_norm_linear"]
     assert len(fused) == 1 and "linear_q_proj" in fused[0]["why"]
+
+
+def test_layer_patterns_megatron_core_refuses_stop_where_the_catalogue_refuses(tmp_path):
+    """Two checks megatron-core makes only when it builds the layer specs, each met by a rule (the plans are edited
+    by hand: the compiler refuses them): a per-layer MoE pattern one entry short of the layers
+    (MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER), and Qwen3-Next with a Gated DeltaNet last layer, whose spec its MTP layer
+    takes (MTP_NEEDS_SOFTMAX_LAST_LAYER). Each dry run stops with its rule's megatron text, as one line."""
+    from compiler.rules import BY_ID
+
+    cases = []
+    for recipe, rule in (("qwen3-30b-a3b/h100-bf16", "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER"),
+                         ("qwen3-next-80b-a3b/h100-bf16", "MTP_NEEDS_SOFTMAX_LAST_LAYER")):
+        plan = json.loads((ROOT / "tests" / "golden" / recipe / "plan.json").read_text())
+        tc = plan["transformer_config"]
+        if rule == "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER":
+            tc["moe_layer_freq"] = [1] * (tc["num_layers"] - 1)
+        else:
+            assert tc["mtp_num_layers"] == 1
+            tc["linear_attention_freq"] = [1] * tc["num_layers"]
+        path = tmp_path / f"{rule}.plan.json"
+        path.write_text(json.dumps(plan))
+        cases.append((path, rule))
+    for path, rule in cases:
+        ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "runtime.dryrun", str(path), "--local-spec"],
+                             cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
+        assert ran.returncode == 4, ran.stdout[-2000:] + ran.stderr[-3000:]
+        assert re.search(r"runtime\.dryrun: megatron-core rejected the plan: (building rank 0 of \S+|GPTModel "
+                         r"construction): AssertionError: ", ran.stderr), ran.stderr[-3000:]
+        assert BY_ID[rule].megatron_message.split("{")[0] in ran.stderr and "Traceback" not in ran.stderr, \
+            ran.stderr[-3000:]

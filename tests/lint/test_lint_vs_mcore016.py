@@ -56,6 +56,8 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "LOCAL_ATTENTION_NO_CONTEXT_PARALLEL",  # dot_product_attention.py's DotProductAttention, likewise
     "LOCAL_SPEC_APEX_NORM_NO_RMSNORM",  # fused_layer_norm.py's FusedLayerNorm, likewise (with APEX)
     "DSA_NEEDS_MLA",  # the DSA layer spec's assert, when the model's spec is built
+    # the layer specs' per-layer patterns and the MTP layer's attention, likewise
+    "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER", "LINEAR_ATTENTION_FREQ_ONE_ENTRY_PER_LAYER", "MTP_NEEDS_SOFTMAX_LAST_LAYER",
     "GRAD_ACC_FUSION_NEEDS_APEX",  # tensor_parallel/layers.py's ColumnParallelLinear, likewise
     "ROUTER_FUSION_NEEDS_TE_2_6",  # moe_utils.py, at the router's first forward
     "SINKHORN_NO_AUX_LOSS",  # router.py's Sinkhorn balancing, likewise

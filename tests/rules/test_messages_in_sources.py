@@ -39,7 +39,8 @@ MLM_FILES = (
     "megatron/core/transformer/dot_product_attention.py", "megatron/core/tensor_parallel/layers.py",
     "megatron/core/fusions/fused_layer_norm.py", "megatron/core/models/gpt/experimental_attention_variant_module_specs.py",
     "megatron/core/transformer/moe/moe_utils.py", "megatron/core/transformer/moe/router.py",
-    "megatron/core/models/common/fine_grained_callables.py",
+    "megatron/core/models/common/fine_grained_callables.py", "megatron/core/models/gpt/gpt_layer_specs.py",
+    "megatron/core/transformer/multi_token_prediction.py",
 )
 BRIDGE_FILES = (
     "src/megatron/bridge/training/comm_overlap.py", "src/megatron/bridge/training/flex_dispatcher_backend.py",
@@ -61,7 +62,11 @@ def _show(git: Path, rev: str, path: str) -> str | None:
 
 
 def _text(node) -> str | None:
-    """A string literal's text, an f-string's with its fields as {placeholders}; None for anything else."""
+    """A string literal's text, an f-string's with its fields as {placeholders}, literals joined by ``+`` as one
+    (megatron-core 0.16's MTP message); None for anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left), _text(node.right)
+        return left + right if left is not None and right is not None else None
     if isinstance(node, ast.JoinedStr):
         return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
                        for v in node.values)

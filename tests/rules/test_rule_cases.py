@@ -248,7 +248,8 @@ CASES = {
         c(NO_EPO, G, num_moe_experts=None, moe_ffn_hidden_size=None, expert_model_parallel_size=1,
           cuda_graph_modules=["attn"])),
     "CUDA_GRAPH_MLP_NEEDS_DENSE_LAYERS": (c(NO_EPO, G, cuda_graph_modules=["attn", "mlp"]),
-                                          c(NO_EPO, G, cuda_graph_modules=["attn", "mlp"], moe_layer_freq=[0, 1, 1, 1])),
+                                          c(NO_EPO, G, cuda_graph_modules=["attn", "mlp"],
+                                            moe_layer_freq=[0, 1, 1, 1] * 4)),
     "CUDA_GRAPH_MOE_SCOPE_NEEDS_DROP_PAD": (
         c(NO_EPO, G, cuda_graph_modules=["moe"]),
         c(NO_EPO, G, cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0,
@@ -528,6 +529,11 @@ CASES = {
     "DSA_NO_ROPE_FUSION": (c(experimental_attention_variant="dsa", apply_rope_fusion=True),
                            DSA),
     "GDN_NEEDS_LINEAR_ATTENTION_FREQ": (c(GDN, linear_attention_freq=None), GDN),
+    "LINEAR_ATTENTION_FREQ_ONE_ENTRY_PER_LAYER": (c(GDN, linear_attention_freq=[1, 1, 1, 0] * 3),
+                                                  c(GDN, linear_attention_freq=[1, 1, 1, 0] * 4)),
+    "MTP_NEEDS_SOFTMAX_LAST_LAYER": (c(GDN, mtp_num_layers=1, linear_attention_freq=[1, 1, 1, 0] * 3 + [0, 1, 0, 1]),
+                                     c(GDN, mtp_num_layers=1, linear_attention_freq=[1, 1, 1, 0] * 3 + [1, 0, 1, 0])),
+    "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER": (c(moe_layer_freq=[0] + [1] * 14), c(moe_layer_freq=[0] + [1] * 15)),
     "DSA_NO_LINEAR_BIAS": (c(experimental_attention_variant="dsa", add_bias_linear=True),
                            DSA),
     # --- the fused bias + activation kernel

@@ -178,3 +178,4 @@ def test_a_yarn_model_with_context_parallelism_dry_runs(tmp_path):
     assert run.returncode == 0, run.output[-4000:]
     ranks = json.loads(run.stdout)["ranks"]
     assert [r["coordinates"]["cp"] for r in ranks] == [0, 1]
+
