@@ -118,16 +118,26 @@ def _set(by_dest: dict, dest: str, value) -> tuple[str, list[str]] | str | None:
     return f"no flag sets it to {json.dumps(value)} (Megatron-LM's default is {json.dumps(default)})"
 
 
+# Megatron-LM's per-layer pattern types (moe_freq_type, la_freq_type, no_rope_freq_type) read an integer or a Python
+# list expression such as "([1]*3+[0]*1)*12"; "1,1,1,0", which _text writes for other lists, is refused
+PATTERN_DESTS = {"moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq", "no_rope_freq"}
+
+
 def _layer_freq(value) -> str:
+    """A per-layer pattern as a Megatron-LM list expression of runs, its shortest period once:
+    [0,1,1] -> "([0]*1+[1]*2)", [1,1,1,0]*12 -> "([1]*3+[0]*1)*12"."""
     if not isinstance(value, list):
         return str(value)
+    n = len(value)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and value == value[:p] * (n // p))
     runs: list[list] = []
-    for v in value:
+    for v in value[:period]:
         if runs and runs[-1][0] == v:
             runs[-1][1] += 1
         else:
             runs.append([v, 1])
-    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+    body = "(" + "+".join(f"[{v}]*{k}" for v, k in runs) + ")"
+    return body if period == n else f"{body}*{n // period}"
 
 
 def tc_has_layout(plan: dict) -> bool:
@@ -251,7 +261,7 @@ def arguments(plan: dict) -> tuple[list[tuple[str, list[str]]], list[str]]:
     notes += io_notes
     out = []
     for dest, (name, value) in wanted.items():
-        result = _set(by_dest, dest, value)
+        result = _set(by_dest, dest, _layer_freq(value) if dest in PATTERN_DESTS and isinstance(value, list) else value)
         if isinstance(result, tuple):
             out.append(result)
         elif isinstance(result, str):

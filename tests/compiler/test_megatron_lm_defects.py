@@ -5,6 +5,7 @@ Megatron-LM's own parser and validate_args judge the same files in tests/fidelit
 these checks need no megatron and run everywhere.
 """
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -238,3 +239,20 @@ def test_mla_fields_without_mla_are_not_emitted(tmp_path):
     written = dict(arguments(plan)[0])
     assert "--kv-lora-rank" not in written and "--q-lora-rank" not in written
     assert not {f"model.{name}" for name in mla_only} & set(dict(bridge_overrides(plan)[0]))
+
+
+@pytest.mark.parametrize("pattern", [[0] + [1] * 47, [1, 1, 1, 0] * 12, [1] * 24 + [1, 0] * 12, [0, 1, 1] * 12, [1],
+                                     [0, 1]])
+def test_per_layer_patterns_are_list_expressions(pattern):
+    """Megatron-LM's pattern types (--moe-layer-freq, --linear-attention-freq, --window-attn-skip-freq) read an integer
+    or a Python list expression; a list once went out as "1,1,0", which they refuse. The expression (runs, the
+    shortest period once) reads back as the same list, and uses only what Megatron-LM's _eval_pattern allows."""
+    from compiler.launch_text import freq_value
+    from compiler.megatron_args import PATTERN_DESTS, _layer_freq
+
+    text = _layer_freq(pattern)
+    assert text.startswith("(") and re.fullmatch(r"[,\d\[\]()+*]+", text), text
+    assert freq_value(text) == pattern
+    assert {"moe_layer_freq", "linear_attention_freq", "window_attn_skip_freq"} <= PATTERN_DESTS
+    if pattern == [1, 1, 1, 0] * 12:
+        assert text == "([1]*3+[0]*1)*12"

@@ -93,6 +93,9 @@ REGRESSIONS = (
     ("qwen3-30b-a3b/h100-bf16", ["runtime.entrypoint=megatron-lm", "data.kind=indexed",
                                  'data.paths=["${DATA_ROOT}/corpus_text_document"]', "data.cache_dir=${SCRATCH}/c",
                                  "checkpoint.save=${CKPT_ROOT}/run", "checkpoint.interval=5"]),
+    # per-layer patterns: Megatron-LM's pattern types read a list expression, not "1,1,0"; a list, not every Nth
+    ("qwen3-next-80b-a3b/h100-bf16", ["model.architecture.linear_attention_freq=" + str([1] * 24 + [1, 0] * 12)]),
+    ("gpt-oss-120b/h100-bf16", ["model.architecture.window_attn_skip_freq=" + str([0, 1, 1] * 12)]),
 )
 LM_DIFFERS = {r for r, rule in BY_ID.items() if rule.origin == "megatron-lm" and rule.severity == "warning"
               and not rule.silent}
