@@ -10,9 +10,9 @@ import re
 
 from . import knobs as K
 from . import pipeline_layout
-from .layer_pattern import last_layer_linear_attention, last_layer_moe
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
+from .layer_pattern import last_layer_linear_attention, last_layer_moe
 from .rules.expr import version_int
 from .solve import Pin
 
