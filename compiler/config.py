@@ -12,7 +12,7 @@ from . import knobs as K
 from . import pipeline_layout
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
-from .layer_pattern import last_layer_linear_attention, last_layer_moe
+from .layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe
 from .rules.expr import version_int
 from .solve import Pin
 
@@ -63,7 +63,9 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
         pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
     pins["last_layer_moe"] = Pin(last_layer_moe(1 if freq in (_MISSING, None) else freq, pins["num_layers"].value),
                                  c.pos(("model", "moe", "layer_freq")), "fact")
-    pins["moe_layer_freq_entries"] = Pin(list_entries(freq), c.pos(("model", "moe", "layer_freq")), "fact")
+    for name, value in (("moe_layer_freq_entries", list_entries(freq)),
+                        ("moe_layer_freq_fits", fits_layers(freq, pins["num_layers"].value))):
+        pins[name] = Pin(value, c.pos(("model", "moe", "layer_freq")), "fact")
     platform = facts(c)
     _warmup(pins)
     values = {**{f: p.value for f, p in platform.items()}, **{f: p.value for f, p in pins.items()}}
@@ -167,7 +169,9 @@ def flat_config_facts(env: dict, data: dict) -> dict:
             "aux_loss_coeff_zero": aux_loss_coeff_zero(env.get("moe_aux_loss_coeff")),
             "dsa_indexer_stated": all(data.get(k) is not None for k in DSA_INDEXER_SIZES),
             "moe_layer_freq_entries": list_entries(data.get("moe_layer_freq")),
+            "moe_layer_freq_fits": fits_layers(data.get("moe_layer_freq"), layers),
             "linear_attention_freq_entries": list_entries(env.get("linear_attention_freq")),
+            "linear_attention_freq_fits": fits_layers(env.get("linear_attention_freq"), layers),
             "last_layer_linear_attention": last_layer_linear_attention(
                 env.get("experimental_attention_variant"), env.get("linear_attention_freq"),
                 layers if isinstance(layers, int) else None),
@@ -195,6 +199,8 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
                                    pins["moe_aux_loss_coeff"].pos, "fact"),
         "linear_attention_freq_entries": Pin(list_entries(pins["linear_attention_freq"].value),
                                              pins["linear_attention_freq"].pos, "fact"),
+        "linear_attention_freq_fits": Pin(fits_layers(pins["linear_attention_freq"].value, pins["num_layers"].value),
+                                          pins["linear_attention_freq"].pos, "fact"),
         "last_layer_linear_attention": Pin(last_layer_linear_attention(
             pins["experimental_attention_variant"].value, pins["linear_attention_freq"].value,
             pins["num_layers"].value), pins["linear_attention_freq"].pos, "fact"),

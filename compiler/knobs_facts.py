@@ -56,10 +56,17 @@ FACTS: tuple[Knob, ...] = (
     _K("last_layer_linear_attention", None, "bool", False,
        doc="the model's last decoder layer is Gated DeltaNet (model.architecture.linear_attention_freq); MTP layers "
            "take its spec"),
+    # a pattern's fit is decided here, not compared with num_layers in the solver: a free num_layers would then
+    # be held by the pattern, and a conflict with the layer count (a model swap) would no longer name it
+    _K("moe_layer_freq_fits", None, "bool", True,
+       doc="model.moe.layer_freq is an integer or has one entry per decoder layer"),
+    _K("linear_attention_freq_fits", None, "bool", True,
+       doc="model.architecture.linear_attention_freq is an integer (or unset) or has one entry per decoder layer"),
     _K("moe_layer_freq_entries", None, "opt_int", None,
-       doc="the entries of a per-layer model.moe.layer_freq list (None: an integer frequency)"),
+       doc="the entries of a per-layer model.moe.layer_freq list (None: an integer frequency); for messages"),
     _K("linear_attention_freq_entries", None, "opt_int", None,
-       doc="the entries of a per-layer model.architecture.linear_attention_freq list (None: an integer or unset)"),
+       doc="the entries of a per-layer model.architecture.linear_attention_freq list (None: an integer or unset); "
+           "for messages"),
     _K("dsa_indexer_stated", None, "bool", False,
        doc="the DSA indexer's sizes are stated (dsa_indexer_n_heads, dsa_indexer_head_dim, dsa_indexer_topk): a "
            "linted flat config can, the model schema has no fields for them"),

@@ -28,6 +28,12 @@ def linear_attention_layer(variant, freq, number: int) -> bool:
     return number % (freq or 1) != 0
 
 
+def fits_layers(freq, num_layers) -> bool:
+    """megatron-core can read the pattern for ``num_layers`` decoder layers: an integer (or unset), or a list
+    of exactly that many entries (its layer specs assert so)."""
+    return not isinstance(freq, list) or not isinstance(num_layers, int) or len(freq) == num_layers
+
+
 def _last(freq, num_layers, kind) -> bool | None:
     """``kind`` of the last decoder layer (a list: its last entry, whatever its length, which
     *_ONE_ENTRY_PER_LAYER refuses); None where the pattern cannot say (an expression, no layer count)."""

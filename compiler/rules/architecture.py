@@ -168,17 +168,17 @@ RULES = (
     # megatron-core asserts these when it builds the layer specs (gpt_layer_specs.py get_gpt_decoder_block_spec,
     # experimental_attention_variant_module_specs.py), after Megatron-LM's validate_args accepted the launch
     Rule("MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER", "error",
-         IsSet(F("num_moe_experts")) & IsSet(F("moe_layer_freq_entries")),
-         F("moe_layer_freq_entries") == F("num_layers"),
-         "a per-layer MoE pattern needs one entry per decoder layer", SPECS,
+         IsSet(F("num_moe_experts")), F("moe_layer_freq_fits") == True,  # noqa: E712
+         "a per-layer MoE pattern (model.moe.layer_freq) needs one entry per decoder layer", SPECS,
          "give model.moe.layer_freq one 0/1 entry per layer (model.architecture.num_layers), or an integer N "
          "(every Nth layer MoE)",
          "Invalid length of moe_layer_pattern: {moe_layer_freq_entries}, expected {num_layers}, current moe layer "
          "pattern: {moe_layer_freq}"),
     Rule("LINEAR_ATTENTION_FREQ_ONE_ENTRY_PER_LAYER", "error",
-         (F("experimental_attention_variant") == "gated_delta_net") & IsSet(F("linear_attention_freq_entries")),
-         F("linear_attention_freq_entries") == F("num_layers"),
-         "a per-layer linear-attention pattern needs one entry per decoder layer", VARIANT_SPECS,
+         F("experimental_attention_variant") == "gated_delta_net",
+         F("linear_attention_freq_fits") == True,  # noqa: E712
+         "a per-layer linear-attention pattern (model.architecture.linear_attention_freq) needs one entry per "
+         "decoder layer", VARIANT_SPECS,
          "give model.architecture.linear_attention_freq one 0/1 entry per layer (model.architecture.num_layers), "
          "or an integer N (every Nth layer softmax attention)",
          "Invalid length of linear_attention_pattern: {linear_attention_freq_entries}, expected {num_layers}, "
