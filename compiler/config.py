@@ -12,7 +12,7 @@ from . import knobs as K
 from . import pipeline_layout
 from .compose import Composed
 from .knobs import AUTO, FACTS, KNOBS, gpu_product
-from .layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe
+from .layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe, list_entries
 from .rules.expr import version_int
 from .solve import Pin
 
@@ -143,12 +143,6 @@ def env_vars(values) -> list[str]:
         for path in path_strings(value):
             out += [m for m in ENV_VAR.findall(path) if m not in out]
     return out
-
-
-def list_entries(freq) -> int | None:
-    """How many entries a per-layer pattern (moe_layer_freq, linear_attention_freq) has; None for an integer
-    frequency. megatron-core asserts one per decoder layer only when it builds the layer specs."""
-    return len(freq) if isinstance(freq, list) else None
 
 
 def aux_loss_coeff_zero(coeff) -> bool:

@@ -28,10 +28,15 @@ def linear_attention_layer(variant, freq, number: int) -> bool:
     return number % (freq or 1) != 0
 
 
+def list_entries(freq) -> int | None:
+    """How many entries a per-layer pattern has; None for an integer frequency (or unset)."""
+    return len(freq) if isinstance(freq, list) else None
+
+
 def fits_layers(freq, num_layers) -> bool:
     """megatron-core can read the pattern for ``num_layers`` decoder layers: an integer (or unset), or a list
-    of exactly that many entries (its layer specs assert so)."""
-    return not isinstance(freq, list) or not isinstance(num_layers, int) or len(freq) == num_layers
+    of exactly that many entries (its layer specs assert so when they are built)."""
+    return list_entries(freq) in (None, num_layers) or not isinstance(num_layers, int)
 
 
 def _last(freq, num_layers, kind) -> bool | None:
