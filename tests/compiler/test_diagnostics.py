@@ -48,6 +48,26 @@ def test_a_setting_moeforge_cannot_plan_says_why(recipes):
     assert d.help.startswith("Megatron-FSDP is not planned yet") and d.pos.file == "--set optimizer.megatron_fsdp=true"
 
 
+def test_swiglu_stated_ungated_is_refused_where_it_is_stated(recipes):
+    """activation swiglu with gated_linear_unit: false built a gated MLP (swiglu is SiLU, gated) and said nothing:
+    the contradiction is refused at the model file's gated_linear_unit line, with both ways out."""
+    model = recipes / "models" / "tiny-moe.yaml"
+    model.write_text(model.read_text().replace("  gated_linear_unit: false\n",
+                                               "  gated_linear_unit: false\n  activation: swiglu\n"))
+    [d] = _errors(recipes, "x/r", TINY)
+    assert d.code == "E_SCHEMA" and d.message == "architecture.gated_linear_unit: false is not supported (only true)"
+    assert (d.pos.file, d.pos.line) == ("recipes/models/tiny-moe.yaml", 18)
+    assert "drop gated_linear_unit: false" in d.help and "activation: silu" in d.help
+    # a plain SiLU MLP, and SwiGLU with the gate stated or implied, are what they say
+    from compiler.plan import build
+    (recipes / "x" / "r.yaml").write_text(TINY)
+    for sets, want in ((["model.architecture.activation=silu"], ("silu", False)),
+                       (["model.architecture.activation=swiglu", "model.architecture.gated_linear_unit=true"],
+                        ("silu", True))):
+        tc = build(resolve(load("x/r", sets, recipes)))["transformer_config"]
+        assert (tc["activation_func"], tc["gated_linear_unit"]) == want, sets
+
+
 def test_several_errors_are_reported_together(recipes):
     text = TINY.replace("  ep: 2", "  ep: 0").replace("  dispatcher: alltoall", "  dispatcher: a2a") \
                .replace("  seed: 1234", "  sed: 1234")
