@@ -46,8 +46,25 @@ print(json.dumps(out))
 """
 
 
+def job(name: str, plan: dict) -> tuple[str, list[str], int]:
+    """One case for MEGATRON_SIDE: the plan's Megatron-LM command line (compiler/megatron_args.py) and GBS."""
+    from compiler import megatron_args
+
+    argv = [part for flag, values in megatron_args.arguments(plan)[0] for part in (flag, *values)]
+    return name, argv, plan["training"]["global_batch_size"]
+
+
+def megatron_count(jobs: list, venv_root: Path = ROOT) -> dict[str, float]:
+    """Megatron-LM's num_floating_point_operations for each job, per global batch, run once in .venv312."""
+    proc = subprocess.run([str(Path(venv_root) / ".venv312/bin/python"), "-c", MEGATRON_SIDE],
+                          input=json.dumps(jobs), capture_output=True, text=True, cwd="/tmp")
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
-    from compiler import megatron_args, pipeline, plan as planmod
+    from compiler import pipeline, plan as planmod
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv-root", default=str(ROOT))
@@ -55,15 +72,13 @@ def main() -> int:
     jobs, meta = [], {}
     for name in recipes():
         plan = planmod.build(pipeline.resolve(pipeline.load(name, [])))
-        argv = [part for flag, values in megatron_args.arguments(plan)[0] for part in (flag, *values)]
         tr = plan["training"]
-        jobs.append((name, argv, tr["global_batch_size"]))
+        jobs.append(job(name, plan))
         meta[name] = {"global_batch_size": tr["global_batch_size"], "seq_length": tr["seq_length"]}
-    proc = subprocess.run([str(Path(args.venv_root) / ".venv312/bin/python"), "-c", MEGATRON_SIDE],
-                          input=json.dumps(jobs), capture_output=True, text=True, cwd="/tmp")
-    if proc.returncode:
-        sys.exit(proc.stderr[-3000:])
-    flops = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        flops = megatron_count(jobs, Path(args.venv_root))
+    except RuntimeError as e:
+        sys.exit(str(e))
     out = {"generated_by": "tests/data/gen_megatron_flops.py",
            "function": "megatron.training.training.num_floating_point_operations (megatron-core 0.19.2 wheel)",
            "recipes": {name: {**meta[name], "flops_per_step": flops[name],
