@@ -49,8 +49,20 @@ def main(argv) -> int:
         return 1
 
 
+# what a search takes and --evaluate does not: the recipe states its model, platform, GPUs and batch
+SEARCH_ONLY = (("MODEL", "model", None), ("--platform", "platform", None), ("--gpus", "gpus", None),
+               ("--seq", "seq", None), ("--gbs", "gbs", None), ("--top", "top", 10), ("--all", "all", False),
+               ("--emit", "emit", None), ("--force", "force", False),
+               ("--force-load-balancing", "force_load_balancing", False))
+
+
 def _run(args) -> int:
     if args.evaluate:
+        given = [flag for flag, dest, unset in SEARCH_ONLY if getattr(args, dest) != unset]
+        if given:
+            raise search.PlannerError(f"--evaluate {args.evaluate} takes the model, platform, GPUs and batch from "
+                                      f"the recipe, so {', '.join(given)} would be ignored: drop "
+                                      f"{'it' if len(given) == 1 else 'them'}, or change the recipe")
         return _evaluate(args)
     missing = [n for n, v in (("MODEL", args.model), ("--platform", args.platform), ("--gpus", args.gpus)) if v is None]
     if missing:

@@ -208,6 +208,10 @@ def test_evaluate_a_catalogue_recipe():
     assert out.rstrip().endswith(report.CALIBRATION_NOTE)
     rc, out, _ = run("plan-layout", "--evaluate", "no-such/recipe")
     assert rc == 1 and "error[" in out
+    # the recipe states the layout: a search option beside --evaluate was silently ignored (an estimate of the
+    # recipe's 16 GPUs printed for "--gpus 8"); now it is refused, naming what would be ignored
+    rc, out, err = run("plan-layout", "--evaluate", "qwen3-30b-a3b/h100-bf16", "--gpus", "8", "--top", "3")
+    assert rc == 1 and out == "" and "so --gpus, --top would be ignored: drop them" in err
 
 
 @pytest.mark.parametrize("argv, words", [
