@@ -86,11 +86,30 @@ def explain_rules(pins, rules, problem) -> list[list[Rule]]:
 
 
 def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
-    """A minimal set of rules that together conflict with the pins (deletion-based)."""
+    """A minimal set of rules that together conflict with the pins (deletion-based, in catalogue order).
+
+    Without propagation a rule's residual does not depend on the other rules, so one z3 solver holds them all,
+    each behind a literal of its own, and each deletion is a check under the remaining literals: the same core
+    as building a problem per trial, in one encoding instead of one per rule."""
+    problem = _Problem(rules, _fixed(pins))
+    if problem.violated:  # callers pass rules the pins keep; else the last broken one, as deletion would leave
+        return problem.violated[-1:]
+    if _out_of_time():
+        return list(rules)
+    enc = problem.encoding()
+    s = _limit(z3.Solver(ctx=enc.ctx))
+    s.add(*enc.domain)
+    literal = {}
+    for rid, e in problem.residual.items():
+        literal[rid] = z3.Bool(f"rule {rid}", enc.ctx)
+        s.add(z3.Implies(literal[rid], enc.term(e)))
     keep = list(rules)
     for r in list(keep):
         trial = [x for x in keep if x is not r]
-        if _unsat(trial, pins, set()):
+        if _out_of_time():
+            break
+        _limit(s)
+        if s.check(*[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
             keep = trial
     return keep
 
