@@ -2,7 +2,7 @@
 
 Each violated rule (or minimal set of rules that conflict together) is reported with the
 smallest set of pins that takes part, found by setting pins free one at a time, and for each
-pin the values it could take instead. All of it runs within a time budget.
+pin the values it could take instead. All of it runs within a budget of z3 work (problem.EXPLAIN_RLIMIT).
 
 Fixes are checked together, not one rule at a time: a value offered for a pin satisfies every
 hard rule that pin can influence (the other violations that involve it included), triggers no
@@ -13,25 +13,24 @@ small a change they are (nearest value first; a pin whose best value is nearer c
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import z3
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Note, Position, from_rule
-from .encoding import _limit
+from .encoding import _check, _limit
 from . import layout as L
-from .problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_S, _deadline, _fixed, _out_of_time, _Problem
+from .problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_RLIMIT, _budget, _fixed, _out_of_budget, _Problem
 from .rules import Rule
 
 
 def _residual_verdict(problem):
-    """z3's verdict on what the fixed values leave of the rules (within the solver's time limit)."""
+    """z3's verdict on what the fixed values leave of the rules (within the query's resource limit)."""
     enc = problem.encoding()
     s = _limit(z3.Solver(ctx=enc.ctx))
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
-    return s.check()
+    return _check(s)
 
 
 def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
@@ -39,19 +38,19 @@ def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
     problem = _Problem(rules, _fixed(pins, relaxed))
     if problem.violated:
         return True
-    if _out_of_time():
+    if _out_of_budget():
         return False
     return _residual_verdict(problem) == z3.unsat
 
 
 def explain(pins, rules, problem, silent: list[Rule] = ()) -> list[Diagnostic]:
-    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_S.
+    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_RLIMIT.
     silent: the rules for what Megatron rewrites without an error (no fix may trigger one)."""
-    _deadline[0] = time.monotonic() + EXPLAIN_S
+    _budget[0] = EXPLAIN_RLIMIT
     try:
         return _explain_within_budget(pins, rules, problem, list(silent))
     finally:
-        _deadline[0] = float("inf")
+        _budget[0] = math.inf
 
 
 def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
@@ -72,9 +71,9 @@ def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
 
 def explain_rules(pins, rules, problem) -> list[list[Rule]]:
     """Only which rules conflict, grouped as explain() groups them (each violated rule; a minimal set of the
-    others that conflict together), within EXPLAIN_S: what `moeforge matrix` shows, without the pins and
+    others that conflict together), within EXPLAIN_RLIMIT: what `moeforge matrix` shows, without the pins and
     fixes of a full explanation, which take most of its time."""
-    _deadline[0] = time.monotonic() + EXPLAIN_S
+    _budget[0] = EXPLAIN_RLIMIT
     try:
         groups = [[r] for r in problem.violated]
         sound = [r for r in rules if r not in problem.violated]
@@ -82,7 +81,7 @@ def explain_rules(pins, rules, problem) -> list[list[Rule]]:
             groups.append(_rule_core(sound, pins))
         return [g for g in groups if g]
     finally:
-        _deadline[0] = float("inf")
+        _budget[0] = math.inf
 
 
 def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
@@ -94,7 +93,7 @@ def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
     problem = _Problem(rules, _fixed(pins))
     if problem.violated:  # callers pass rules the pins keep; else the last broken one, as deletion would leave
         return problem.violated[-1:]
-    if _out_of_time():
+    if _out_of_budget():
         return list(rules)
     enc = problem.encoding()
     s = _limit(z3.Solver(ctx=enc.ctx))
@@ -106,10 +105,10 @@ def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
     keep = list(rules)
     for r in list(keep):
         trial = [x for x in keep if x is not r]
-        if _out_of_time():
+        if _out_of_budget():
             break
         _limit(s)
-        if s.check(*[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
+        if _check(s, *[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
             keep = trial
     return keep
 
@@ -148,7 +147,7 @@ def _violation(pins, rules: list[Rule], core: list[str], hard: list[Rule], other
     notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}"
                        + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
                        pins[f].pos) for f in core)
-    direct = set().union(*(r.fields for r in rules))  # the rules' own fields first: within the time
+    direct = set().union(*(r.fields for r in rules))  # the rules' own fields first: within the
     user.sort(key=lambda f: f not in direct)          # budget the nearest fixes are found first
     fixes = fixes_for(user, pins, hard, others, quiet)
     help_ = _render_fixes(fixes) or rule.fix  # the solver's verified fixes; else the rule's words
@@ -193,7 +192,7 @@ def fixes_for(names: list[str], pins: dict, hard: list[Rule], others: list[Rule]
 def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
     """Up to five other values for this pin under the rules, the others kept (nearest first)."""
     problem = _Problem(rules, _fixed(pins, {name}))
-    if problem.violated or _out_of_time():
+    if problem.violated or _out_of_budget():
         return []
     enc = problem.encoding({name})
     spec, var = _SPEC[name], enc.vars[name]
@@ -205,7 +204,7 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
         s.minimize(z3.If(distance >= 0, distance, -distance))
     found = []
     for _ in range(1 if spec.kind in ("bool", "set", "float", "str") else 5):
-        if _out_of_time() or s.check() != z3.sat:
+        if _out_of_budget() or _check(s) != z3.sat:
             break
         value = enc.read(s.model(), name)
         if value == pins[name].value or value in found:
@@ -252,7 +251,7 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
         return False
     if not problem.residual:
         return True
-    if _out_of_time():
+    if _out_of_budget():
         return False
     return _residual_verdict(problem) == z3.sat
 

@@ -6,21 +6,33 @@ problem alone.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import z3
 
 from . import layout as L
-from .problem import _DERIVED, _INPUTS, _SET, _SPEC, MAX_INT, QUERY_MS, _deadline
+from .problem import _DERIVED, _INPUTS, _SET, _SPEC, MAX_INT, QUERY_RLIMIT, _budget
 from .rules import expr as E
 
 
-def _limit(solver, ms: int = QUERY_MS):
-    """Bound a z3 query by its own limit and by what is left of the explanation budget."""
-    left = (_deadline[0] - time.monotonic()) * 1000
-    solver.set("timeout", int(max(1, min(ms, left))))
+def _limit(solver, units: int = QUERY_RLIMIT):
+    """Bound each z3 check of this solver by its own resource limit and by what is left of the explanation budget
+    (z3's rlimit counts work, not time: the same question gets the same answer on a busy machine)."""
+    solver.set("rlimit", int(max(1, min(units, _budget[0]))))
     return solver
+
+
+def _check(solver, *assumptions):
+    """solver.check, its work charged to the explanation budget."""
+    before = _units(solver)
+    verdict = solver.check(*assumptions)
+    _budget[0] -= _units(solver) - before
+    return verdict
+
+
+def _units(solver) -> int:
+    stats = solver.statistics()
+    return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
 
 
 class _Encoding:

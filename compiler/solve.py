@@ -217,7 +217,7 @@ def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=Non
     with the rules behind the propagated values folded into them (`because`)."""
     import z3
 
-    from .encoding import _limit
+    from .encoding import _check, _limit
 
     s = _limit(z3.SimpleSolver(ctx=enc.ctx))
     s.add(*enc.domain)
@@ -228,7 +228,7 @@ def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=Non
         trackers[t] = rid
     out = {}
     for name in names:
-        if s.check(*trackers, z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
+        if _check(s, *trackers, z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
             core = {t.get_id() for t in s.unsat_core()}
             found = [rid for t, rid in trackers.items() if t.get_id() in core]
             extra = {r for rid in found for r in (because or {}).get(rid, ())}

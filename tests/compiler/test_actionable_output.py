@@ -291,6 +291,30 @@ def test_a_conflict_core_is_found_in_one_encoding(monkeypatch):
     assert contexts.count(True) == 1, f"{contexts.count(True)} encodings to find the core"
 
 
+def test_what_an_error_says_does_not_depend_on_the_clock(monkeypatch):
+    """The conflict, its pins and its fixes were searched within 3 s of wall time and 0.5 s a query: a busy
+    machine got a longer conflict and fewer fixes.  Bounded in z3's units of work now, a clock that runs a minute
+    per reading (the busiest machine) changes nothing."""
+    import time
+
+    def said(rid, sets):
+        with pytest.raises(CompileError) as err:
+            resolve(load(rid, sets, RECIPES))
+        return [(d.code, [n.text for n in d.notes], d.help) for d in err.value.diagnostics]
+
+    cases = [("tiny-moe/cpu", ["parallelism.tp=4"]), ("qwen3-30b-a3b/h100-bf16", ["parallelism.cp=3"])]
+    calm = [said(*case) for case in cases]
+    assert all(d[2] for errors in calm for d in errors if d[0] != "LAYOUT_WORLD_DIVISIBLE"), calm  # fixes offered
+    now = [time.monotonic()]
+
+    def busy():
+        now[0] += 60.0
+        return now[0]
+
+    monkeypatch.setattr(time, "monotonic", busy)
+    assert [said(*case) for case in cases] == calm
+
+
 def test_merge_shared_lists_recipes():
     d = Diagnostic("warning", "X", "m", Position("recipes/a/base.yaml", 3, 1))
     merged = merge_shared({"recipes/a/base.yaml": [d], "recipes/a/child.yaml": [d]})
