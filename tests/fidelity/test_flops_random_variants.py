@@ -91,13 +91,13 @@ def _variants() -> list[tuple[str, list[str], dict]]:
 
 
 def _kinds(plan: dict) -> set[str]:
+    """The layer and model features a plan has, among those Megatron-LM's count treats apart."""
     tc = plan["transformer_config"]
+    freq = tc.get("moe_layer_freq") or 1
     return {kind for kind, present in (
         ("mla", tc.get("multi_latent_attention")), ("gated_delta_net", tc.get("experimental_attention_variant")),
         ("mtp", tc.get("mtp_num_layers")), ("shared_expert", tc.get("moe_shared_expert_intermediate_size")),
-        ("window", tc.get("window_size")), ("dense_layers", 0 in (tc.get("moe_layer_freq") or [1])
-                                            if isinstance(tc.get("moe_layer_freq"), list)
-                                            else (tc.get("moe_layer_freq") or 1) > 1),
+        ("window", tc.get("window_size")), ("dense_layers", 0 in freq if isinstance(freq, list) else freq > 1),
         ("ungated_mlp", not tc.get("gated_linear_unit")), ("output_gate", tc.get("attention_output_gate")),
     ) if present}
 
