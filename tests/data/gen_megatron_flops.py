@@ -54,9 +54,10 @@ def job(name: str, plan: dict) -> tuple[str, list[str], int]:
     return name, argv, plan["training"]["global_batch_size"]
 
 
-def megatron_count(jobs: list, venv_root: Path = ROOT) -> dict[str, float]:
-    """Megatron-LM's num_floating_point_operations for each job, per global batch, run once in .venv312."""
-    proc = subprocess.run([str(Path(venv_root) / ".venv312/bin/python"), "-c", MEGATRON_SIDE],
+def megatron_count(jobs: list, python: Path = ROOT / ".venv312/bin/python") -> dict[str, float]:
+    """Megatron-LM's num_floating_point_operations for each job, per global batch, run once by ``python``
+    (.venv312's: megatron-core 0.19.2 ships megatron/training)."""
+    proc = subprocess.run([str(python), "-c", MEGATRON_SIDE],
                           input=json.dumps(jobs), capture_output=True, text=True, cwd="/tmp")
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
@@ -76,7 +77,7 @@ def main() -> int:
         jobs.append(job(name, plan))
         meta[name] = {"global_batch_size": tr["global_batch_size"], "seq_length": tr["seq_length"]}
     try:
-        flops = megatron_count(jobs, Path(args.venv_root))
+        flops = megatron_count(jobs, Path(args.venv_root) / ".venv312/bin/python")
     except RuntimeError as e:
         sys.exit(str(e))
     out = {"generated_by": "tests/data/gen_megatron_flops.py",

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from fidelity_testlib import READY, ROOT, SKIP_REASON
+from fidelity_testlib import PY312, READY, ROOT, SKIP_REASON
 
 sys.path.insert(0, str(ROOT / "tests" / "data"))
 import gen_megatron_flops  # noqa: E402
@@ -109,7 +109,7 @@ def test_flops_equal_megatron_lm_on_random_model_variants():
     assert covered == {"mla", "gated_delta_net", "mtp", "shared_expert", "window", "dense_layers", "ungated_mlp",
                        "output_gate"}, f"the variants no longer reach every layer kind: {sorted(covered)}"
     jobs = [gen_megatron_flops.job(str(i), plan) for i, (_, _, plan) in enumerate(variants)]
-    megatron = gen_megatron_flops.megatron_count(jobs)
+    megatron = gen_megatron_flops.megatron_count(jobs, PY312)
     wrong = []
     for i, (name, sets, plan) in enumerate(variants):
         tc, tr = plan["transformer_config"], plan["training"]
