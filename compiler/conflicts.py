@@ -19,7 +19,7 @@ import z3
 
 from . import knobs as K
 from .diagnostics import Diagnostic, Note, Position, from_rule
-from .encoding import _check, _limit
+from .encoding import _check, _tracked
 from . import layout as L
 from .problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_RLIMIT, _budget, _fixed, _out_of_budget, _Problem
 from .rules import Rule
@@ -28,7 +28,7 @@ from .rules import Rule
 def _residual_verdict(problem):
     """z3's verdict on what the fixed values leave of the rules (within the query's resource limit)."""
     enc = problem.encoding()
-    s = _limit(z3.Solver(ctx=enc.ctx))
+    s = z3.Solver(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     return _check(s)
 
@@ -96,18 +96,12 @@ def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
     if _out_of_budget():
         return list(rules)
     enc = problem.encoding()
-    s = _limit(z3.Solver(ctx=enc.ctx))
-    s.add(*enc.domain)
-    literal = {}
-    for rid, e in problem.residual.items():
-        literal[rid] = z3.Bool(f"rule {rid}", enc.ctx)
-        s.add(z3.Implies(literal[rid], enc.term(e)))
+    s, literal = _tracked(enc, {rid: enc.term(e) for rid, e in problem.residual.items()})
     keep = list(rules)
     for r in list(keep):
         trial = [x for x in keep if x is not r]
         if _out_of_budget():
             break
-        _limit(s)
         if _check(s, *[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
             keep = trial
     return keep
@@ -196,7 +190,7 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
         return []
     enc = problem.encoding({name})
     spec, var = _SPEC[name], enc.vars[name]
-    s = _limit(z3.Optimize(ctx=enc.ctx))
+    s = z3.Optimize(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     reference = _reference(name, pins)
     if spec.kind in ("int", "opt_int") and isinstance(reference, int):

@@ -15,15 +15,10 @@ from .problem import _DERIVED, _INPUTS, _SET, _SPEC, MAX_INT, QUERY_RLIMIT, _bud
 from .rules import expr as E
 
 
-def _limit(solver, units: int = QUERY_RLIMIT):
-    """Bound each z3 check of this solver by its own resource limit and by what is left of the explanation budget
-    (z3's rlimit counts work, not time: the same question gets the same answer on a busy machine)."""
-    solver.set("rlimit", int(max(1, min(units, _budget[0]))))
-    return solver
-
-
 def _check(solver, *assumptions):
-    """solver.check, its work charged to the explanation budget."""
+    """solver.check within a query's resource limit and what is left of the explanation budget, its work charged to
+    that budget (z3's rlimit counts work, not time: the same question gets the same answer on a busy machine)."""
+    solver.set("rlimit", int(max(1, min(QUERY_RLIMIT, _budget[0]))))
     before = _units(solver)
     verdict = solver.check(*assumptions)
     _budget[0] -= _units(solver) - before
@@ -33,6 +28,18 @@ def _check(solver, *assumptions):
 def _units(solver) -> int:
     stats = solver.statistics()
     return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
+
+
+def _tracked(enc, terms: dict) -> tuple:
+    """A solver over the encoding's domain with each term behind a literal of its own ({id: literal}): checked under
+    some literals, it answers for those terms alone; its unsat core names terms."""
+    s = z3.SimpleSolver(ctx=enc.ctx)
+    s.add(*enc.domain)
+    literals = {}
+    for key, term in terms.items():
+        literals[key] = z3.Bool(f"track:{key}", enc.ctx)
+        s.add(z3.Implies(literals[key], term))
+    return s, literals
 
 
 class _Encoding:

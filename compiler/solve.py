@@ -217,20 +217,14 @@ def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=Non
     with the rules behind the propagated values folded into them (`because`)."""
     import z3
 
-    from .encoding import _check, _limit
+    from .encoding import _check, _tracked
 
-    s = _limit(z3.SimpleSolver(ctx=enc.ctx))
-    s.add(*enc.domain)
-    trackers = {}
-    for rid, term in terms.items():
-        t = z3.Bool(f"track:{rid}", enc.ctx)
-        s.add(z3.Implies(t, term))
-        trackers[t] = rid
+    s, literals = _tracked(enc, terms)
     out = {}
     for name in names:
-        if _check(s, *trackers, z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
+        if _check(s, *literals.values(), z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
             core = {t.get_id() for t in s.unsat_core()}
-            found = [rid for t, rid in trackers.items() if t.get_id() in core]
+            found = [rid for rid, t in literals.items() if t.get_id() in core]
             extra = {r for rid in found for r in (because or {}).get(rid, ())}
             out[name] = found + [r for r in extra if r not in found]
     return out

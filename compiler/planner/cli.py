@@ -49,16 +49,16 @@ def main(argv) -> int:
         return 1
 
 
-# what a search takes and --evaluate does not: the recipe states its model, platform, GPUs and batch
-SEARCH_ONLY = (("MODEL", "model", None), ("--platform", "platform", None), ("--gpus", "gpus", None),
-               ("--seq", "seq", None), ("--gbs", "gbs", None), ("--top", "top", 10), ("--all", "all", False),
-               ("--emit", "emit", None), ("--force", "force", False),
-               ("--force-load-balancing", "force_load_balancing", False))
+# what a search takes and --evaluate does not (the recipe states its model, platform, GPUs and batch): flag, dest
+SEARCH_ONLY = (("MODEL", "model"), ("--platform", "platform"), ("--gpus", "gpus"), ("--seq", "seq"), ("--gbs", "gbs"),
+               ("--top", "top"), ("--all", "all"), ("--emit", "emit"), ("--force", "force"),
+               ("--force-load-balancing", "force_load_balancing"))
 
 
 def _run(args) -> int:
     if args.evaluate:
-        given = [flag for flag, dest, unset in SEARCH_ONLY if getattr(args, dest) != unset]
+        defaults = parser()
+        given = [flag for flag, dest in SEARCH_ONLY if getattr(args, dest) != defaults.get_default(dest)]
         if given:
             raise search.PlannerError(f"--evaluate {args.evaluate} takes the model, platform, GPUs and batch from "
                                       f"the recipe, so {', '.join(given)} would be ignored: drop "

@@ -24,6 +24,15 @@ SKIP_REASON = (".venv312 is not built (needs Python 3.12: `make setup312`); "
                "Megatron-LM / Megatron-Bridge fidelity not checked")
 
 
+
+def lm_differs() -> set[str]:
+    """Warnings that Megatron-LM launches something else than the plan (a model its flags cannot state: the
+    *_NOT_IN_MEGATRON_LM warnings): a compile that has one is not put to Megatron-LM."""
+    from compiler.rules import BY_ID
+
+    return {r for r, rule in BY_ID.items() if rule.origin == "megatron-lm" and rule.severity == "warning"
+            and not rule.silent}
+
 def catalogue() -> list[str]:
     """Every catalogue recipe id (compiler.check.recipe_files on recipes/)."""
     from compiler.check import recipe_files

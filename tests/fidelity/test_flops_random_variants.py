@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from fidelity_testlib import PY312, READY, ROOT, SKIP_REASON
+from fidelity_testlib import PY312, READY, ROOT, SKIP_REASON, lm_differs
 
 sys.path.insert(0, str(ROOT / "tests" / "data"))
 import gen_megatron_flops  # noqa: E402
@@ -27,7 +27,6 @@ from compiler import pipeline, plan as planmod  # noqa: E402
 from compiler.check import recipe_ids  # noqa: E402
 from compiler.diagnostics import CompileError  # noqa: E402
 from compiler.estimate import flops  # noqa: E402
-from compiler.rules import BY_ID  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 
@@ -62,9 +61,7 @@ DOMAINS = {
             [A + "activation=squared_relu", A + "gated_linear_unit=false"],
             [A + "activation=quick_gelu", A + "gated_linear_unit=true"]],
 }
-# a model Megatron-LM's flags cannot state launches as another one (the *_NOT_IN_MEGATRON_LM warnings): not counted
-LM_DIFFERS = {r for r, rule in BY_ID.items() if rule.origin == "megatron-lm" and rule.severity == "warning"
-              and not rule.silent}
+LM_DIFFERS = lm_differs()  # Megatron-LM would launch another model: not counted
 
 
 def _variants() -> list[tuple[str, list[str], dict]]:

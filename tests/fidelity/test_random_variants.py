@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, run_judge_dirs
+from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, lm_differs, run_judge_dirs
 
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 import fuzzlib  # noqa: E402
@@ -97,8 +97,7 @@ REGRESSIONS = (
     ("qwen3-next-80b-a3b/h100-bf16", ["model.architecture.linear_attention_freq=" + str([1] * 24 + [1, 0] * 12)]),
     ("gpt-oss-120b/h100-bf16", ["model.architecture.window_attn_skip_freq=" + str([0, 1, 1] * 12)]),
 )
-LM_DIFFERS = {r for r, rule in BY_ID.items() if rule.origin == "megatron-lm" and rule.severity == "warning"
-              and not rule.silent}
+LM_DIFFERS = lm_differs()
 BRIDGE_DIFFERS = {r for r, rule in BY_ID.items() if rule.origin == "megatron-bridge" and rule.severity == "warning"} \
     | {"CUDA_GRAPH_MODULES_WITHOUT_IMPL"}
 
