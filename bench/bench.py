@@ -78,7 +78,7 @@ def machine() -> dict:
 
 
 def catalogue() -> list[str]:
-    from compiler.check import recipe_ids
+    from compiler.commands.check import recipe_ids
 
     return recipe_ids(RECIPES)
 
@@ -120,7 +120,7 @@ def quiet(fn, *args, **kw):
 # ----------------------------------------------------------------------------- moeforge
 
 def bench_check(ids: list[str], runs: int, cold_runs: int) -> dict:
-    from compiler.check import check_paths
+    from compiler.commands.check import check_paths
 
     quiet(check_paths, [str(RECIPES)], False, "json")  # warm: imports, schema validators
     warm = []
@@ -143,10 +143,10 @@ def bench_matrix(cold_runs: int) -> dict:
 
 
 def bench_compile(ids: list[str], runs: int) -> dict:
-    from compiler import emit
+    from compiler.targets import emit
     from compiler.diagnostics import CompileError
-    from compiler.pipeline import load, resolve
-    from compiler.plan import build
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
 
     out = Path(tempfile.mkdtemp(prefix="moeforge-bench-"))
     try:
@@ -173,7 +173,7 @@ def bench_compile(ids: list[str], runs: int) -> dict:
 
 def bench_solver(ids: list[str], repeat: int) -> dict:
     from compiler.diagnostics import CompileError
-    from compiler.pipeline import load, resolve
+    from compiler.driver import load, resolve
 
     rows, every = {}, []
     for rid in ids:
@@ -198,8 +198,8 @@ def bench_solver(ids: list[str], repeat: int) -> dict:
 def plan_configs(ids: list[str]) -> list[dict]:
     """One plan per recipe that compiles: {id, transformer_config, platform} (lint and megatron input)."""
     from compiler.diagnostics import CompileError
-    from compiler.pipeline import load, resolve
-    from compiler.plan import build
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
 
     out = []
     for rid in ids:
@@ -214,7 +214,7 @@ def plan_configs(ids: list[str]) -> list[dict]:
 
 def lint_mapping_from_plan(p: dict) -> dict:
     """A flat Megatron mapping (what lint-config reads) from a compiled plan."""
-    from compiler.lintconfig import known_names
+    from compiler.lint.config_lint import known_names
 
     known = known_names()
     tc = {k: v for k, v in p["transformer_config"].items() if k in known and k not in ("params_dtype",
@@ -234,7 +234,7 @@ def lint_mapping_from_plan(p: dict) -> dict:
 def bench_lint(plans: list[dict], seconds: float) -> dict:
     import yaml
 
-    from compiler.lintconfig import UnusableInput, lint_mapping
+    from compiler.lint.config_lint import UnusableInput, lint_mapping
 
     corpus, sources = [], {}
     if PERF.exists():
@@ -364,7 +364,7 @@ def bench_megatron(plans: list[dict], cold_runs: int, repeat: int) -> dict:
 
 
 def bench_moeforge_cold_one(cold_runs: int) -> dict:
-    """Cold `moeforge check` of tiny-moe/cpu (auto knobs: the solver runs, compiler.finite_solve without z3)."""
+    """Cold `moeforge check` of tiny-moe/cpu (auto knobs: the solver runs, compiler.solver.finite without z3)."""
     return run_cold([sys.executable, "-m", "compiler", "check", TINY], cold_runs)
 
 
@@ -382,7 +382,7 @@ def bench_moeforge_cold_pinned(cold_runs: int) -> dict:
 
 
 def bench_moeforge_warm_one(repeat: int) -> float:
-    from compiler.check import check_paths
+    from compiler.commands.check import check_paths
 
     quiet(check_paths, [str(ROOT / TINY)], False, "json")
     times = []

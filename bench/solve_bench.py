@@ -22,11 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from compiler import check  # noqa: E402
-from compiler.compose import RECIPES  # noqa: E402
+from compiler.commands import check  # noqa: E402
+from compiler.recipe.compose import RECIPES  # noqa: E402
 from compiler.diagnostics import CompileError  # noqa: E402
-from compiler.lintconfig import lint_mapping, lint_text  # noqa: E402
-from compiler.pipeline import load, resolve  # noqa: E402
+from compiler.lint.config_lint import lint_mapping, lint_text  # noqa: E402
+from compiler.driver import load, resolve  # noqa: E402
 from compiler.rules import CATALOGUE, PREFERENCES, RULES  # noqa: E402
 
 PERF = ROOT / "tests" / "lint" / "data" / "bridge_perf_configs.yaml"

@@ -13,9 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, project
-from .diagnostics import CompileError, error, render_all, shown
-from .runtime_commands import _in_main_thread, cmd_data_prepare, cmd_dryrun
+from compiler import __version__, project
+from compiler.diagnostics import CompileError, error, render_all, shown
+from compiler.commands.runtime import _in_main_thread, cmd_data_prepare, cmd_dryrun
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -85,7 +85,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        description="Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait "
                                    "launch.sbatch) or print the exact commands. A recipe is compiled first.")
     if only in (None, "launch"):
-        from .launch import add_arguments
+        from compiler.commands.launch import add_arguments
         add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with a recipe: override a recipe value before compiling (repeatable)")
@@ -170,10 +170,10 @@ def _main(argv: list[str]) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
-        from .lintconfig import main_lint_config
+        from compiler.lint.config_lint import main_lint_config
         return main_lint_config(argv[1:])
     if argv[:1] == ["plan-layout"]:  # its options are its own
-        from .planner.cli import main as plan_layout
+        from compiler.planner.cli import main as plan_layout
         return plan_layout(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
         return cmd_data_prepare(argv[2:])
@@ -226,9 +226,9 @@ def _plain_check(argv: list[str]):
 
 
 def cmd_compile(args) -> int:
-    from . import emit
-    from .pipeline import load, resolve
-    from .plan import build
+    from compiler.targets import emit
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
 
     resolved = resolve(load(args.recipe, args.overrides), args.strict)
     plan = build(resolved)
@@ -262,8 +262,8 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from .explain import explain
-    from .pipeline import load, resolve
+    from compiler.targets.explain import explain
+    from compiler.driver import load, resolve
 
     fmt = "json" if args.format == "json" else "text"
     print(explain(resolve(load(args.recipe, args.overrides), args.strict), fmt, args.changed))
@@ -271,7 +271,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check_paths
+    from compiler.commands.check import check_paths
 
     return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)
 
@@ -280,7 +280,7 @@ def cmd_rules(args) -> int:
     import fnmatch
     import json
 
-    from .rules import CATALOGUE, PREFERENCES
+    from compiler.rules import CATALOGUE, PREFERENCES
 
     rules, prefs = list(CATALOGUE), list(PREFERENCES)
     ids = getattr(args, "ids", None) or []
@@ -327,8 +327,8 @@ def cmd_rules(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from .load import load_file
-    from .migrate import migrate_file
+    from compiler.recipe.load import load_file
+    from compiler.recipe.migrate import migrate_file
 
     diags, stale = [], []
     for name in args.files:
@@ -354,7 +354,7 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from .diff import diff, render
+    from compiler.commands.diff import diff, render
 
     rows = diff(args.a, args.b)
     print(render(rows, args.a, args.b, args.format))
@@ -362,23 +362,23 @@ def cmd_diff(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-    from . import matrix
+    from compiler.commands import matrix
 
     rows, plats, table = matrix.build(args.paths or None)
     print(matrix.text(rows, plats, table))
     if args.html:
-        from .emit import write_file_atomically
+        from compiler.targets.emit import write_file_atomically
         write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
     return 0
 
 
 def cmd_launch(args) -> int:
     """A build directory runs as it is; a recipe is compiled first (into --out), then run."""
-    from . import launch
+    from compiler.commands import launch
 
     build = Path(args.build)
     if not (build / "plan.json").exists() and not build.is_dir():
-        from .pipeline import load
+        from compiler.driver import load
 
         composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
         import argparse
@@ -403,7 +403,7 @@ def cmd_launch(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from .scaffold import init
+    from compiler.commands.scaffold import init
 
     root = Path(args.dir).absolute() if args.dir else (project._root if project._root else Path.cwd())
     for name in init(root):
@@ -414,7 +414,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from .scaffold import new_platform, new_recipe
+    from compiler.commands.scaffold import new_platform, new_recipe
 
     root = project.root()
     names = new_platform(root, args.name) if args.what == "platform" else new_recipe(root, args.model, args.platform)
@@ -424,7 +424,7 @@ def cmd_new(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from .import_files import main as import_main
+    from compiler.importer.files import main as import_main
 
     return import_main(args)
 

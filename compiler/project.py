@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .resources import BUILTIN_RECIPES
+from compiler.resources import BUILTIN_RECIPES
 
 MARKER = "moeforge.toml"
 BUILTIN_PREFIX = "builtin:"

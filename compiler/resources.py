@@ -27,3 +27,5 @@ BUILTIN_RECIPES = HOME / "recipes"
 # The directory whose `runtime` package the launch scripts run when moeforge is not installed in the
 # job's Python (a checkout: it is put on PYTHONPATH, or mounted into a container).
 CHECKOUT = _BESIDE if HOME == _BESIDE else None
+# Megatron's own fields and argument parser as data (package data of `compiler`, in a checkout and a wheel).
+MEGATRON_DATA = Path(__file__).resolve().parent / "data"

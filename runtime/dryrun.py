@@ -7,7 +7,7 @@ meta device (shapes and parameter counts are real, nothing is allocated, so a 67
 a laptop's memory).  It prints JSON: parameter counts (total, dense/attention, expert,
 embedding), the layers and the realised configuration: facts of the built shard.  The memory a
 step needs is an estimate, and moeforge has one memory model, the compiler's: `moeforge dryrun`
-adds it to this report per rank (compiler/dryrun_report.py).  The backend gate runs first, as for
+adds it to this report per rank (compiler/commands/dryrun_report.py).  The backend gate runs first, as for
 training.
 
 ``--local-spec`` builds a plan with megatron-core's local spec when Transformer Engine, DeepEP,

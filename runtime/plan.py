@@ -94,7 +94,7 @@ def _check_schema(raw: dict) -> None:
 def _check_folding(layout: dict) -> int:
     """The folding identity tp*cp*dp*pp = etp*ep*edp*pp = world_size; returns dp.
 
-    The runtime's one mirror of the compiler's compiler/layout.py (the runtime never imports the
+    The runtime's one mirror of the compiler's compiler/knobs/layout.py (the runtime never imports the
     compiler): the same checks, the same messages."""
     world, tp, pp, cp, ep, etp = (layout[k] for k in ("world_size", "tp", "pp", "cp", "ep", "etp"))
     etp = tp if etp is None else etp

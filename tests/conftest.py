@@ -18,7 +18,7 @@ _CACHE = tempfile.mkdtemp(prefix="moeforge-test-cache-")
 
 
 def pytest_configure(config):
-    """The compiler's validity cache (compiler/valid_cache.py) lives in a directory of this session's own,
+    """The compiler's validity cache (compiler/recipe/cache.py) lives in a directory of this session's own,
     inherited by every subprocess, and is removed at the end: tests leave nothing in the user's cache."""
     os.environ["MOEFORGE_CACHE_DIR"] = _CACHE
 

@@ -2,7 +2,7 @@
 activation terms and the pipeline schedule in activations.py; docs/memory-model.md), and the step
 time (steptime.py, with flops.py, comm.py, steptime_terms.py, steptime_constants.py; docs/layout-model.md).
 
-Pure Python over a compiled plan's transformer_config/model sections and a compiler/layout.py
+Pure Python over a compiled plan's transformer_config/model sections and a compiler/knobs/layout.py
 Layout; never imports torch or megatron.  Parameter counts are checked against what
 megatron-core builds (tests/compiler/test_estimate_memory.py, fixture tests/data/
 layout_param_counts.json), FLOPs against Megatron-LM's own count (tests/compiler/

@@ -1,7 +1,7 @@
 """Per-rank memory: parameters, gradients, optimizer state, activations, and a fixed allowance.
 
 Inputs are a plan's ``transformer_config`` and ``model`` sections (megatron-core field names, as
-compiler/plan.py writes them) and a compiler/layout.py Layout.  Parameters are counted the way
+compiler/targets/plan.py writes them) and a compiler/knobs/layout.py Layout.  Parameters are counted the way
 megatron-core shards them (tensor_parallel ColumnParallelLinear / RowParallelLinear,
 VocabParallelEmbedding, MoE experts over EP x ETP), split like runtime/model.count_parameters:
 ``embedding`` (input embedding and output layer), ``expert`` (routed experts), ``dense`` (the
@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .. import pipeline_layout
-from ..layer_pattern import linear_attention_layer, moe_layer
-from ..layout import Layout
-from ..plan import megatron_core_release
-from ..rules.expr import version_int
-from . import activations as A
+from compiler.knobs import pipeline_layout
+from compiler.knobs.layer_pattern import linear_attention_layer, moe_layer
+from compiler.knobs.layout import Layout
+from compiler.targets.plan import megatron_core_release
+from compiler.knobs.versions import version_int
+from compiler.estimate import activations as A
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..layout import Layout
-from . import comm
-from .flops import KEYS, chunk_flops, model_flops_per_token
-from .activations import heads
-from .memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
-from .steptime_terms import assemble
+from compiler.knobs.layout import Layout
+from compiler.estimate import comm
+from compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
+from compiler.estimate.activations import heads
+from compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
+from compiler.estimate.steptime_terms import assemble
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
 DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",

@@ -6,9 +6,9 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 """
 from __future__ import annotations
 
-from . import comm
-from .memory import state_bytes_per_param
-from .steptime_constants import (ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, FP32_STATE_BYTES,
+from compiler.estimate import comm
+from compiler.estimate.memory import state_bytes_per_param
+from compiler.estimate.steptime_constants import (ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, FP32_STATE_BYTES,
                                  OUTPUT_LAYER_FRACTION)
 
 

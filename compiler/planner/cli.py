@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..diagnostics import CompileError
-from . import emit, report, search
+from compiler.diagnostics import CompileError
+from compiler.planner import emit, report, search
 
 
 def parser() -> argparse.ArgumentParser:
@@ -102,7 +102,7 @@ def _evaluate(args) -> int:
     try:
         ev = search.evaluate_recipe(args.evaluate)
     except CompileError as exc:
-        from ..diagnostics import render_all
+        from compiler.diagnostics import render_all
 
         print(render_all(exc.diagnostics, "text"))
         return 1

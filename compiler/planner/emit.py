@@ -1,15 +1,15 @@
 """Writing the winner as a recipe: the very document the rules confirmed, plus the estimate in its
-description, written atomically (compiler/emit.py: a temporary file in the same directory, then os.replace)."""
+description, written atomically (compiler/targets/emit.py: a temporary file in the same directory, then os.replace)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
 
-from .. import project
-from ..emit import write_file_atomically
-from .search import GIB, Evaluated, PlannerError
-from .space import Setting
+from compiler import project
+from compiler.targets.emit import write_file_atomically
+from compiler.planner.search import GIB, Evaluated, PlannerError
+from compiler.planner.space import Setting
 
 HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
           "# The estimate in the description comes from compiler/estimate (memory, step time).\n")

@@ -3,7 +3,7 @@
 The analytic pass patches one compiled base plan per candidate (space.Candidate.patched_plan) and
 runs compiler/estimate's memory.peak and steptime.estimate on it: sub-millisecond, so thousands of
 candidates fit in the time budget.  The confirmation compiles the fastest candidates' recipes with
-compiler/pipeline.py, the same rules and solver as `moeforge check` (the planner has no rules of its
+compiler/driver.py, the same rules and solver as `moeforge check` (the planner has no rules of its
 own), and re-estimates each from its real plan: the numbers printed are the compiled plan's.
 """
 from __future__ import annotations
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import yaml
 
-from .. import plan as plan_mod
-from .. import project
-from ..compose import display_path
-from ..diagnostics import CompileError
-from ..estimate import memory, steptime
-from ..layout import Layout
-from ..pipeline import load, resolve
-from ..resources import BUILTIN_RECIPES
-from . import space
+from compiler.targets import plan as plan_mod
+from compiler import project
+from compiler.recipe.compose import display_path
+from compiler.diagnostics import CompileError
+from compiler.estimate import memory, steptime
+from compiler.knobs.layout import Layout
+from compiler.driver import load, resolve
+from compiler.resources import BUILTIN_RECIPES
+from compiler.planner import space
 
 GIB = memory.GIB
 CONFIRM_BUDGET = 150     # pipeline compiles per search at most (~16 ms each on this machine)

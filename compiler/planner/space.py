@@ -2,7 +2,7 @@
 
 A candidate is built as the recipe it stands for (Candidate.recipe), so the legality check, the
 emitted file and the estimate all see the same document.  Only arithmetic prunes here (sizes that
-do not fold: compiler/layout.py LayoutError; a batch that does not split into micro-batches or into the
+do not fold: compiler/knobs/layout.py LayoutError; a batch that does not split into micro-batches or into the
 interleaved schedule's groups, a sequence that does not split over TP: asked of the catalogue's own
 rules, BATCH_RULES); legality is the rule catalogue's, through the pipeline (search.py).
 """
@@ -12,11 +12,12 @@ import copy
 import math
 from dataclasses import dataclass, replace
 
-from .. import knobs as K
-from ..layout import Layout, LayoutError
-from ..rules import BY_ID
-from ..rules.expr import evaluate, version_int
-from ..rules.precision import PERMUTE_FUSION_TE
+from compiler.knobs import table as K
+from compiler.knobs.layout import Layout, LayoutError
+from compiler.rules import BY_ID
+from compiler.rules.expr import evaluate
+from compiler.knobs.versions import version_int
+from compiler.rules.precision import PERMUTE_FUSION_TE
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MBS = (1, 2, 4)
@@ -150,7 +151,7 @@ class Candidate:
 
     def patched_plan(self, base: dict, s: Setting, lay: Layout) -> dict:
         """A compiled plan with this candidate's recipe values written in, through the knob table
-        (compiler/knobs.py), for the fast analytic estimate; the best are compiled for real."""
+        (compiler/knobs/table.py), for the fast analytic estimate; the best are compiled for real."""
         plan = dict(base)
         tc = dict(base["transformer_config"])
         for key in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers",

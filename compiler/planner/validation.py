@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..diagnostics import CompileError
-from ..layout import LayoutError
-from . import search, space
+from compiler.diagnostics import CompileError
+from compiler.knobs.layout import LayoutError
+from compiler.planner import search, space
 
 RANK_LIMIT = 10       # issue 15: "rank it in its top 10
 RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
@@ -109,7 +109,7 @@ if __name__ == "__main__":
     results = [validate(r) for r in rows]
     print(table(results))
     if "--update-readme" in sys.argv[2:]:
-        from ..emit import write_file_atomically
+        from compiler.targets.emit import write_file_atomically
 
         readme = Path(__file__).resolve().parents[2] / "README.md"
         write_file_atomically(readme, update_readme(readme.read_text(), results))

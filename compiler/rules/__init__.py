@@ -22,8 +22,8 @@ from functools import cached_property
 from functools import lru_cache
 from importlib import import_module
 
-from .expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate,
-                   version_int)
+from compiler.rules.expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate)
+from compiler.knobs.versions import version_int
 
 CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute", "comm_overlap", "layout",
             "architecture", "precision", "optimizer", "kernels", "nvlink", "training_io", "advice", "guidance")
@@ -152,7 +152,7 @@ def _specialise(rule: Rule, defaults: dict) -> Rule:
 
 
 def _load():
-    from ..knobs import BY_FIELD, LINT_ONLY
+    from compiler.knobs.table import BY_FIELD, LINT_ONLY
 
     rules, prefs = [], []
     for name in CONCERNS:

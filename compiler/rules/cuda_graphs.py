@@ -10,8 +10,8 @@ its checks, so the expressions below treat them as the same thing.
 For dropless MoE the seeds recommend partial TE-scoped graphs (attn, moe_router,
 moe_preprocess) and full-iteration graphs only for static shapes (drop-and-pad).
 """
-from . import Rule
-from .expr import F, AtLeast, Has, IsSet, Not, Or
+from compiler.rules import Rule
+from compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 TC16 = f"{TC} (0.16-0.17)"
@@ -77,7 +77,7 @@ RULES = (
          "cuda_graph_impl=full_iteration captures the whole iteration; per-layer modules must be empty", TC18,
          "set cuda_graph.modules: [] (or null)",
          'cuda_graph_modules must be empty when cuda_graph_impl="full_iteration".', versions=V18),
-    # a recipe's launches turn the check off themselves (compiler.plan.nan_check); lint-config only
+    # a recipe's launches turn the check off themselves (compiler.targets.plan.nan_check); lint-config only
     Rule("CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK", "error", FULL_ITER,
          F("check_for_nan_in_loss_and_grad") == False,  # noqa: E712
          "a full-iteration CUDA graph cannot run Megatron-LM's per-step NaN check of loss and gradients",

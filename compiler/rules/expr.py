@@ -3,13 +3,14 @@
 A rule's `when` and `require` are written once, as data (`F("expert_model_parallel_size") > 1`),
 and read two ways: `evaluate` on concrete values (lint-config, warnings on a finished plan;
 three-valued so that an unknown quantity skips a check instead of failing it) and
-`compiler.solve` translating them to z3 for solving and explaining.
+`compiler.solver.solve` translating them to z3 for solving and explaining.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from collections.abc import Callable
+
+from compiler.knobs.versions import version_int
 
 
 class _Unknown:
@@ -21,20 +22,6 @@ class _Unknown:
 
 
 UNKNOWN = _Unknown()
-
-
-def version_int(text: str | None) -> int:
-    """'2.12.0' -> 2012000; None (absent) -> 0. Pre-release suffixes are ignored."""
-    if text is None:
-        return 0
-    match = _VERSION.match(str(text))
-    if not match:
-        return 0
-    parts = [int(p) if p else 0 for p in match.groups()]
-    return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
-
-
-_VERSION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?", re.ASCII)
 
 
 class Expr:
@@ -305,7 +292,7 @@ def evaluate(expr: Expr, env: dict) -> object:
 
 def _num(v):
     """None compares as 0, exactly as the solver encodes an unset optional integer; a truth value
-    counts 1 or 0 (`PP - IsSet(first_stage)` is the middle stages), as compiler.encoding counts it."""
+    counts 1 or 0 (`PP - IsSet(first_stage)` is the middle stages), as compiler.solver.encoding counts it."""
     if v is None or v is False:
         return 0
     if v is True:

@@ -8,12 +8,12 @@ models/transformer_config.py and scripts/common/benchmark_parallelism.py.
 
 With an uneven pipeline (pipeline_model_parallel_layout, num_layers_in_first/last_pipeline_stage,
 account_for_embedding/loss_in_pipeline_split) the even-split checks step aside. An explicit layout
-is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/pipeline_layout.py
+is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/knobs/pipeline_layout.py
 reads from it as megatron-core's PipelineParallelLayerLayout does; stage sizes by the
 LAYOUT_*_STAGE_LAYERS_* and LAYOUT_UNEVEN_* rules, accounting by the LAYOUT_ACCOUNT_FOR_* rules.
 """
-from . import Rule
-from .expr import F, IsSet, Not, Or
+from compiler.rules import Rule
+from compiler.rules.expr import F, IsSet, Not, Or
 
 PS = "megatron-core parallel_state.initialize_model_parallel"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
@@ -57,7 +57,7 @@ GBS, MBS, DP = F("global_batch_size"), F("micro_batch_size"), F("data_parallel_s
 BATCH_SPLITS = IsSet(DP) & IsSet(GBS) & (GBS % (MBS * DP) == 0)
 MICROBATCHES = GBS // (MBS * DP)
 INTERLEAVED = IsSet(VPP) & (PP > 1) & BATCH_SPLITS
-# megatron-core's local values in its messages, by placeholder (compiler.lint_input._display fills them)
+# megatron-core's local values in its messages, by placeholder (compiler.lint.flat_config._display fills them)
 SHOWN = {"pipeline_middle_layers": MIDDLE_LAYERS, "pipeline_middle_stages": MIDDLE_STAGES,
          "pipeline_middle_rank_layers": MIDDLE_LAYERS // MIDDLE_STAGES,
          "pipeline_split_layers": SPLIT_LAYERS, "pipeline_split_rank_layers": SPLIT_LAYERS // PP,
@@ -129,7 +129,7 @@ RULES = (
          also=(("Megatron-Bridge models/gpt_provider.py",
                 "Make sure the number of model chunks is the same across all pipeline stages."),)),
     # An explicit layout (parallelism.pipeline_layout), as megatron-core's PipelineParallelLayerLayout
-    # parses and validates it (the facts: compiler/pipeline_layout.py); each check in megatron-core's order.
+    # parses and validates it (the facts: compiler/knobs/pipeline_layout.py); each check in megatron-core's order.
     Rule("LAYOUT_PIPELINE_LAYOUT_WELL_FORMED", "error", IsSet(LAYOUT), Not(IsSet(F("pipeline_layout_problem"))),
          "the pipeline layout must parse and hold the embedding first, the loss last (each once) and MTP "
          "layers after every decoder layer, all in one virtual stage", PPL,

@@ -9,7 +9,7 @@ with cp = 1 (parallel_state.initialize_model_parallel, the default `order`), so 
 ranks at stride ETP inside a block of ETP x EP consecutive ranks (the "span"; ETP is TP when unset).
 Where ranks sit: one task per rank, filling nodes in order (srun's block distribution); on a
 platform whose NVLink domain spans nodes (NVL72), launch.sbatch asks Slurm's block topology for
-segments of nodes that each lie in one domain (--segment, compiler/emit.py nvlink_segment), so a
+segments of nodes that each lie in one domain (--segment, compiler/targets/emit.py nvlink_segment), so a
 block of ranks stays in one domain when a segment can hold whole blocks.
 
 The group stays inside one domain when
@@ -24,8 +24,8 @@ node) is the usual inter-node expert parallelism, chosen on purpose; the dispatc
 (ADVICE_EP_OVERLAP_PAYS_INTER_NODE, ADVICE_FLEX_FOR_CROSS_NODE_EP) covers it, so it is not warned
 about here. On such platforms only a span that would fit a node but straddles two is.
 """
-from . import Rule
-from .expr import F, IsSet, Not, Or
+from compiler.rules import Rule
+from compiler.rules.expr import F, IsSet, Not, Or
 
 TP, EP, ETP = F("tensor_model_parallel_size"), F("expert_model_parallel_size"), F("expert_tensor_parallel_size")
 NVL, PER_NODE, WORLD = F("nvlink_domain"), F("gpus_per_node"), F("world_size")

@@ -6,11 +6,11 @@ fail (or silently do nothing) once the job runs: a checkpoint interval without a
 whose ids do not fit the model's embedding, data the chosen entry point cannot read. Most of Megatron's
 checks here are bare asserts (no message to quote), so the rules are moeforge's words with Megatron's
 file as the source. Lists and floats (blend weights, min_lr vs lr) are read through facts computed from
-the recipe (compiler.config.derived_facts), so that every rule stays solver-friendly.
+the recipe (compiler.solver.inputs.derived_facts), so that every rule stays solver-friendly.
 """
-from ..knobs import BYTE_VOCAB
-from . import Rule
-from .expr import F, AtLeast, IsSet, Not, Or
+from compiler.knobs.table import BYTE_VOCAB
+from compiler.rules import Rule
+from compiler.rules.expr import F, AtLeast, IsSet, Not, Or
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args (0.19)"
 PRETRAIN = "Megatron-LM megatron/training/training.py pretrain (0.19; shipped in the megatron-core wheel from 0.17)"

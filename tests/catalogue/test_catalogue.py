@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler import validate
-from compiler.check import recipe_files
-from compiler.compose import RECIPES
+from compiler.recipe import validate
+from compiler.commands.check import recipe_files
+from compiler.recipe.compose import RECIPES
 from compiler.diagnostics import CompileError
-from compiler.load import load_file
-from compiler.pipeline import load, resolve
+from compiler.recipe.load import load_file
+from compiler.driver import load, resolve
 
 PLATFORMS = sorted((RECIPES / "platforms").glob("*.yaml"))
 MODELS = sorted((RECIPES / "models").glob("*.yaml"))

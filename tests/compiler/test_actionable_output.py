@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler import knobs as K
-from compiler.check import check_one, recipe_files
+from compiler.knobs import table as K
+from compiler.commands.check import check_one, recipe_files
 from compiler.cli import main
 from compiler.diagnostics import CompileError, Diagnostic, Finding, Position, merge_shared
-from compiler.pipeline import load, resolve
+from compiler.driver import load, resolve
 from compiler.rules import BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +267,7 @@ def test_a_conflict_core_is_found_in_one_encoding(monkeypatch):
     (over 200 for tiny-moe, about 1 s of the 3 s explanation budget, 3 s on a busy machine): past the budget every
     rule stayed, and a fresh CI run reported TP=2 on tiny-moe as a conflict of 26 rules instead of 2 (the case
     above failed as 'unreliable').  One encoding now holds them all behind literals; counted, not timed."""
-    from compiler import conflicts, encoding
+    from compiler.solver import conflicts, encoding
 
     contexts, inside = [], [False]
     real_init, real_core = encoding._Encoding.__init__, conflicts._rule_core

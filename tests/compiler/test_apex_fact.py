@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.pipeline import load, resolve
-from compiler.plan import build
+from compiler.driver import load, resolve
+from compiler.targets.plan import build
 
 
 def refused(rid: str, sets: list[str]) -> dict:

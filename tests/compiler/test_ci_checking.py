@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compiler.cli import main
-from compiler.validate import validator
+from compiler.recipe.validate import validator
 
 ROOT = Path(__file__).resolve().parents[2]
 

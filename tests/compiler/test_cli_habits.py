@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from compiler import cli, runtime_commands
-from compiler import knobs as K
+from compiler import cli
+from compiler.commands import runtime as runtime_commands
+from compiler.knobs import table as K
 from compiler.cli import main
 from compiler.diagnostics import CompileError
-from compiler.load import load_text
-from compiler.pipeline import load, resolve
+from compiler.recipe.load import load_text
+from compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 VPP_CASE = ["parallelism.pp=4", "parallelism.ep=4", "moe.overlap.ep_comm=true"]
@@ -82,7 +83,7 @@ def test_make_launch_calls_moeforge_launch():
     text = (ROOT / "Makefile").read_text()
     block = text[text.index("\nlaunch:"):text.index("\nmatrix:")]
     assert "$(MOEFORGE) launch --target $(TARGET) build/$(RECIPE)" in block
-    assert "compiler.launch" not in block
+    assert "compiler.commands.launch" not in block
 
 
 def test_dryrun_runs_the_runtime_in_a_subprocess_of_this_interpreter(tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def test_dryrun_report_carries_the_compilers_memory_estimate(tmp_path, monkeypat
     plan = json.loads((ROOT / "tests" / "golden" / "qwen3-30b-a3b" / "h100-bf16" / "plan.json").read_text())
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     from compiler.estimate import memory
-    from compiler.layout import Layout
+    from compiler.knobs.layout import Layout
 
     counts = memory.rank_parameters(plan["transformer_config"], plan["model"], Layout.from_plan(plan["layout"]), 0)
     shard = {"plan": str(tmp_path / "plan.json"), "rank": 0, "coordinates": {"pp": 0},
@@ -126,7 +127,7 @@ def test_the_compiler_never_imports_torch_for_dryrun():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom compiler import cli, runtime_commands\nruntime_commands._run_runtime = lambda *a, **k: 0\n"
+    code = ("import sys\nfrom compiler import cli\nfrom compiler.commands import runtime as runtime_commands\nruntime_commands._run_runtime = lambda *a, **k: 0\n"
             "cli.main(['dryrun', 'x/plan.json'])\nassert 'torch' not in sys.modules and 'megatron' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -156,8 +157,8 @@ def test_explain_changed_shows_only_what_differs_from_the_defaults():
 
 
 def test_vpp_chosen_for_ep_overlap_names_the_rule_everywhere():
-    from compiler.emit import render
-    from compiler.plan import build
+    from compiler.targets.emit import render
+    from compiler.targets.plan import build
 
     r = resolve(load("qwen3-30b-a3b/h100-bf16", VPP_CASE))
     d = r.decisions["virtual_pipeline_model_parallel_size"]
@@ -174,7 +175,7 @@ def test_vpp_chosen_for_ep_overlap_names_the_rule_everywhere():
 
 
 def _catalogue():
-    from compiler.check import recipe_files
+    from compiler.commands.check import recipe_files
 
     return [str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_files([ROOT / "recipes"])]
 
@@ -270,7 +271,7 @@ def test_check_notes_a_document_on_an_old_schema_version(v2_recipe):
 # --- matrix --------------------------------------------------------------------------------------------------
 
 def test_matrix_scales_nodes_to_each_platforms_gpus_per_node():
-    from compiler import matrix
+    from compiler.commands import matrix
 
     rows, plats, table = matrix.build([str(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml")])
     assert rows == ["qwen3-30b-a3b/h100-bf16"]
@@ -281,7 +282,7 @@ def test_matrix_scales_nodes_to_each_platforms_gpus_per_node():
 
 
 def test_matrix_error_cells_name_the_same_rules_as_check():
-    from compiler import matrix
+    from compiler.commands import matrix
 
     c = matrix.cell(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml", "cpu", 8)
     try:

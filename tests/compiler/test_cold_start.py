@@ -1,5 +1,5 @@
 """Cold start: a recipe whose rules all fold to constants never imports z3, nor does one whose auto knobs
-the pure-Python solver settles (compiler/finite_solve.py); only a recipe that really needs z3 loads it
+the pure-Python solver settles (compiler/solver/finite.py); only a recipe that really needs z3 loads it
 (issue: instant checks)."""
 import json
 import shutil
@@ -36,8 +36,8 @@ PINNED = textwrap.dedent("""\
 PROBE = textwrap.dedent("""\
     import json, sys
     from pathlib import Path
-    from compiler.pipeline import load, resolve
-    from compiler.plan import build
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
     r = resolve(load(sys.argv[1], sys.argv[3:], root=Path(sys.argv[2])))
     plan = build(r)
     print(json.dumps({"z3": "z3" in sys.modules, "auto": sorted(r.auto), "tc": plan["transformer_config"]}))
@@ -91,8 +91,8 @@ def test_an_unchanged_recipe_is_not_validated_again(tmp_path):
 
 
 def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
-    from compiler import valid_cache
-    from compiler.validate import SCHEMAS, check
+    from compiler.recipe import cache as valid_cache
+    from compiler.recipe.validate import SCHEMAS, check
 
     monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
     valid_cache._directory.cache_clear()
@@ -106,12 +106,12 @@ def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
 
 
 def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_path, monkeypatch):
-    """The parse cache (compiler.load): the same values and positions as PyYAML's parse; a changed file
+    """The parse cache (compiler.recipe.load): the same values and positions as PyYAML's parse; a changed file
     or a file that does not parse is never read from it."""
-    from compiler import valid_cache
+    from compiler.recipe import cache as valid_cache
     from compiler.diagnostics import CompileError
-    from compiler.load import load_text
-    from compiler.load_yaml import parse
+    from compiler.recipe.load import load_text
+    from compiler.recipe.yaml_nodes import parse
 
     monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
     valid_cache._directory.cache_clear()
@@ -140,9 +140,9 @@ def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_pat
 # the other subcommands' modules (launch, emit and its templates), argparse (a plain check is read
 # without it), and, on a warm validity cache, jsonschema (and what only it pulls in). Asserted on what
 # is imported, never on how long it takes.
-NEVER = {"z3", "jinja2", "compiler.launch", "compiler.emit", "compiler.explain", "compiler.encoding",
-         "compiler.conflicts", "argparse", "subprocess"}
-WARM = NEVER | {"jsonschema", "tempfile", "yaml", "compiler.load_yaml"}
+NEVER = {"z3", "jinja2", "compiler.commands.launch", "compiler.targets.emit", "compiler.targets.explain", "compiler.solver.encoding",
+         "compiler.solver.conflicts", "argparse", "subprocess"}
+WARM = NEVER | {"jsonschema", "tempfile", "yaml", "compiler.recipe.yaml_nodes"}
 
 
 def _imported(argv: list[str], cwd: Path, cache: Path) -> set[str]:
@@ -159,12 +159,12 @@ def test_a_cold_check_of_a_pinned_recipe_imports_only_what_it_uses(tmp_path):
     cache = tmp_path / "cache"
     argv = ["check", "recipes/tiny-moe/pinned.yaml"]
     first = _imported(argv, tmp_path, cache)
-    assert "compiler.pipeline" in first and "jsonschema" in first  # it did check (and validated: cold cache)
+    assert "compiler.driver" in first and "jsonschema" in first  # it did check (and validated: cold cache)
     assert not first & NEVER, sorted(first & NEVER)
     again = _imported(argv, tmp_path, cache)
     assert not again & WARM, sorted(again & WARM)
     solved = _imported(["check", "recipes/tiny-moe/cpu.yaml"], tmp_path, cache)  # auto knobs: the solver runs
-    assert "compiler.finite_solve" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
+    assert "compiler.solver.finite" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
 
 
 def test_a_check_with_unusual_arguments_still_goes_through_argparse(tmp_path, capsys):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.check import recipe_ids
+from compiler.commands.check import recipe_ids
 from compiler.cli import main
 from compiler.estimate import activations as A
 from compiler.estimate import memory as M
-from compiler.layout import Layout
+from compiler.knobs.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "tests" / "data" / "layout_param_counts.json").read_text())
@@ -137,7 +137,7 @@ def test_te_spec_replicates_mla_down_projections():
 def test_dryrun_report_compares_the_spec_it_built():
     """`moeforge dryrun --local-spec` counts the local spec's shard: its memory estimate counts the same spec, so
     an MLA model at TP > 1 matches (it reported parameters_match false: found dry-running plan-layout winners)."""
-    from compiler.dryrun_report import estimate_for
+    from compiler.commands.dryrun_report import estimate_for
 
     plan = _plan("deepseek-v3/h100-bf16")
     lay = Layout.from_plan(plan["layout"])

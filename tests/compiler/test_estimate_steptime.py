@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler import pipeline, plan as planmod
+from compiler import driver as pipeline
+from compiler.targets import plan as planmod
 from compiler.estimate import comm, flops, steptime, steptime_constants
-from compiler.layout import Layout, LayoutError
+from compiler.knobs.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

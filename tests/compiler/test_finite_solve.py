@@ -1,8 +1,8 @@
-"""The pure-Python solver (compiler/finite_solve.py) answers exactly as z3 does, or not at all.
+"""The pure-Python solver (compiler/solver/finite.py) answers exactly as z3 does, or not at all.
 
 Differential: every catalogue recipe, and variants of it that open more knobs to the solver (--set
 ...=auto, every auto knob at once) or pin values that make rules bite, is resolved twice: as
-compiler.solve does it (the finite solver first) and with the finite solver switched off (z3's
+compiler.solver.solve does it (the finite solver first) and with the finite solver switched off (z3's
 Optimize, as before it existed). Values, decisions (provenance), warnings and errors must be the
 same. Both paths must really be taken: the catalogue itself never needs z3, some variants do.
 """
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler import finite_solve
-from compiler import solve as S
-from compiler.check import recipe_ids
+from compiler.solver import finite as finite_solve
+from compiler.solver import solve as S
+from compiler.commands.check import recipe_ids
 from compiler.diagnostics import CompileError
-from compiler.pipeline import load, resolve
-from compiler.problem import _Problem
+from compiler.driver import load, resolve
+from compiler.solver.problem import _Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = recipe_ids(ROOT / "recipes")
@@ -92,9 +92,9 @@ def test_the_catalogue_never_needs_z3_and_some_variants_do(outcomes):
 
 
 def _problem(rid: str, sets=()):
-    from compiler.config import pins_and_auto
-    from compiler.pipeline import rules_in_force
-    from compiler.problem import _fixed
+    from compiler.solver.inputs import pins_and_auto
+    from compiler.driver import rules_in_force
+    from compiler.solver.problem import _fixed
     from compiler.rules import PREFERENCES
 
     pins, auto = pins_and_auto(load(rid, list(sets)))

@@ -1,4 +1,4 @@
-"""compiler/layout.py: the one place that folds the world (tp*cp*dp*pp = etp*ep*edp*pp)."""
+"""compiler/knobs/layout.py: the one place that folds the world (tp*cp*dp*pp = etp*ep*edp*pp)."""
 from __future__ import annotations
 
 import itertools
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler import layout as L
-from compiler.layout import Layout, LayoutError
+from compiler.knobs import layout as L
+from compiler.knobs.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_sizes_work_on_z3_terms():
 
 def test_runtime_mirror_says_the_same():
     """runtime/plan.py's folding check (the runtime never imports the compiler) words its
-    messages as compiler/layout.py does."""
+    messages as compiler/knobs/layout.py does."""
     from runtime.errors import PlanError
     from runtime.plan import _check_folding
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.check import recipe_files
+from compiler.commands.check import recipe_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from compiler.estimate import memory as M
-from compiler.layout import Layout
+from compiler.knobs.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads((ROOT / "tests" / "data" / "theoretical_memory.json").read_text())["recipes"]

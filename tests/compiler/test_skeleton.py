@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.pipeline import load, resolve
+from compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_ep1_with_overlap_pinned_is_rejected_before_anything_runs(tmp_path):
 
 def test_compile_writes_a_plan_that_matches_its_schema(tmp_path):
     from compiler.cli import main
-    from compiler.validate import validator
+    from compiler.recipe.validate import validator
 
     assert main(["compile", "tiny-moe/cpu", "--out", str(tmp_path)]) == 0
     plan = json.loads((tmp_path / "tiny-moe" / "cpu" / "plan.json").read_text())

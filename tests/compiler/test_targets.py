@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.check import recipe_files
-from compiler.emit import render
-from compiler.megatron_args import flag_tables, release_for
-from compiler.pipeline import load, resolve
-from compiler.plan import build
+from compiler.commands.check import recipe_files
+from compiler.targets.emit import render
+from compiler.targets.megatron_args import flag_tables, release_for
+from compiler.driver import load, resolve
+from compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_version_specific_flag_names():
 
 
 def test_016_sm_count_uses_the_per_backend_field():
-    from compiler.plan import megatron_view
+    from compiler.targets.plan import megatron_view
 
     env = {"megatron_core": 16001, "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
            "moe_flex_dispatcher_num_sms": 24, "tensor_model_parallel_size": 1, "bf16": True, "fp16": False,

@@ -1,7 +1,7 @@
 """The recipe language for real training (recipe v3): runtime, data, tokenizer, checkpoint, schedule, logging
 and eval reach plan.json under the plan contract's keys, megatron-lm.args through flags Megatron-LM's parser
 has (compiler/data/megatron_lm_args.json), and bridge.overrides through Megatron-Bridge ConfigContainer paths;
-everything from one knob row each (compiler/knobs.py).
+everything from one knob row each (compiler/knobs/table.py).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler import knobs as K
-from compiler.bridge_overrides import bridge_overrides
-from compiler.config import launch_settings
-from compiler.megatron_args import arguments, lm_parser
-from compiler.pipeline import load, resolve
-from compiler.plan import build
+from compiler.knobs import table as K
+from compiler.targets.bridge_overrides import bridge_overrides
+from compiler.solver.inputs import launch_settings
+from compiler.targets.megatron_args import arguments, lm_parser
+from compiler.driver import load, resolve
+from compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 # the issue's case: tiny-moe on Megatron-LM's loop, an indexed dataset, byte tokens, checkpoints
@@ -163,7 +163,7 @@ def test_async_checkpoints_bring_the_persistent_worker():
 def test_every_training_io_value_is_a_knob_row_with_real_megatron_names():
     """One row each: the plan's training-I/O keys, their Megatron-LM dests (in Megatron-LM's own parser) and
     their Megatron-Bridge paths (a ConfigContainer section)."""
-    from compiler.frontends import BRIDGE_SECTIONS
+    from compiler.lint.frontends import BRIDGE_SECTIONS
 
     plan = build(resolve(load("tiny-moe/cpu", REAL)))
     rows = {(k.section, k.name_for(0)): k for k in K.KNOBS if k.section in K.IO_SECTIONS}
@@ -192,7 +192,7 @@ def test_launch_settings_defaults():
 
 @pytest.mark.parametrize("recipe", ["tiny-moe/cpu", "qwen3-30b-a3b/h100-bf16"])
 def test_megatron_lm_args_only_use_flags_of_the_platforms_release(recipe):
-    from compiler.megatron_args import flag_tables, release_for
+    from compiler.targets.megatron_args import flag_tables, release_for
 
     plan, args, _ = compiled(recipe)
     known = flag_tables()[release_for(plan["platform"]["software"]["megatron_core"])]

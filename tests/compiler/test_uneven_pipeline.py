@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.pipeline import load, resolve
+from compiler.driver import load, resolve
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 RID = "gpt-oss-120b/h100-bf16"

@@ -1,9 +1,9 @@
 """Numbers as people write them: YAML 1.1 reads `3e-4` as a string; recipes, --set and lint-config
 read it as a number (quoted, it stays a string)."""
-from compiler.compose import parse_override
-from compiler.lint_input import parse
-from compiler.load import load_text
-from compiler.pipeline import load, resolve
+from compiler.recipe.compose import parse_override
+from compiler.lint.flat_config import parse
+from compiler.recipe.load import load_text
+from compiler.driver import load, resolve
 
 
 def test_recipe_values():

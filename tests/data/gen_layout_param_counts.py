@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "layout_param_counts.json"
 sys.path.insert(0, str(ROOT))
-from compiler.check import recipe_ids  # noqa: E402
+from compiler.commands.check import recipe_ids  # noqa: E402
 
 
 def recipes() -> list[str]:

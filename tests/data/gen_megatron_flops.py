@@ -9,7 +9,7 @@ tests/compiler/test_estimate_steptime.py checks flops.py against it.  Run from t
     /work/main/.venv/bin/python tests/data/gen_megatron_flops.py [--venv-root /work/main]
 
 It compiles every catalogue recipe with this checkout's compiler, turns each plan into its
-Megatron-LM command line (compiler/megatron_args.py), parses that with Megatron-LM 0.19.2's own
+Megatron-LM command line (compiler/targets/megatron_args.py), parses that with Megatron-LM 0.19.2's own
 argument parser (.venv312) and calls num_floating_point_operations(args, global_batch_size).
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ print(json.dumps(out))
 
 
 def job(name: str, plan: dict) -> tuple[str, list[str], int]:
-    """One case for MEGATRON_SIDE: the plan's Megatron-LM command line (compiler/megatron_args.py) and GBS."""
-    from compiler import megatron_args
+    """One case for MEGATRON_SIDE: the plan's Megatron-LM command line (compiler/targets/megatron_args.py) and GBS."""
+    from compiler.targets import megatron_args
 
     argv = [part for flag, values in megatron_args.arguments(plan)[0] for part in (flag, *values)]
     return name, argv, plan["training"]["global_batch_size"]
@@ -65,7 +65,8 @@ def megatron_count(jobs: list, python: Path = ROOT / ".venv312/bin/python") -> d
 
 
 def main() -> int:
-    from compiler import pipeline, plan as planmod
+    from compiler import driver as pipeline
+    from compiler.targets import plan as planmod
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv-root", default=str(ROOT))

@@ -22,7 +22,7 @@ def _compile_and_run(out: Path, *overrides: str) -> dict:
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     build = out / "tiny-moe" / "cpu"
-    ran = subprocess.run([sys.executable, "-m", "compiler.launch", "--target", "local", str(build)],
+    ran = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "local", str(build)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert "schedule taken:" in ran.stdout and "losses:" in ran.stdout  # the readable summary
@@ -53,7 +53,7 @@ def test_same_recipe_launched_twice_at_once_both_finish(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     build = tmp_path / "tiny-moe" / "cpu"
-    runs = [subprocess.Popen([sys.executable, "-m", "compiler.launch", "--target", "local", str(build)],
+    runs = [subprocess.Popen([sys.executable, "-m", "compiler.commands.launch", "--target", "local", str(build)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for _ in range(2)]
     outputs = [run.communicate(timeout=900)[0] for run in runs]

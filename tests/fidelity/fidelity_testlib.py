@@ -34,15 +34,15 @@ def lm_differs() -> set[str]:
             and not rule.silent}
 
 def catalogue() -> list[str]:
-    """Every catalogue recipe id (compiler.check.recipe_files on recipes/)."""
-    from compiler.check import recipe_files
+    """Every catalogue recipe id (compiler.commands.check.recipe_files on recipes/)."""
+    from compiler.commands.check import recipe_files
 
     return [str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_files([ROOT / "recipes"])]
 
 
 def platform_mcore(recipe_id: str) -> str:
     """The megatron-core version of the recipe's platform (after composition)."""
-    from compiler.pipeline import load
+    from compiler.driver import load
 
     data = load(ROOT / "recipes" / f"{recipe_id}.yaml").data
     platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}

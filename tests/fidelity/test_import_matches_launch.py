@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler import import_files, importer
-from compiler.megatron_args import lm_parser
+from compiler.importer import files as import_files, launch as importer
+from compiler.targets.megatron_args import lm_parser
 from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, compile_all, run_judge_dirs
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)

@@ -50,7 +50,7 @@ def fuzz_settings(weight: float = 1.0, **kw) -> settings:
 # ----------------------------------------------------------------------------- the catalogue
 
 def catalogue_ids(root: Path = RECIPES) -> list[str]:
-    from compiler.check import recipe_ids
+    from compiler.commands.check import recipe_ids
 
     return recipe_ids(root)
 
@@ -83,7 +83,7 @@ PLATFORM_PATHS = sorted(set(_schema_paths(_schema("platform.v1.json"))))
 
 
 def _knobs():
-    from compiler import knobs as K
+    from compiler.knobs import table as K
 
     return K
 
@@ -486,10 +486,10 @@ def run(fn, *args, timeout: float | None = None) -> Outcome | None:
 
 def compile_in(root: str, rid: str, overrides: list[str], out: str, strict: bool = False) -> dict:
     """`moeforge compile` (compiler/cli.py cmd_compile) against another recipes root, plus explain."""
-    from compiler import emit
-    from compiler.explain import explain
-    from compiler.pipeline import load, resolve
-    from compiler.plan import build
+    from compiler.targets import emit
+    from compiler.targets.explain import explain
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
 
     resolved = resolve(load(rid, overrides, Path(root)), strict)
     plan = build(resolved)
@@ -502,7 +502,7 @@ def compile_in(root: str, rid: str, overrides: list[str], out: str, strict: bool
 
 
 def load_only(root: str, rid: str, overrides: list[str]) -> str:
-    from compiler.pipeline import load, resolve
+    from compiler.driver import load, resolve
 
     r = resolve(load(rid, overrides, Path(root)))
     return r.composed.recipe_id

@@ -29,7 +29,7 @@ def root(tmp_path) -> Path:
 
 
 def resolve_in(root: Path, rid: str, overrides=()):
-    from compiler.pipeline import load, resolve
+    from compiler.driver import load, resolve
 
     return resolve(load(rid, list(overrides), root))
 
@@ -61,7 +61,7 @@ def test_bug1_unicode_digit_in_platform_version(root, tmp_path):
 
 
 def test_bug1_unicode_digit_in_schema_version(root, tmp_path):
-    """schema: moeforge/recipe/v² -> ValueError in compiler/migrate.py declared_version (internal
+    """schema: moeforge/recipe/v² -> ValueError in compiler/recipe/migrate.py declared_version (internal
     error). Expected: E_SCHEMA_VERSION at line 1."""
     (root / "tiny-moe" / "sup.yaml").write_text(TINY.replace("moeforge/recipe/v3", "moeforge/recipe/v²"))
     located_compile_error(compile_outcome(root, "tiny-moe/sup", [], tmp_path / "build"))
@@ -142,7 +142,7 @@ def test_bug7_compile_out_below_a_file(tmp_path):
 
 def test_bug11_matrix_outside_recipes(tmp_path):
     """moeforge matrix /tmp/x.yaml -> 'internal error: ValueError: ... is not in the subpath of
-    .../recipes' (compiler/matrix.py build: relative_to). Expected: E_PATH_ESCAPE or E_RECIPE_NOT_FOUND
+    .../recipes' (compiler/commands/matrix.py build: relative_to). Expected: E_PATH_ESCAPE or E_RECIPE_NOT_FOUND
     (exit 1), like check."""
     cli(["matrix", str(tmp_path / "x.yaml")])
 

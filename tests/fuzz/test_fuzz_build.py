@@ -1,6 +1,6 @@
 """Never a partial build: `compile --out DIR` after failures, faults and kills.
 
-The contract (README, compiler/emit.py): a failed compile leaves the previous build intact, a
+The contract (README, compiler/targets/emit.py): a failed compile leaves the previous build intact, a
 successful one swaps the complete new build in, and nothing else is left in the build root. What a
 run left in the build directory (the runtime's report.json, a checkpoint) is kept either way.
 The only other entry allowed next to build/<dir>/<name>/ is the lock file `.<name>.lock` that

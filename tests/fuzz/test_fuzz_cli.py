@@ -93,8 +93,8 @@ def test_random_argv(tmp_path_factory, cmd, args):
 # ----------------------------------------------------------------------------- lint-config
 
 def _lint_fields():
-    from compiler import knobs as K
-    from compiler.lintconfig import megatron_fields
+    from compiler.knobs import table as K
+    from compiler.lint.config_lint import megatron_fields
 
     return sorted(set(K.BY_FIELD) | set(K.FACT_BY_FIELD)), sorted(megatron_fields()["all"])
 
@@ -104,7 +104,7 @@ KNOB_FIELDS, MEGATRON_FIELDS = _lint_fields()
 
 @st.composite
 def lint_value(draw, name: str):
-    from compiler import knobs as K
+    from compiler.knobs import table as K
 
     k = K.BY_FIELD.get(name) or K.FACT_BY_FIELD.get(name)
     if k is not None and draw(st.integers(0, 2)) > 0:
@@ -188,7 +188,7 @@ def test_lint_config_random_bytes(tmp_path_factory, raw, suffix):
 @given(data=lint_mapping())
 def test_lint_mapping_raises_only_unusable_input(data):
     """The library entry point: findings, or UnusableInput (exit 2 in the CLI), nothing else."""
-    from compiler.lintconfig import SEVERITY_ORDER, UnusableInput, lint_mapping as lint
+    from compiler.lint.config_lint import SEVERITY_ORDER, UnusableInput, lint_mapping as lint
 
     try:
         findings = lint(data)

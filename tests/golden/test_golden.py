@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.check import recipe_files
-from compiler.emit import render
-from compiler.pipeline import load, resolve
-from compiler.plan import build
+from compiler.commands.check import recipe_files
+from compiler.targets.emit import render
+from compiler.driver import load, resolve
+from compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent
@@ -66,7 +66,7 @@ def test_every_generated_script_passes_bash_n_and_shellcheck():
 def test_every_generated_pytorchjob_validates():
     import yaml
 
-    from compiler.validate import validator
+    from compiler.recipe.validate import validator
 
     v = validator("pytorchjob.json")
     jobs = sorted(GOLDEN.rglob("pytorchjob.yaml"))

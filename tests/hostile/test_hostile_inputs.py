@@ -1,5 +1,5 @@
 """Hostile documents and paths, through the whole pipeline (tests/compiler/test_diagnostics.py
-covers compiler.load.load_text on the classic cases; here they arrive as recipes, platforms and
+covers compiler.recipe.load.load_text on the classic cases; here they arrive as recipes, platforms and
 models, through `python -m compiler` as a process, and with more variants).
 
 Every case: exit 1 with a located diagnostic (file:line:col) and the expected code, no
@@ -17,7 +17,7 @@ import pytest
 
 import hostilelib as H
 from compiler.diagnostics import CompileError
-from compiler.load import load_text
+from compiler.recipe.load import load_text
 
 TOUCH = "pwned-tag"
 HANG = 300  # seconds: what only a hang (a blocked read, an endless expansion) reaches, however slow
@@ -154,7 +154,7 @@ def test_hostile_platform_and_model_documents(fresh_sandbox, kind, case):
 
 def test_documents_at_the_limits_load():
     """Just under each limit: accepted, whole (how fast is bench/'s business, not a test's)."""
-    from compiler import load as L
+    from compiler.recipe import load as L
 
     def leaves(value):
         return sum(leaves(v) for v in value) if isinstance(value, list) else 1
@@ -173,7 +173,7 @@ def test_documents_at_the_limits_load():
 @pytest.mark.parametrize("text", ["a: !!int abc\n", "a: !!float abc\n", "a: !!bool maybe\n", 'a: !!int ""\n',
                                   "a: !<tag:yaml.org,2002:int> zz\n"])
 def test_bug14_core_tags_with_bad_values(text):
-    """(BUG-14, fixed) compiler.load accepted the core tags (!!int, !!float, !!bool) and then lets PyYAML's
+    """(BUG-14, fixed) compiler.recipe.load accepted the core tags (!!int, !!float, !!bool) and then lets PyYAML's
     SafeConstructor raise ValueError / KeyError / IndexError (an internal error for the CLI).
     Now: a located error at line 1."""
     with pytest.raises(CompileError) as err:

@@ -246,7 +246,7 @@ def _path_cases(marker_dir: Path) -> list[dict]:
 def test_plan_paths_are_inert(sandbox, marker_dir, tmp_path, case):
     """Shell characters in the plan's paths and the logs directory: the scripts pass bash -n and
     shellcheck, hand every path over verbatim (mounts: only ${NAME} is expanded), and run nothing."""
-    from compiler import launch as L
+    from compiler.commands import launch as L
 
     c = _path_cases(marker_dir)[case]
     rid = f"hostile/paths-{case}"

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from compiler import emit, import_files, importer
-from compiler.check import recipe_ids
+from compiler.targets import emit
+from compiler.importer import files as import_files, launch as importer
+from compiler.commands.check import recipe_ids
 from compiler.cli import main
-from compiler.compose import RECIPES
-from compiler.lintconfig import lint_text
-from compiler.pipeline import load, resolve
-from compiler.plan import build
+from compiler.recipe.compose import RECIPES
+from compiler.lint.config_lint import lint_text
+from compiler.driver import load, resolve
+from compiler.targets.plan import build
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "import"
 SECTIONS = ("transformer_config", "model", "training", "optimizer", "ddp_config")

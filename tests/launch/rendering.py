@@ -1,4 +1,4 @@
-"""Render moeforge's launch templates the way compiler/emit.py does (the contract of the brief).
+"""Render moeforge's launch templates the way compiler/targets/emit.py does (the contract of the brief).
 
 Kept in one place so that tests/launch and tests/slurm render identically. Loaded by path (see
 ``load()`` in the test modules), so it works whatever pytest's import mode or rootdir.
@@ -58,7 +58,7 @@ def expand_env(text: str, env: dict[str, str]) -> str:
 
 
 def environment(*, trim: bool = True) -> jinja2.Environment:
-    """The Environment of compiler/emit.py: the brief's settings (StrictUndefined,
+    """The Environment of compiler/targets/emit.py: the brief's settings (StrictUndefined,
     keep_trailing_newline, no autoescape) plus trim_blocks/lstrip_blocks, `q` and a plain
     json.dumps `tojson`. trim=False gives the brief's settings alone: the launch templates must
     render byte for byte the same under both (test_whitespace_settings_do_not_matter)."""
@@ -152,7 +152,7 @@ def benign_context() -> dict[str, Any]:
 
 
 def with_checkpointing(ctx: dict[str, Any], margin: int = 120) -> dict[str, Any]:
-    """ctx with checkpointing on, as compiler/emit.py sets it: Megatron-LM's loop, requeue on signal."""
+    """ctx with checkpointing on, as compiler/targets/emit.py sets it: Megatron-LM's loop, requeue on signal."""
     ctx.update(checkpointing=True, runtime_module="runtime.megatron", signal_margin_s=margin)
     ctx["slurm"]["signal"] = f"B:USR1@{margin}"
     ctx["k8s"].update(restart_policy="OnFailure", backoff_limit=3)
@@ -211,7 +211,7 @@ def hostile_context(marker: str) -> dict[str, Any]:
         # ${HOME} is expanded at launch (the point of a ${NAME} in a mount); nothing else is
         container_mounts=[f"/data:/data{evil}", "/scratch:/scratch", f"${{HOME}}/ck pt{evil}:${{HOME}}/ck pt{evil}"],
         extra_args=[f"--comment={evil}", "--exclusive"],
-        output=f"logs/l o'g 100%%{evil}/%x-%j.out",  # compiler/emit.py doubles a % of the directory
+        output=f"logs/l o'g 100%%{evil}/%x-%j.out",  # compiler/targets/emit.py doubles a % of the directory
         error=f"logs/l o'g 100%%{evil}/%x-%j.err",
     )
     ctx["k8s"].update(image=f"img{evil}", service_account=f"sa{evil}")

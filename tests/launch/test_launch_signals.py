@@ -276,9 +276,9 @@ def test_torchrun_sh_without_checkpointing_does_not_trap(job):
 
 
 def test_exit_code_agrees_with_the_runtime():
-    """compiler/emit.py's EXIT_SAVED_ON_SIGNAL is runtime/errors.py's (read as text: the compiler
+    """compiler/targets/emit.py's EXIT_SAVED_ON_SIGNAL is runtime/errors.py's (read as text: the compiler
     never imports the runtime)."""
-    from compiler.emit import EXIT_SAVED_ON_SIGNAL
+    from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
 
     text = (ROOT / "runtime" / "errors.py").read_text(encoding="utf-8")
     found = re.findall(r"^EXIT_SAVED_ON_SIGNAL\s*=\s*(\d+)\s*$", text, flags=re.M)

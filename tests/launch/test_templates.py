@@ -227,7 +227,7 @@ def test_rendering_is_deterministic_and_strict(rendering, context):
 
 
 def test_whitespace_settings_do_not_matter(rendering, context):
-    """trim_blocks/lstrip_blocks (compiler/emit.py sets them; the brief does not) change nothing."""
+    """trim_blocks/lstrip_blocks (compiler/targets/emit.py sets them; the brief does not) change nothing."""
     for output in rendering.OUTPUTS:
         assert rendering.render(output, context) == rendering.render(output, context, trim=False)
 
@@ -236,11 +236,11 @@ def test_same_output_as_compiler_emit(rendering, context):
     """If the compiler is importable, its Environment renders these templates exactly as ours."""
     sys.path.insert(0, str(rendering.REPO_ROOT))
     try:
-        emit = pytest.importorskip("compiler.emit")
+        emit = pytest.importorskip("compiler.targets.emit")
     finally:
         sys.path.remove(str(rendering.REPO_ROOT))
     if not hasattr(emit, "_env"):
-        pytest.skip("compiler.emit has no _env() any more: compare by hand")
+        pytest.skip("compiler.targets.emit has no _env() any more: compare by hand")
     for output, template in rendering.OUTPUTS.items():
         assert emit._env().get_template(template).render(**context) == rendering.render(output, context)
 

@@ -14,7 +14,7 @@ import yaml
 
 from compiler.cli import main
 from compiler.diagnostics import CompileError
-from compiler import pipeline_layout
+from compiler.knobs import pipeline_layout
 from compiler.planner import report, search, space
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.layout import LayoutError
+from compiler.knobs.layout import LayoutError
 from compiler.planner import search, space, validation
 
 ROOT = Path(__file__).resolve().parents[2]

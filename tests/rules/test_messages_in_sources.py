@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import pipeline_layout
+from compiler.knobs import pipeline_layout
 from compiler.rules import CATALOGUE
 
 MLM = Path(os.environ.get("MOEFORGE_MEGATRON_LM_GIT", "/work/.mirror/NVIDIA+Megatron-LM/repo"))

@@ -2,7 +2,7 @@
 
 Checked concretely (lint-config's evaluator, the one the plan's warnings use), on recipes through the
 whole pipeline, for registration (`moeforge rules`), and against launch.sbatch's --segment choice
-(compiler/emit.py nvlink_segment): wherever the rule is satisfied on a multi-node NVLink platform, the
+(compiler/targets/emit.py nvlink_segment): wherever the rule is satisfied on a multi-node NVLink platform, the
 segment Slurm is asked for holds whole EP groups and divides the job's node count.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler import emit
-from compiler.lintconfig import lint_mapping
-from compiler.pipeline import load, resolve
+from compiler.targets import emit
+from compiler.lint.config_lint import lint_mapping
+from compiler.driver import load, resolve
 from compiler.rules import BY_ID, CATALOGUE, CONCERNS, RULES
 
 RULE = "NVLINK_EP_GROUP_SPANS_DOMAINS"

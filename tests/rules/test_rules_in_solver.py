@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.knobs import LINT_ONLY
-from compiler.pipeline import load, resolve
+from compiler.knobs.table import LINT_ONLY
+from compiler.driver import load, resolve
 from compiler.rules import CATALOGUE, PREFERENCES, RULES, fold
 from compiler.rules.expr import F, Const, IsSet, Or
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.knobs import FACT_BY_FIELD, LINT_ONLY
-from compiler.lintconfig import read
+from compiler.knobs.table import FACT_BY_FIELD, LINT_ONLY
+from compiler.lint.config_lint import read
 from compiler.rules import BY_ID, RULES
 from compiler.rules.expr import UNKNOWN
-from compiler.solve import _SPEC, Pin, solve
+from compiler.solver.solve import _SPEC, Pin, solve
 
 from test_rule_cases import BASE, CASES  # noqa: E402  (same directory)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.pipeline import load, resolve
+from compiler.driver import load, resolve
 from compiler.rules import BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 
 from runtime_testlib import DATA, run_module
 
-from compiler.dryrun_report import with_estimates
+from compiler.commands.dryrun_report import with_estimates
 
 
 def mlp(h: int, f: int, gated: bool) -> int:

@@ -27,8 +27,8 @@ import pytest
 
 from runtime_testlib import ROOT, subprocess_env
 
-from compiler.check import recipe_ids
-from compiler.dryrun_report import with_estimates
+from compiler.commands.check import recipe_ids
+from compiler.commands.dryrun_report import with_estimates
 from test_dryrun import layer
 
 RECIPES = recipe_ids(ROOT / "recipes")

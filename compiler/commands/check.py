@@ -1,0 +1,122 @@
+"""`moeforge check`: validate and solve every recipe under the given paths, report all.
+
+A diagnostic found in several recipes (its position is in a base recipe they extend, or in a
+model or platform they share) is printed once, with the recipes it affects. --quiet prints errors
+only; advice is printed only with --advice. The summary counts errors, warnings and advice apart
+(every diagnostic once), whatever was printed.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from compiler import project
+from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
+from compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
+
+NON_RECIPE_DIRS = {"platforms", "models"}
+
+
+def recipe_files(paths) -> list[Path]:
+    out = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            out += [p for p in sorted(path.rglob("*.yaml"))
+                    if not NON_RECIPE_DIRS & set(p.relative_to(path).parts[:-1])
+                    and not NON_RECIPE_DIRS & {path.resolve().name}]
+        elif not path.exists() and path.suffix not in (".yaml", ".yml"):
+            try:  # an id (model/name), resolved as compile resolves it
+                out.append(resolve_recipe(str(name)))
+            except CompileError:
+                out.append(path)
+        else:
+            out.append(path)
+    return out
+
+
+def recipe_ids(root) -> list[str]:
+    """The recipes under a catalogue directory as ids ('model/name', no suffix), sorted: the files
+    recipe_files finds there (platform and model documents are not recipes)."""
+    root = Path(root)
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in recipe_files([root]))
+
+
+def check_one(path: Path, strict: bool) -> list[Diagnostic]:
+    from compiler.driver import load, resolve
+
+    from compiler.recipe.migrate import old_schema_notes
+
+    try:
+        if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
+            return check_document(path, path.resolve().parent.name[:-1])
+        composed = load(path)
+        return old_schema_notes(composed.documents) + resolve(composed, strict).diagnostics
+    except CompileError as exc:
+        return exc.diagnostics
+
+
+def check_document(path: Path, kind: str) -> list[Diagnostic]:
+    """A platform or model file on its own: its schema (schemas/platform.v1.json, model.v1.json) and,
+    for a platform, a supported megatron-core release."""
+    from compiler import project
+    from compiler.recipe import validate
+    from compiler.knobs.fields import megatron_core_diagnostics
+    from compiler.recipe.load import load_file
+
+    doc = load_file(path, display_path(path.resolve(), project.recipes()))
+    diags = validate.missing_schema(doc.data, doc.file)
+    if diags or not isinstance(doc.data, dict):
+        return diags or [Diagnostic("error", "E_NOT_A_MAPPING", f"a {kind} must be a mapping", doc.pos(()))]
+    diags = validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
+    if kind == "platform" and not diags:
+        diags += megatron_core_diagnostics(doc.data.get("software"), doc.pos(("software", "megatron_core")))
+    return diags
+
+
+PARALLEL_FROM = 8  # below this many recipes a worker pool costs more than it saves
+
+
+def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
+    """Check recipes, forking workers (which inherit the warm imports) when it pays."""
+    workers = min(len(os.sched_getaffinity(0)), 4, len(files) // (PARALLEL_FROM // 2) or 1)
+    if len(files) < PARALLEL_FROM or workers < 2:
+        return [check_one(f, strict) for f in files]
+    import multiprocessing
+
+    # imported before fork so workers start warm
+    from compiler import driver  # noqa: F401
+    from compiler.recipe import validate
+
+    validate.validator("recipe.v2.json")
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.starmap(check_one, [(f, strict) for f in files], chunksize=2)
+
+
+def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool = False) -> int:
+    files = recipe_files(paths)
+    results = {}
+    missing = [f for f in files if not f.exists()]
+    for path in missing:
+        results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)),
+                                         help=RECIPE_NOT_FOUND_HELP)]
+    present = [f for f in files if f.exists()]
+    for path, diags in zip(present, _check_all(present, strict)):
+        results[display_path(path.resolve(), project.recipes())] = diags
+    unique = merge_shared(results)
+    counts = summary(unique)
+    if fmt == "json":  # per recipe, as schemas/check-report.v1.json has it; the counts are of unique diagnostics
+        print(json.dumps({"recipes": len(files), "errors": counts["error"], "warnings": counts["warning"],
+                          "advice": counts["advice"],
+                          "results": {k: [d.to_json() for d in shown(v, quiet, advice)] for k, v in results.items()}},
+                         indent=2))
+    else:
+        out = shown(unique, quiet, advice)
+        if out:
+            print(render_all(out, fmt))
+        if fmt == "text":
+            hidden = "" if advice or quiet or not counts["advice"] else " (shown with --advice)"
+            print(f"checked {len(files)} recipe(s): {counts['error']} error(s), {counts['warning']} warning(s), "
+                  f"{counts['advice']} advice{hidden}")
+    return 1 if counts["error"] else 0

@@ -1,0 +1,44 @@
+"""`moeforge dryrun`'s report: the runtime's real shard, with the compiler's memory estimate beside it.
+
+Why here: runtime.dryrun builds one rank's shard on the meta device, so its parameter counts are
+megatron-core's own; the memory a step needs on that rank is an estimate, and moeforge has one
+memory model (compiler/estimate/memory.py, docs/memory-model.md), the one plan-layout ranks with.
+The runtime never imports the compiler, so the estimate joins the report here: per rank, for the
+plan as written, on the rank's pipeline stage, with `parameters_match` saying whether the
+estimate's count of that stage equals what megatron-core built.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from compiler.estimate import memory
+from compiler.knobs.layout import Layout
+
+
+def estimate_for(result: dict, plan: dict) -> dict:
+    """The memory estimate of one dry-run rank result, in bytes with formulas."""
+    lay = Layout.from_plan(plan["layout"])
+    # the layer spec the dry run built: --local-spec maps Transformer Engine's onto megatron-core's local one
+    local = any(s["field"] == "runtime.transformer_impl" and s["used"] == "local"
+                for s in result.get("substitutions") or ())
+    est = memory.estimate(plan, lay, result["coordinates"]["pp"], te=False if local else None)
+    out = {"weights_bytes": est.weights, "gradients_bytes": est.gradients, "optimizer_bytes": est.optimizer,
+           "activation_bytes": est.activations, "allowance_bytes": est.allowance, "total_bytes": est.total,
+           "total_gib": round(est.total / memory.GIB, 3), "formulas": dict(est.formulas),
+           "parameters_match": est.parameters["total"] == result["parameters"]["total"],
+           "source": "compiler/estimate/memory.py (docs/memory-model.md)"}
+    return out
+
+
+def with_estimates(report: dict) -> dict:
+    """The runtime's JSON (one rank, {"ranks": [...]}, or {"plans": [...]}) with memory_estimate added to
+    every rank result; failed plans are left as they are."""
+    if "plans" in report:
+        return {**report, "plans": [with_estimates(p) for p in report["plans"]]}
+    if "error" in report:
+        return report
+    plan = json.loads(Path(report["plan"]).read_text())
+    if "ranks" in report:
+        return {**report, "ranks": [{**r, "memory_estimate": estimate_for(r, plan)} for r in report["ranks"]]}
+    return {**report, "memory_estimate": estimate_for(report, plan)}

@@ -1,0 +1,248 @@
+"""`make launch`: run a compiled build locally, on Slurm, or just show what would run.
+
+local runs build/<recipe>/torchrun.sh; slurm creates the job's logs directory (sbatch opens the
+#SBATCH --output/--error files before the script runs, so the script cannot) and submits
+launch.sbatch with `sbatch --wait` (under a timeout, since a job that can never start would wait
+forever) and reports the job's exit code; both finish by summarising report.json.
+
+The job's python: plans for megatron-core >= 0.17 (the wheels that ship megatron/training, which
+runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter
+running this module (.venv). Its directory goes first on PATH, where the scripts find `python3`.
+An installed moeforge (pip install moeforge) runs every plan with the interpreter running this module.
+
+The job runs in the project root (compiler/project.py: moeforge.toml or recipes/, or --root), where
+build/ is. The runs find moeforge's runtime in the job's Python when moeforge is installed there;
+when this module runs from a checkout that is not the project root, MOEFORGE_HOME names the checkout
+and the scripts put it first on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from compiler import project
+from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
+from compiler.targets.plan import megatron_core_release
+from compiler.resources import CHECKOUT
+
+VENV312 = (CHECKOUT / ".venv312") if CHECKOUT is not None else None
+MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
+
+
+class LaunchError(Exception):
+    """A launch that cannot start, with the message to print."""
+
+
+def _realised(report: dict, field: str):
+    entry = report.get("realised", {}).get(field)
+    return entry.get("realised") if isinstance(entry, dict) else entry
+
+
+def summarize(report: dict) -> str:
+    """A short, readable account of a run: steps, losses, what was really built."""
+    steps = report.get("steps", [])
+    losses = [(s.get("step"), s["loss"]) for s in steps if isinstance(s.get("loss"), (int, float))]
+    shown = losses if len(losses) <= 10 else [*losses[:5], None, *losses[-5:]]
+    on = {True: "on", False: "off"}
+    span = f" (steps {losses[0][0]}-{losses[-1][0]})" if len(shown) < len(losses) else ""
+    lines = [f"ran {len(steps)} steps on {report.get('world_size', '?')} ranks, "
+             f"EP={_realised(report, 'expert_model_parallel_size')}",
+             f"losses{span}: " + ", ".join("..." if x is None else f"{x[1]:.4f}" for x in shown),
+             f"dispatcher: {_realised(report, 'moe_token_dispatcher_type')}; "
+             f"EP overlap: {on.get(_realised(report, 'overlap_moe_expert_parallel_comm'), '?')}; "
+             f"delayed wgrad: {on.get(_realised(report, 'delay_wgrad_compute'), '?')}",
+             f"schedule taken: {report.get('schedule_taken', '?')} "
+             f"(combined-1F1B overlap schedule ran: {on.get(report.get('overlap_schedule_ran'), '?')})"]
+    checkpoint = report.get("checkpoint") or {}
+    if checkpoint.get("resumed_from"):
+        lines.append(f"resumed from {checkpoint['resumed_from']}"
+                     + (f" (resharded: {checkpoint['resharded']})" if checkpoint.get("resharded") else ""))
+    if report.get("status") == "preempted":
+        lines.append(f"stopped on a signal after saving a checkpoint in {checkpoint.get('save')}: "
+                     f"the same launch resumes from it")
+    steady = report.get("steady_state") or {}
+    if steady.get("mean_s") is not None:
+        lines.append(f"steady-state step time: {steady['mean_s'] * 1e3:.1f} ms (steps {steady.get('window')}), "
+                     f"{report.get('tokens_per_s', 0):.0f} tokens/s")
+    return "\n".join(lines)
+
+
+def _report_stamp(build: Path) -> tuple | None:
+    """Which report.json the build holds (the runtime replaces it with a new file), None without one: a recompile
+    keeps an earlier run's report, which must not be shown as this run's."""
+    try:
+        st = (build / "report.json").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _print_report(build: Path, before: tuple | None) -> int:
+    path = build / "report.json"
+    stamp = _report_stamp(build)
+    if stamp is None or stamp == before:
+        earlier = " (the one there is an earlier run's)" if stamp is not None else ""
+        print(f"moeforge: the run left no {path}{earlier}", file=sys.stderr)
+        return 1
+    print(summarize(json.loads(path.read_text())))
+    return 0
+
+
+def needs_venv312(plan: dict) -> bool:
+    from compiler.knobs.versions import version_int
+
+    mcore = megatron_core_release(plan)
+    return mcore is not None and version_int(mcore) >= version_int(MCORE_WITH_TRAINING)
+
+
+def job_python(plan: dict) -> Path:
+    """The interpreter the job runs with, by the plan's megatron-core version (see the module doc)."""
+    if VENV312 is None or not needs_venv312(plan):
+        return Path(sys.executable)
+    python = VENV312 / "bin" / "python"
+    if not python.exists():
+        raise LaunchError(f"this plan is for megatron-core {megatron_core_release(plan)}: it runs with {python} "
+                          "(Python 3.12, megatron-core with megatron/training), which does not exist: run "
+                          "`make setup312`")
+    return python
+
+
+def logs_dir(build: Path) -> Path | None:
+    """The directory of launch.sbatch's `#SBATCH --output=` file, as sbatch reads that line (a quoted
+    value, each backslash escaping the next character), '%%' read as '%'; relative to the job's
+    working directory (the project root). None when the script names no directory."""
+    for line in (build / "launch.sbatch").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#SBATCH --output="):
+            text = line.split("=", 1)[1]
+            if text[:1] == '"' and text[-1:] == '"':
+                text = text[1:-1]
+            chars, value = iter(text), []
+            for c in chars:
+                value.append(next(chars, "") if c == "\\" else c)
+            value = "".join(value)
+            return Path(value.rsplit("/", 1)[0].replace("%%", "%")) if "/" in value else None
+        if line.strip() and not line.startswith("#"):
+            break
+    return None
+
+
+def _job_env(python: Path) -> dict:
+    """The job's interpreter first on PATH, so the scripts' python3 has torch and megatron."""
+    env = dict(os.environ)
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("MOEFORGE_ROOT", str(project.root()))
+    if CHECKOUT is not None and CHECKOUT != project.root().resolve():
+        env.setdefault("MOEFORGE_HOME", str(CHECKOUT))
+    # megatron-core's import-time notices (no Apex, deprecations) drown the summary
+    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
+    return env
+
+
+def _plan(build: Path) -> dict:
+    return json.loads((build / "plan.json").read_text(encoding="utf-8"))
+
+
+def local_command(build: Path) -> list[str]:
+    return ["bash", str(build / "torchrun.sh")]
+
+
+def slurm_command(build: Path, timeout: int) -> list[str]:
+    # no --output here: launch.sbatch's #SBATCH --output/--error put the logs in its logs directory
+    return ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={project.root()}", str(build / "launch.sbatch")]
+
+
+def run_local(build: Path) -> int:
+    python = job_python(_plan(build))
+    before = _report_stamp(build)
+    rc = subprocess.call(local_command(build), cwd=project.root(), env=_job_env(python))
+    if rc == EXIT_SAVED_ON_SIGNAL:  # saved on USR1 and stopped: what it did, then the same code
+        _print_report(build, before)
+        return rc
+    if rc != 0:
+        print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
+        return rc
+    return _print_report(build, before)
+
+
+def run_slurm(build: Path, timeout: int) -> int:
+    python = job_python(_plan(build))
+    logs = logs_dir(build)
+    if logs is not None:
+        (project.root() / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
+        print(f"slurm logs: {project.root() / logs}/")
+    before = _report_stamp(build)
+    proc = subprocess.run(slurm_command(build, timeout), cwd=project.root(), capture_output=True, text=True,
+                          env=_job_env(python))
+    job = proc.stdout.strip().split(";")[0] or "?"
+    print(f"slurm job {job} exited with {proc.returncode}")
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        return proc.returncode
+    return _print_report(build, before)
+
+
+def print_commands(build: Path, timeout: int) -> int:
+    """What `local` and `slurm` would run, exactly (and the Kubernetes equivalent)."""
+    try:
+        python = job_python(_plan(build))
+        path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
+    except LaunchError as exc:
+        path = f"# {exc}\n       "
+    env = _job_env(Path(sys.executable))
+    for name in ("MOEFORGE_HOME", "MOEFORGE_ROOT"):
+        if name not in os.environ and name in env:
+            path = f"{name}={shlex.quote(env[name])} {path}"
+    root = shlex.quote(str(project.root()))
+    logs = logs_dir(build)
+    print(f"local: cd {root} && {path}{shlex.join(local_command(build))}")
+    mkdir = f"mkdir -p {shlex.quote(str(project.root() / logs))} && " if logs is not None else ""
+    print(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}")
+    print(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}")
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser, what: str = "build/<recipe> directory made by `moeforge compile`") -> None:
+    """The launch options, shared by `python -m compiler.commands.launch` and `moeforge launch`."""
+    p.add_argument("build", help=what)
+    p.add_argument("--target", choices=("local", "slurm", "print"), default="local",
+                   help="local: torchrun.sh on this machine; slurm: sbatch --wait launch.sbatch; "
+                        "print: the exact commands, nothing run (default: local)")
+    p.add_argument("--timeout", type=int, default=1800, help="slurm: seconds to wait for the job (default 1800)")
+    p.add_argument("--needs-venv312", action="store_true",
+                   help="print yes when the plan runs with .venv312 (make launch builds it first), else no")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="moeforge launch", description="Run a compiled build locally, on Slurm, "
+                                "or print the commands that would run.")
+    add_arguments(p)
+    p.add_argument("--root", help="the project root (default: found from the current directory, as moeforge does)")
+    args = p.parse_args(argv)
+    project.set_root(args.root)
+    return run(args)
+
+
+def run(args) -> int:
+    build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
+    if not (build / "plan.json").exists():
+        print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)
+        return 2
+    if args.needs_venv312:
+        print("yes" if needs_venv312(_plan(build)) else "no")
+        return 0
+    if args.target == "print":
+        return print_commands(build, args.timeout)
+    try:
+        return run_local(build) if args.target == "local" else run_slurm(build, args.timeout)
+    except LaunchError as exc:
+        print(f"moeforge: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

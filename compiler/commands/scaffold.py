@@ -1,0 +1,275 @@
+"""`moeforge init` and `moeforge new platform|recipe`: a project of one's own, and documents to fill in.
+
+The documents are generated from the JSON Schemas (each key's description, allowed values and
+default; for recipe knobs without a description, the knob table's note and megatron-core default),
+so a key added to a schema shows up here without anyone editing a list. Nothing existing is ever
+overwritten: a file that is already there is named and the command stops before writing anything.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from compiler.knobs import table as K
+from compiler.diagnostics import CompileError, Position, error
+from compiler.project import MARKER
+from compiler.resources import SCHEMAS
+from compiler.recipe.validate import KINDS
+
+WIDTH = 100
+
+MOEFORGE_TOML = """\
+# moeforge project: `moeforge` finds this directory as the project root from any directory below it
+# (as git finds its root); `moeforge --root DIR` names another. Recipes live in recipes/:
+#   recipes/platforms/NAME.yaml   machines (moeforge new platform NAME)
+#   recipes/models/NAME.yaml      model architectures
+#   recipes/<model>/<name>.yaml   training recipes (moeforge new recipe MODEL PLATFORM)
+# Platform and model names resolve here first, then in moeforge's built-in catalogue;
+# `extends: builtin:qwen3-30b-a3b/h100-bf16` starts from a built-in recipe. Builds go to build/.
+[moeforge]
+version = 1
+"""
+
+PRE_COMMIT = """\
+# moeforge check on the recipes a commit changes (pre-commit install, once per clone).
+repos:
+  - repo: local
+    hooks:
+      - id: moeforge-check
+        name: moeforge check (schemas, rules, solver)
+        entry: moeforge check
+        language: system
+        files: ^recipes/.*\\.ya?ml$
+        pass_filenames: true
+"""
+
+WORKFLOW = """\
+# moeforge check on every recipe a pull request changes: each diagnostic becomes an annotation on
+# the recipe line that caused it; errors fail the job.
+name: moeforge
+on:
+  pull_request:
+    paths: ["recipes/**", "moeforge.toml"]
+  push:
+    branches: [main]
+jobs:
+  check:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          fetch-depth: 0
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - name: Install the compiler only (no torch, no megatron)
+        run: pip install moeforge
+      - name: Check the changed recipes (all of them on a push)
+        run: |
+          if [ "$GITHUB_EVENT_NAME" = pull_request ]; then
+            files=$(git diff --name-only --diff-filter=d "origin/$GITHUB_BASE_REF"...HEAD -- 'recipes/*.yaml' 'recipes/*.yml')
+            [ -z "$files" ] || moeforge check --format github $files
+          else
+            moeforge check --format github
+          fi
+"""
+
+README = {
+    "platforms": "Platforms: one file per machine (moeforge new platform NAME); a name here wins over the built-in one.\n",
+    "models": "Models: one file per architecture (schema moeforge/model/v1); a name here wins over the built-in one.\n",
+}
+
+
+def _refuse_existing(paths: list[Path], root: Path) -> None:
+    there = [p for p in paths if p.exists() or p.is_symlink()]
+    if there:
+        names = ", ".join(_rel(p, root) for p in there)
+        raise CompileError([error("E_EXISTS", f"refusing to overwrite: {names}", Position(names),
+                                  help="remove or rename them first; nothing was written")])
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _write(files: dict[Path, str], root: Path) -> list[str]:
+    _refuse_existing(list(files), root)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as f:  # "x": never replaces a file made meanwhile
+            f.write(text)
+    return [_rel(p, root) for p in files]
+
+
+def init(root: Path) -> list[str]:
+    files = {root / MARKER: MOEFORGE_TOML,
+             root / "recipes" / "platforms" / "README.md": README["platforms"],
+             root / "recipes" / "models" / "README.md": README["models"],
+             root / ".pre-commit-config.yaml": PRE_COMMIT,
+             root / ".github" / "workflows" / "moeforge.yml": WORKFLOW}
+    return _write(files, root)
+
+
+# ----------------------------------------------------------------------------- documents from schemas
+
+def _schema(kind: str) -> dict:
+    return json.loads((SCHEMAS / f"{kind}.v{KINDS[kind]}.json").read_text(encoding="utf-8"))
+
+
+def _resolve(node: dict, schema: dict) -> dict:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = schema
+        for part in ref[2:].split("/"):
+            target = target[part]
+        return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _object_branch(node: dict, schema: dict) -> dict | None:
+    node = _resolve(node, schema)
+    if "properties" in node:
+        return node
+    for alt in node.get("anyOf", []) + node.get("oneOf", []):
+        alt = _resolve(alt, schema)
+        if "properties" in alt:
+            return alt
+    return None
+
+
+def _allowed(node: dict, schema: dict) -> str:
+    node = _resolve(node, schema)
+    if "enum" in node:
+        return " | ".join(_yaml(v) for v in node["enum"])
+    if "const" in node:
+        return _yaml(node["const"])
+    alts = node.get("anyOf", []) + node.get("oneOf", [])
+    if alts:
+        return " | ".join(a for a in (_allowed(x, schema) for x in alts) if a)
+    t = node.get("type")
+    return " | ".join(t) if isinstance(t, list) else (t or "")
+
+
+def _yaml(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        plain = value and value.strip() == value and not any(c in value for c in ":#{}[],&*!|>'\"%@`") \
+            and value.lower() not in ("null", "true", "false", "yes", "no", "on", "off", "auto") \
+            and not value[0].isdigit() and not value.startswith("-")
+        return value if plain or value == "auto" else json.dumps(value)
+    return json.dumps(value)
+
+
+def _note(path: str, node: dict, schema: dict) -> tuple[str, object, bool]:
+    """(description, default, has a default) of the key at `path`: the schema's, else the knob table's."""
+    node = _resolve(node, schema)
+    text = node.get("description", "")
+    if "default" in node:
+        return text, node["default"], True
+    knob = K.BY_PATH.get(path)
+    if knob is not None:
+        return text or (knob.doc or ""), knob.default, True
+    return text, None, False
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(indent) + 2 + len(line) + 1 + len(w) > WIDTH:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    if line:
+        lines.append(line)
+    return [f"{indent}# {x}" for x in lines]
+
+
+def _lines(node: dict, schema: dict, values: dict, prefix: str, depth: int, commented: bool) -> list[str]:
+    """Every property of `node`: a value from `values` is written, the rest commented out with its
+    description, allowed values and default."""
+    out = []
+    for key, sub in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        desc, default, has_default = _note(path, sub, schema)
+        allowed = _allowed(sub, schema)
+        obj = _object_branch(sub, schema)
+        info = desc
+        if allowed and not (obj and allowed == "object"):
+            info = f"{info} [{allowed}]" if info else f"[{allowed}]"
+        here = key in values
+        indent = ("# " if commented or not here else "") + "  " * depth
+        out += _wrap(info, indent) if info else []
+        if obj is not None and (not here or isinstance(values.get(key), dict)) \
+                and not (here and values[key] is None):
+            inner = values.get(key, {}) if here else {}
+            off = commented or not here
+            out.append(f"{indent}{key}:")
+            out += _lines(obj, schema, inner, path + ".", depth + 1, off)
+            continue
+        if here:
+            out.append(f"{indent}{key}: {_yaml(values[key])}")
+        else:
+            shown = _yaml(default) if has_default else ""
+            out.append(f"{indent}{key}: {shown}".rstrip())
+    return out
+
+
+def document(kind: str, values: dict, header: list[str]) -> str:
+    schema = _schema(kind)
+    lines = [f"# yaml-language-server: $schema=../../schemas/{kind}.v{KINDS[kind]}.json", *header,
+             "# Every key the schema allows, with its description, [allowed values] and default: uncomment",
+             "# (remove the leading '# ') and edit what you need.",
+             *_lines(schema, schema, values, "", 0, False)]
+    return "\n".join(lines) + "\n"
+
+
+def platform_values(name: str) -> dict:
+    """The required keys of a platform, from the schema's defaults (a CPU machine), named `name`."""
+    schema = _schema("platform")
+    values = {}
+    for key in schema.get("required", []):
+        sub = _resolve(schema["properties"][key], schema)
+        if key == "name":
+            values[key] = name
+        elif key == "software":
+            soft = _object_branch(sub, schema)
+            values[key] = {k: v["default"] for k, v in soft["properties"].items() if "default" in v}
+        elif "default" in sub:
+            values[key] = sub["default"]
+    return values
+
+
+def new_platform(root: Path, name: str) -> list[str]:
+    _check_name(name, "platform")
+    path = root / "recipes" / "platforms" / f"{name}.yaml"
+    text = document("platform", platform_values(name),
+                    [f"# Platform {name}: the machine recipes run on (moeforge check {_rel(path, root)})."])
+    return _write({path: text}, root)
+
+
+def new_recipe(root: Path, model: str, platform: str) -> list[str]:
+    _check_name(model, "model")
+    _check_name(platform, "platform")
+    path = root / "recipes" / model / f"{platform}.yaml"
+    values = {"schema": f"moeforge/recipe/v{KINDS['recipe']}", "revision": 1, "name": f"{model}-{platform}",
+              "platform": platform, "model": model}
+    text = document("recipe", values,
+                    [f"# Recipe {model} on {platform}: moeforge check {_rel(path, root)}, then moeforge compile "
+                     f"{model}/{platform}.",
+                     "# A knob left out is megatron-core's default; `auto` leaves it to the solver."])
+    return _write({path: text}, root)
+
+
+def _check_name(name: str, what: str) -> None:
+    from compiler.recipe.compose import NAME
+
+    if not NAME.fullmatch(name):
+        raise CompileError([error("E_REFERENCE_NAME", f"{what} name {name!r} is not a plain name",
+                                  Position(name), help="1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit")])

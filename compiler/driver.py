@@ -1,0 +1,209 @@
+"""The compiler's stages wired together: load/compose -> migrate -> validate -> solve.
+
+Each stage collects all of its diagnostics before the next runs; a stage that found
+errors stops the pipeline with a CompileError carrying every one of them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from compiler.knobs import table as K
+from compiler.recipe import validate
+from compiler.recipe.compose import Composed, compose, resolve_recipe
+from compiler.solver.inputs import concrete, pins_and_auto
+from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
+from compiler.solver.problem import derive
+from compiler.rules import PREFERENCES, RULES, Rule
+from compiler.rules.expr import evaluate
+from compiler.solver.solve import Decision, solve
+
+
+@dataclass
+class Resolved:
+    composed: Composed
+    pins: dict
+    auto: set
+    env: dict                      # every field's final value
+    decisions: dict                # field -> Decision
+    diagnostics: list = field(default_factory=list)   # warnings and advice (errors raise)
+
+
+def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:
+    """Compose and validate a recipe of `root` (default: the project's recipes/, compiler.project)."""
+    path = resolve_recipe(str(recipe), root)
+    composed = compose(path, list(overrides), root)
+    diags = []
+    for doc in composed.documents:
+        diags += validate.missing_schema(doc.data, doc.file)
+        if _kind_of(doc, root) == "recipe":  # platform and model are checked below, overrides included
+            diags += validate.check(doc.data, validate.document_schema(doc.data, "recipe"), doc.pos)
+    for kind in ("platform", "model"):
+        part = composed.data.get(kind)
+        diags += validate.check(part, validate.document_schema(part, kind),
+                                lambda path, k=kind: composed.pos((k,) + tuple(path)))
+    if not diags:
+        from compiler.knobs.fields import megatron_core_diagnostics
+
+        diags += megatron_core_diagnostics((composed.data.get("platform") or {}).get("software"),
+                                           composed.pos(("platform", "software", "megatron_core")))
+    if not diags:  # the merged recipe (extends and overrides applied) must be valid too
+        recipe_part = {k: v for k, v in composed.data.items() if k not in ("platform", "model")}
+        recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
+                            if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
+        recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
+        diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
+    if diags:
+        raise CompileError(diags)
+    return composed
+
+
+def _kind_of(doc, root: Path) -> str:
+    parent = Path(doc.file).parent.name
+    return next((k for k in ("platform", "model") if parent == f"{k}s"), "recipe")
+
+
+def rules_in_force(env: dict) -> list[Rule]:
+    return [r for r in RULES if r.applies(env) is not False]
+
+
+def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> Resolved:
+    pins, auto = pins_and_auto(c)
+    facts = {f: p.value for f, p in pins.items()}
+    rules = rules_in_force(facts)
+    hard = [r for r in rules if r.severity == "error" and not r.silent]
+    silent = [r for r in rules if r.silent]
+    solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
+    if not solution.ok:
+        raise CompileError(one_per_concern(solution.diagnostics))
+    env = concrete(pins, solution.values)
+    decisions = {f: Decision(f, p.value, p.origin if p.origin != "fact" else "platform",
+                             str(p.pos) if p.pos and p.origin != "default" else None, _reason(f, p))
+                 for f, p in pins.items()}
+    decisions.update(solution.decisions)
+    diags = _silent(silent, pins, auto, env, decisions, strict)
+    diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)
+    diags = one_per_concern(diags)
+    errors = [d for d in diags if d.is_error]
+    if errors:
+        raise CompileError(errors)
+    return Resolved(c, pins, auto, env, decisions, diags)
+
+
+DEPENDENT = {"data_kind": "runtime.entrypoint", "ckpt_load": "checkpoint.save", "exclusive": "the platform's device"}
+
+
+def _reason(f: str, p) -> str | None:
+    """A derived value's doc; for a default that depends on other values (knobs.DEPENDENT_DEFAULTS), what
+    it depends on, so no one reads it as megatron-core's fixed default."""
+    if p.origin == "derived" and f in K.BY_FIELD:
+        return K.BY_FIELD[f].doc
+    if p.origin == "default" and f in K.DEPENDENT_DEFAULTS:
+        return f"moeforge's default given {DEPENDENT.get(f, 'other values')} (not set in the recipe)"
+    return None
+
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "advice": 2}
+_ORIGIN_RANK = {"megatron-core": 0, "megatron-lm": 1, "megatron-bridge": 2, "moeforge": 3}
+
+
+def one_per_concern(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """One concern, one diagnostic: rules that fire at the same position and require the same thing
+    (megatron-core's and Megatron-Bridge's copy of one check) are reported once, by the most severe and
+    most authoritative of them (megatron-core first); the others become a note."""
+    from compiler.rules import BY_ID
+
+    def concern(d):
+        r = BY_ID.get(d.code)
+        return None if r is None else (d.pos, repr(r.require))
+
+    groups: dict = {}
+    for d in diags:
+        key = concern(d)
+        groups.setdefault(key if key is not None else id(d), []).append(d)
+    out = []
+    for d in diags:
+        key = concern(d)
+        group = groups[key if key is not None else id(d)]
+        if len(group) == 1:
+            out.append(d)
+            continue
+        keep = min(group, key=lambda x: (_SEVERITY_RANK.get(x.severity, 3), _ORIGIN_RANK.get(x.origin, 4)))
+        if d is keep:
+            others = tuple(Note(f"also {o.code} ({o.origin}): {o.megatron_message or o.message}")
+                           for o in group if o is not keep)
+            out.append(replace(keep, notes=keep.notes + others))
+    return out
+
+
+def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
+    """What Megatron would rewrite unasked, given what the recipe itself says."""
+    as_written = dict(env)
+    for name in auto:
+        as_written[name] = K.BY_FIELD[name].default
+    out = []
+    for r in rules:
+        if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
+            changes = ", ".join(f"{K.display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
+            d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
+                      if r.silent.keys() - auto else r.message)
+            out.append(d.as_error() if strict else d)
+            for f, v in r.silent.items():
+                if f not in auto:
+                    env[f] = v
+                    decisions[f] = Decision(f, v, "megatron", rule=r.id, reason=r.message)
+    return out
+
+
+def _advice(rules, env, pins) -> list[Diagnostic]:
+    out = []
+    for r in rules:
+        when = evaluate(r.when, env)
+        if when is True and evaluate(r.require, env) is False:
+            out.append(_diag(r, pins, render_message(r.message, env)))
+    return out
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def render_message(text: str, env: dict) -> str:
+    """A rule's message with {field} placeholders filled from the values (e.g. the ${VAR} names)."""
+    return _PLACEHOLDER.sub(lambda m: str(env[m.group(1)]) if env.get(m.group(1)) is not None else m.group(0), text)
+
+
+def _diag(r: Rule, pins, message: str) -> Diagnostic:
+    involved = [f for f in sorted(r.fields) if f in pins and pins[f].pos]
+    rank = {"pinned": 0, "override": 0, "default": 1, "model": 2}  # the recipe's own lines first, facts last
+    anchor = min((pins[f] for f in involved), key=lambda p: rank.get(p.origin, 3), default=None)
+    anchor = anchor.pos if anchor else None
+    notes = tuple(Note(f"{K.display(f)} = {json.dumps(pins[f].value)}"
+                       + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
+                       pins[f].pos) for f in involved if pins[f].origin != "fact")
+    values = {f: p.value for f, p in pins.items()}
+    return from_rule(r, values, message=message, pos=anchor, notes=notes, display=megatron_display(r, values))
+
+
+def megatron_display(r: Rule, values: dict) -> dict:
+    """Text for the {placeholders} of a rule's Megatron message, from a recipe's values (versions as
+    Megatron prints them)."""
+    text = r.megatron_message_for(values) or ""
+    if "{" not in text:
+        return {}
+    from compiler.lint.flat_config import _display
+
+    spec = {**K.BY_FIELD, **K.FACT_BY_FIELD}
+    # the world, DP and EDP a refused layout would have, derived as the solver derives them (it stopped first)
+    values = {**values, **{f: v for f, v in derive(values).items() if v is not None and values.get(f) is None}}
+    shown = {f: _version_text(v) if f in spec and spec[f].kind == "version" else v for f, v in values.items()}
+    out = _display(shown, {})
+    out.update({f: v for f, v in shown.items() if isinstance(v, str)})
+    return out
+
+
+def _version_text(v) -> str | None:
+    if not isinstance(v, int) or isinstance(v, bool):
+        return v
+    return f"{v // 1_000_000}.{v // 1_000 % 1_000}.{v % 1_000}"

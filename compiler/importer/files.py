@@ -1,0 +1,62 @@
+"""`moeforge import`'s output: the imported recipe and model documents written into a project's recipes/ (with
+what was not imported as comments), and the command itself. compiler/importer/launch.py reads the launch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from compiler import project
+from compiler.targets.emit import write_file_atomically
+from compiler.importer.launch import Imported, import_text
+from compiler.launch_reader.text import ImportError_, read_source
+
+
+def render(imp: Imported, doc: dict, kind: str, source: str) -> str:
+    head = [f"# yaml-language-server: $schema=../../schemas/{kind}.v{3 if kind == 'recipe' else 1}.json",
+            f"# Imported by `moeforge import` from {source} ({imp.kind}).",
+            ]
+    if kind == "recipe":
+        head.append(f"# platform {imp.platform}: {imp.platform_reason}")
+        head += [f"# note: {d}" for d in imp.notes]
+        if imp.unmapped:
+            head.append(f"# Not imported ({len(imp.unmapped)}):")
+            head += [f"#   {text}  -- {why}" for text, why in imp.unmapped]
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[Path, Path]:
+    recipe_path = root / "imported" / f"{imp.recipe['name']}.yaml"
+    model_path = root / "models" / f"{imp.model['name']}.yaml"
+    for p in (recipe_path, model_path):
+        if p.exists() and not force:
+            raise ImportError_(f"{p} exists (pass --force to overwrite, or --name NAME)")
+    write_file_atomically(model_path, render(imp, imp.model, "model", source))
+    write_file_atomically(recipe_path, render(imp, imp.recipe, "recipe", source))
+    return recipe_path, model_path
+
+
+def main(args) -> int:
+    source = args.source
+    text, why = read_source(source)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    root = Path(args.root) if args.root else project.recipes()
+    try:
+        imp = import_text(text, source, args.platform, root, args.name)
+        recipe_path, model_path = write(imp, root, Path(source).name, args.force)
+    except ImportError_ as exc:
+        print(f"{source}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{source}: {imp.kind}, platform {imp.platform} ({imp.platform_reason})")
+    print(f"wrote {recipe_path}\nwrote {model_path}")
+    for d in imp.notes:
+        print(f"note: {d}")
+    for text_, why in imp.unmapped:
+        print(f"not imported: {text_}  ({why})")
+    rid = recipe_path.resolve().relative_to(root.resolve()).with_suffix("")
+    print(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve() else f"  (recipes root {root})"))
+    return 0

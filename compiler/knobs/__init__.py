@@ -1,0 +1,7 @@
+"""The one table: every knob's recipe path, kind, defaults, megatron-core field, Megatron-LM flag and Bridge
+path (table.py, rows in row.py, facts.py, training_io.py), and what the table's values mean: the parallel
+layout's arithmetic (layout.py, pipeline_layout.py), per-layer patterns (layer_pattern.py), the Megatron
+field catalogue per release (fields.py) and version numbers (versions.py).
+
+May import: compiler.diagnostics, compiler.resources. Nothing here solves or emits.
+"""

@@ -1,0 +1,120 @@
+"""The knob table's training-I/O rows: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval.
+
+Plan sections of their own (IO_SECTIONS), under the plan's names (`names`), each with its Megatron-LM
+argument and Megatron-Bridge ConfigContainer path (megatron-bridge 0.6.2).  compiler/knobs/table.py puts
+them into the one table (KNOBS) in this order.
+"""
+from __future__ import annotations
+
+from compiler.knobs.row import Knob
+
+_K = Knob
+
+
+def _io(field, path, kind, default, domain, section, name, **kw) -> Knob:
+    """A training-I/O knob: plan section `section`, key `name` there (lm= and bridge= always given)."""
+    return Knob(field, path, kind, default, domain, section=section, names=((0, name),), **kw)
+
+
+# The plan's training-I/O sections (schemas/plan.v1.json), in plan order.
+IO_SECTIONS = ("runtime", "data", "tokenizer", "checkpoint", "schedule", "logging", "eval")
+ENTRYPOINTS = ("moeforge", "megatron-lm")
+DATA_KINDS = ("synthetic", "learnable", "mock", "indexed")
+TOKENIZERS = (None, "byte", "huggingface", "sentencepiece")
+BYTE_VOCAB, BYTE_EOD = 257, 256   # UTF-8 bytes 0..255 and one end-of-document id
+DECAY_STYLES = ("constant", "linear", "cosine", "wsd", "inverse-square-root")
+CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")
+SPLIT_DEFAULT = "969,30,1"
+EXIT_SIGNAL = "SIGUSR1"
+LOGS_DIR_DEFAULT = "logs/<recipe name>"
+
+
+IO_KNOBS: tuple[Knob, ...] = (
+    _io("entrypoint", "runtime.entrypoint", "enum", "moeforge", ENTRYPOINTS, "runtime", "entrypoint", lm=None,
+        bridge=None, doc="moeforge: python -m runtime.train (moeforge's harness: synthetic tokens, no data, "
+        "checkpoints or LR schedule); megatron-lm: python -m runtime.megatron (Megatron-LM's pretrain() loop)"),
+    _io("data_kind", "data.kind", "enum", None, DATA_KINDS, "data", "kind", lm="mock_data",
+        lm_values=(("synthetic", True), ("learnable", True), ("mock", True), ("indexed", False)), bridge=None,
+        doc="default: synthetic for runtime.entrypoint moeforge, mock for megatron-lm (DEPENDENT_DEFAULTS); "
+        "synthetic/learnable are runtime.train's generators, mock is Megatron-LM's --mock-data, indexed reads "
+        "Megatron indexed datasets (PREFIX.bin/.idx)"),
+    _io("data_paths", "data.paths", "str", None, (), "data", "paths", lm="data_path", bridge="dataset.data_path",
+        doc="indexed dataset prefixes, equally weighted (Megatron-LM --data-path P1 P2 ...); ${VAR} is kept "
+        "literally and resolved at launch"),
+    _io("data_blend", "data.blend", "str", None, (), "data", "blend", lm="data_path", bridge="dataset.data_path",
+        doc="weighted prefixes [{weight, path}] (Megatron-LM --data-path W1 P1 W2 P2 ...)"),
+    _io("split", "data.split", "str", SPLIT_DEFAULT, (), "data", "split", lm="split", bridge="dataset.split",
+        doc="train,valid,test weights of an indexed dataset; the default is Megatron-LM's legacy default "
+        "(validate_args: '969, 30, 1' when --data-path has no --split)"),
+    _io("data_cache_path", "data.cache_dir", "str", None, (), "data", "cache_dir", lm="data_cache_path",
+        bridge="dataset.path_to_cache", doc="where Megatron's dataset builder caches its sample indices"),
+    _io("tokenizer_kind", "tokenizer.type", "enum", None, TOKENIZERS, "tokenizer", "type", lm="tokenizer_type",
+        bridge="tokenizer.tokenizer_type",
+        lm_values=((None, "NullTokenizer"), ("byte", "NullTokenizer"), ("huggingface", "HuggingFaceTokenizer"),
+                   ("sentencepiece", "SentencePieceTokenizer")),
+        doc="null: token ids only (NullTokenizer, the model's vocab); byte: UTF-8 bytes 0..255 and an "
+        "end-of-document id 256 (NullTokenizer, eod 256); huggingface / sentencepiece: tokenizer.path"),
+    _io("tokenizer_path", "tokenizer.path", "str", None, (), "tokenizer", "path", lm="tokenizer_model",
+        bridge="tokenizer.tokenizer_model", doc="a Hugging Face tokenizer (directory or id) or a SentencePiece model"),
+    _io("tokenizer_vocab_size", None, "opt_int", None, (), "tokenizer", "vocab_size", lm=None,
+        bridge="tokenizer.vocab_size", doc="the tokenizer's known vocab: byte 257, null the model's vocab, "
+        "else what the tokenizer says at launch (Megatron-LM takes the model's vocab as --vocab-size)"),
+    _io("null_tokenizer_eod_id", None, "opt_int", None, (), "tokenizer", "eod_id", lm="null_tokenizer_eod_id",
+        bridge="tokenizer.null_tokenizer_eod_id", doc="byte: 256; null: NullTokenizer's own (vocab - 1)"),
+    _io("save", "checkpoint.save", "str", None, (), "checkpoint", "save", lm="save", bridge="checkpoint.save",
+        doc="checkpoint directory (torch_dist); ${VAR} is kept literally and resolved at launch"),
+    _io("save_interval", "checkpoint.interval", "opt_int", None, (), "checkpoint", "interval", lm="save_interval",
+        bridge="checkpoint.save_interval", unit="iterations"),
+    _io("ckpt_load", "checkpoint.load", "enum", None, ("auto", "none"), "checkpoint", "load", lm="load",
+        bridge="checkpoint.load", doc="auto: the latest checkpoint under checkpoint.save (the default when save is "
+        "set; a first run starts fresh); none (the default otherwise); or a checkpoint directory"),
+    _io("keep_last", "checkpoint.keep_last", "opt_int", None, (), "checkpoint", "keep_last", lm=None,
+        bridge="checkpoint.most_recent_k", lm_values=((None, -1),),  # Bridge: -1 keeps every checkpoint
+        doc="Megatron-LM has no flag for it: runtime.megatron prunes all but the newest keep_last iterations itself"),
+    _io("async_save", "checkpoint.async", "bool", False, (), "checkpoint", "async", lm="async_save",
+        bridge="checkpoint.async_save", doc="save in the background (torch_dist, GPU); Megatron-LM also gets "
+        "--use-persistent-ckpt-worker, without which validate_args turns --async-save off"),
+    _io("ckpt_format", "checkpoint.format", "enum", "torch_dist", CKPT_FORMATS, "checkpoint", "format",
+        lm="ckpt_format", bridge="checkpoint.ckpt_format",
+        doc="torch_dist (the only value a recipe may give for now): sharded, reshards on load"),
+    _K("use_persistent_ckpt_worker", None, "bool", False, lm="use_persistent_ckpt_worker",
+       bridge="checkpoint.use_persistent_ckpt_worker", doc="written with checkpoint.async (computed)"),
+    _K("exit_signal_handler", None, "bool", False, lm="exit_signal_handler", bridge="train.exit_signal_handler",
+       doc="on when checkpoint.save is set: Megatron-LM saves and exits on exit_signal (computed)"),
+    _K("exit_signal", None, "str", "SIGTERM", lm="exit_signal", bridge="train.exit_signal",
+       doc=f"{EXIT_SIGNAL} when checkpoint.save is set: the launchers forward it (Slurm sends it "
+       "launch.signal_margin_s before the time limit) (computed)"),
+    _K("check_for_nan_in_loss_and_grad", None, "bool", True, lm="check_for_nan_in_loss_and_grad",
+       bridge=("rerun_state_machine.check_for_nan_in_loss", "ddp.check_for_nan_in_grad"),
+       doc="the per-step NaN check of loss and gradients (the plan's ddp_config.check_for_nan_in_grad); off with "
+       "cuda_graph.impl full_iteration, which Megatron-LM and Megatron-Bridge refuse to run with it, and under "
+       "FP16's dynamic loss scaling, as Megatron-LM turns it off (computed: compiler/targets/plan.py nan_check)"),
+    _io("lr_decay_style", "schedule.decay", "enum", "constant", DECAY_STYLES, "schedule", "decay",
+        lm="lr_decay_style", bridge="scheduler.lr_decay_style", lm_values=(("wsd", "WSD"),),
+        doc="LR decay after warmup (Megatron-LM's default is linear; moeforge's is constant, what "
+        "runtime.train's harness does)"),
+    _io("lr_warmup_iters", "schedule.warmup", "opt_int", 0, (), "schedule", "warmup_iters", lm="lr_warmup_iters",
+        bridge="scheduler.lr_warmup_iters", unit="iterations", lm_values=((None, 0),),  # Megatron: 0 = unset
+        doc="schedule.warmup: an integer is iterations, a number in (0, 1) a fraction of the decay "
+        "(lr_warmup_fraction; warmup_iters is then null)"),
+    _io("lr_warmup_fraction", None, "float", None, (), "schedule", "warmup_fraction", lm="lr_warmup_fraction",
+        bridge="scheduler.lr_warmup_fraction", doc="from schedule.warmup when it is a fraction (computed)"),
+    _io("lr_decay_iters", "schedule.decay_iters", "opt_int", None, (), "schedule", "decay_iters",
+        lm="lr_decay_iters", bridge="scheduler.lr_decay_iters", unit="iterations", doc="null: train_iters"),
+    _io("lr_wsd_decay_iters", "schedule.wsd_decay_iters", "opt_int", None, (), "schedule", "wsd_decay_iters",
+        lm="lr_wsd_decay_iters", bridge="scheduler.lr_wsd_decay_iters", unit="iterations",
+        doc="decay: wsd: the iterations of the final annealing (Megatron's WSD schedule needs them)"),
+    _io("log_interval", "logging.interval", "int", 100, (), "logging", "interval", lm="log_interval",
+        bridge="logger.log_interval", unit="iterations"),
+    _io("tensorboard_dir", "logging.tensorboard", "str", None, (), "logging", "tensorboard", lm="tensorboard_dir",
+        bridge="logger.tensorboard_dir"),
+    _io("wandb_project", "logging.wandb", "str", None, (), "logging", "wandb_project", lm="wandb_project",
+        bridge="logger.wandb_project", doc="a Weights & Biases project (optional; wandb is never a moeforge "
+        "dependency)"),
+    _io("eval_interval", "eval.interval", "opt_int", None, (), "eval", "interval", lm="eval_interval",
+        bridge="validation.eval_interval", unit="iterations",
+        doc="null: no evaluation (Megatron-LM 0.19 divides by --eval-interval even then, so train_iters is "
+        "written, with --eval-iters 0)"),
+    _io("eval_iters", "eval.iters", "int", 0, (), "eval", "iters", lm="eval_iters", bridge="validation.eval_iters",
+        unit="iterations", doc="iterations per evaluation; 0 (moeforge's default): none (Megatron-LM's is 100)"),
+)

@@ -1,0 +1,104 @@
+"""lint-config of a launch: the flat mapping of Megatron-LM dests a launch script, args file,
+functional-test MODEL_ARGS or Bridge override list stands for.
+
+Why its own module: `moeforge lint-config` accepts what `moeforge import` reads (compiler/launch_reader/text.py
+reads the text), and the mapping carries each value's line and the platform's `gpu` and `versions`
+when the launch names one; lint_input.py then reads the mapping like any other.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import yaml
+
+from compiler.knobs import table as K
+from compiler.lint.values import UnusableInput
+from compiler.knobs.versions import version_int
+
+VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
+V19 = version_int("0.19.2")
+
+
+def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
+    """What `moeforge import` reads, as a flat mapping of Megatron-LM dests: a launch script or command line
+    (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
+    override list; with `gpu` and `versions` from the platform the launch names, when it names one.
+    None: not one of those (an ordinary YAML / JSON mapping)."""
+    from compiler import project
+    from compiler.launch_reader import text as launch_text
+
+    kind = launch_text.detect(text, name)
+    if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
+        return None
+    try:
+        if kind == "bridge":
+            data, lines = {}, {}
+            for n, line in enumerate(text.splitlines(), 1):
+                s = line.strip()
+                if s and not s.startswith("#"):
+                    key, _, raw = s.lstrip("+").partition("=")
+                    if key in ("mixed_precision", "comm_overlap") or key.endswith("_target_"):
+                        continue
+                    try:
+                        data[key] = yaml.safe_load(raw) if raw else None
+                    except yaml.YAMLError:
+                        data[key] = raw
+                    lines[key] = n
+            return data, lines
+        if kind == "args":
+            words = launch_text.args_file_words(text)[0]
+        elif kind == "functional-test":
+            words = launch_text.functional_test_words(text)[0]
+        else:
+            words = launch_text.launch_words(text)[0]
+        dests, bad = launch_text.parse_flags(words)
+        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()))[0]
+    except launch_text.ImportError_ as exc:
+        raise UnusableInput(str(exc)) from None
+    flags = dests.pop("__flags__", {})
+    data, lines = {}, {}
+    for dest, value in dests.items():
+        k = knob_of_dest(dest)
+        if k is not None and not isinstance(value, bool):
+            try:
+                value = launch_text.knob_value(k, value)
+            except (ValueError, SyntaxError):
+                pass  # reported as a type problem by read()
+        elif isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        data[dest] = value
+        lines[dest] = line_of(text, flags.get(dest, dest).split()[0])
+    if data.get("eval_iters") == 0:  # no evaluation: the interval moeforge writes anyway (Megatron-LM 0.19
+        data.pop("eval_interval", None)  # divides by it) is not one
+    for text_, why in bad:  # unknown flags: did-you-mean in read()
+        key = text_.split()[0]
+        if key.startswith("--"):
+            data.setdefault(key, None)
+            lines[key] = line_of(text, key)
+    if platform is not None:
+        doc = launch_text.platform_docs(project.recipes())[platform]
+        data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
+        data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
+    return data, lines
+
+
+def line_of(text: str, word: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if word in line:
+            return n
+    return 0
+
+
+def knob_of_dest(dest: str):
+    """The knob a Megatron-LM 0.19 argument dest sets (the first in the table), else the knob of that field."""
+    return _knobs_by_dest().get(dest) or K.BY_FIELD.get(dest)
+
+
+@functools.lru_cache(maxsize=1)
+def _knobs_by_dest() -> dict:
+    out: dict = {}
+    for k in K.KNOBS:
+        for dest in k.lm_dests(V19):
+            out.setdefault(dest, k)
+    return out

@@ -1,0 +1,129 @@
+"""JSON Schema checks (Draft 2020-12, via jsonschema) turned into located diagnostics.
+
+Every error is reported at the file:line:col of the offending value; unknown keys get a
+did-you-mean from the keys the schema allows at that place.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from compiler.recipe import cache
+from compiler.diagnostics import Diagnostic, Position, error
+from compiler.recipe.load import KEY
+from compiler.resources import SCHEMAS
+
+KINDS = {"recipe": 3, "platform": 1, "model": 1}
+
+
+@lru_cache(maxsize=None)
+def validator(name: str):
+    import jsonschema  # deferred: only the validating stage pays for the import
+
+    schema = json.loads((SCHEMAS / name).read_text())
+    # the schemas themselves are checked against their meta-schema by the tests, not on every run
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
+    """All schema violations of `data`; `pos_of(path)` gives a Position for a path. A document this
+    schema accepted before (compiler.recipe.cache) is not validated again."""
+    entry = cache.key(SCHEMAS / schema_name, data)
+    if cache.known_valid(entry):
+        return []
+    v = validator(schema_name)
+    out = []
+    for err in sorted(v.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
+        out.extend(_diagnose(err, pos_of, v.schema))
+    if not out:
+        cache.remember_valid(entry)
+    return _dedupe(out)
+
+
+def _diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
+    path = tuple(err.absolute_path)
+    where = ".".join(map(str, path)) or "(document)"
+    if err.validator == "additionalProperties":
+        import difflib
+
+        allowed = sorted(err.schema.get("properties", {}))
+        out = []
+        for key in sorted(set(err.instance) - set(allowed)):
+            guess = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            help_ = f"did you mean '{guess[0]}'?" if guess else f"allowed keys here: {', '.join(allowed)}"
+            out.append(error("E_UNKNOWN_KEY", f"unknown key '{key}' in {where}", pos_of(path + (key, KEY)),
+                             help=help_))
+        return out
+    if err.validator == "required":
+        return [error("E_MISSING_KEY", f"{where}: {err.message}", pos_of(path))]
+    if err.validator in ("anyOf", "oneOf") and err.context:
+        # the branch that got furthest explains best; 'auto' alternatives say so
+        expected = sorted({_expected(sub) for sub in err.context})
+        return [error("E_SCHEMA", f"{where}: {_show(err.instance)} is not {' or '.join(expected)}", pos_of(path))]
+    if err.validator == "const" and path == ("schema",):
+        return [error("E_SCHEMA_VERSION", f"schema: expected '{err.validator_value}', got {_show(err.instance)}",
+                      pos_of(path), help="run `moeforge migrate` to bring the document to the current version")]
+    if err.validator == "const" and err.schema.get("description"):  # a value moeforge cannot honour yet: why
+        only = _show(err.validator_value)
+        return [error("E_SCHEMA", f"{where}: {_show(err.instance)} is not supported (only {only})", pos_of(path),
+                      help=err.schema["description"])]
+    return [error("E_SCHEMA", f"{where}: {_message(err)}", pos_of(path))]
+
+
+def _expected(err) -> str:
+    if err.validator == "const":
+        return repr(err.validator_value)
+    if err.validator == "type":
+        t = err.validator_value
+        return " or ".join(t) if isinstance(t, list) else t
+    if err.validator == "enum":
+        return "one of " + ", ".join(_show(v) for v in err.validator_value)
+    return _message(err)
+
+
+def _message(err) -> str:
+    if err.validator == "enum":
+        return f"{_show(err.instance)} is not one of {', '.join(_show(v) for v in err.validator_value)}"
+    if err.validator == "type":
+        return f"expected {err.validator_value}, got {_show(err.instance)}"
+    return err.message
+
+
+def _show(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    text = json.dumps(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _dedupe(diags):
+    seen, out = set(), []
+    for d in diags:
+        key = (d.code, d.message, d.pos)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def document_schema(data, default_kind: str) -> str:
+    """Which schema file a document declares (`schema: moeforge/<kind>/v<N>`)."""
+    from compiler.recipe.migrate import declared_version
+
+    version = declared_version(data)
+    if version:
+        name = f"{version[0]}.v{version[1]}.json"
+        if (SCHEMAS / name).exists():
+            return name
+    return f"{default_kind}.v{KINDS[default_kind]}.json"
+
+
+def missing_schema(data, file: str) -> list[Diagnostic]:
+    if not isinstance(data, dict) or "schema" not in data:
+        return [error("E_MISSING_SCHEMA", "the document does not declare its schema", Position(file, 1, 1),
+                      help="add `schema: moeforge/recipe/v3` (or platform/v1, model/v1) at the top")]
+    return []

@@ -1,0 +1,73 @@
+"""`moeforge explain`: every decision, its value, and where it came from or why."""
+from __future__ import annotations
+
+import json
+
+from compiler.knobs import table as K
+from compiler.driver import Resolved
+
+ORDER = {"override": 0, "pinned": 1, "rule": 2, "megatron": 3, "preference": 4, "solver": 5, "model": 6,
+         "platform": 7, "derived": 8, "default": 9}
+LEGEND = ("precedence (lowest first): platform, model, extends ancestors, the recipe, --set overrides; "
+          "then the solver: rules force, preferences choose, megatron-core defaults fill the rest")
+
+
+def changed(d) -> bool:
+    """The decision's value is not the knob's megatron-core default."""
+    return d.value != K.BY_FIELD[d.field].default
+
+
+def decisions(r: Resolved, only_changed: bool = False) -> list:
+    rows = [d for d in r.decisions.values() if d.field in K.BY_FIELD and (not only_changed or changed(d))]
+    return sorted(rows, key=lambda d: (ORDER.get(d.source, 99), K.display(d.field)))
+
+
+def why(d) -> str:
+    if d.rule and d.source in ("rule", "preference", "megatron"):
+        return f"{d.rule}: {d.reason}"
+    return d.where or d.reason or ""
+
+
+def explain(r: Resolved, fmt: str = "text", only_changed: bool = False) -> str:
+    chosen = decisions(r, only_changed)
+    if fmt == "json":
+        return json.dumps({"recipe": r.composed.recipe_id, "file": r.composed.file, "changed_only": only_changed,
+                           "decisions": [{"knob": K.display(d.field), "field": d.field, "value": d.value,
+                                          "source": d.source, "rule": d.rule, "where": d.where, "reason": d.reason,
+                                          "default": K.BY_FIELD[d.field].default, "auto": d.field in r.auto}
+                                         for d in chosen],
+                           "diagnostics": [d.to_json() for d in r.diagnostics]}, indent=2, default=str)
+    rows = [(K.display(d.field), _show(d.value), d.source, why(d)) for d in chosen]
+    width = [max([len(row[i]) for row in rows] or [0]) for i in range(3)]
+    lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r), LEGEND, ""]
+    if only_changed:
+        lines[-1:] = ["only the values that differ from megatron-core's defaults (--changed)", ""]
+    lines += [f"{a:<{width[0]}}  {b:<{width[1]}}  {c:<{width[2]}}  {d}".rstrip() for a, b, c, d in rows]
+    if r.diagnostics:
+        lines += ["", *[d.render() for d in r.diagnostics]]
+    return "\n".join(lines)
+
+
+def _files(r: Resolved) -> list[str]:
+    """Which platform and model file won: the project's (recipes/platforms/...) or the built-in one."""
+    from pathlib import Path
+
+    from compiler import project
+    from compiler.recipe.compose import display_path
+
+    out = []
+    for key in ("platform", "model"):
+        path = r.composed.files.get(key)
+        if path:
+            shown = display_path(Path(path), project.recipes())
+            where = f"{shown}: {path}" if shown.startswith(project.BUILTIN_PREFIX) else shown
+            out.append(f"{key} {(r.composed.data.get(key) or {}).get('name', '?')} from {where}")
+    return out
+
+
+def _show(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
