@@ -25,6 +25,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from . import checkpoint_guard, cpu_support, gate, launch_env, megatron_gpt, model, realised, report
@@ -144,6 +145,7 @@ class Run:
         self.cfg = None
         self.probe = ScheduleProbe()
         self.steps_run = 0
+        self.step_times: dict[int, float] = {}
 
     def model_provider(self, pre_process=True, post_process=True, vp_stage=None, config=None,
                        pg_collection=None):
@@ -172,10 +174,15 @@ class Run:
         self.probe.install()
 
         def train_step(*args, **kwargs):
+            import torch
             from megatron.training import get_args
 
+            started = time.perf_counter()
             with stage(f"training step {get_args().curr_iteration + 1}"):
                 result = original(*args, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
             self.steps_run += 1
             if self.steps_run == 1:
                 self.probe.note_function(get_forward_backward_func())
@@ -185,6 +192,7 @@ class Run:
                                            f"{self.probe.schedule_taken()!r} ({self.probe.summary()})")
             loss_dict, grad_norm = result[0], result[5]
             iteration = get_args().curr_iteration + 1
+            self.step_times[iteration] = seconds
             if "lm loss" in loss_dict:
                 value = loss_dict["lm loss"]
                 self.losses[iteration] = float(value.item() if hasattr(value, "item") else value)
@@ -293,15 +301,24 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")
     losses = gathered_losses(run, device)
+    peaks, peak_how = report.peak_memory_per_rank(device)
     rank = torch.distributed.get_rank()
+    times = [run.step_times[it] for it in sorted(run.step_times)]
+    tokens_per_step = plan.training["global_batch_size"] * plan.training["seq_length"]
+    steady = report.steady_state(times, [min(2, len(times)), len(times)]) if times else None
     result = {
         "status": "preempted" if saved_on_signal else "ok",
         "entrypoint": "megatron-lm",
         "plan": str(plan.path), "recipe": plan.raw.get("recipe"),
         "world_size": torch.distributed.get_world_size(), "layout": plan.layout,
         "device": device.type, "cpu_stand_ins": cpu_support.active(),
-        "steps": [{"step": it, "loss": loss, "grad_norm": run.grad_norms.get(it)}
+        "steps": [{"step": it, "loss": loss, "grad_norm": run.grad_norms.get(it),
+                   **({"time_s": run.step_times[it]} if it in run.step_times else {})}
                   for it, loss in sorted(losses.items())],
+        "steady_state": steady, "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_step / steady["mean_s"] if steady else None,
+        "peak_memory_bytes_rank0": peaks[0], "peak_memory_bytes_max": max(peaks),
+        "peak_memory_bytes_per_rank": peaks, "peak_memory_source": peak_how,
         "iteration": args.iteration if hasattr(args, "iteration") else None,
         "megatron_lm_rewrites": changed,
         "realised": run.realised,

@@ -27,6 +27,15 @@ def peak_memory_bytes() -> tuple[int, str]:
     return int(kib) * 1024, "resource.getrusage(RUSAGE_SELF).ru_maxrss (process max RSS)"
 
 
+def peak_memory_per_rank(device) -> tuple[list[int], str]:
+    """Every rank's peak memory (an all-gather: each rank calls it) and how it was measured."""
+    peak, how = peak_memory_bytes()
+    mine = torch.tensor([peak], dtype=torch.int64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(every, mine)
+    return [int(t.item()) for t in every], how
+
+
 def _dist_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

@@ -225,9 +225,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
             report.echo(report.step_line(step, tr["train_iters"], step_loss, seconds,
                                          tokens_per_step, _float(grad_norm)))
 
-    peak, peak_how = report.peak_memory_bytes()
-    peak_all = torch.tensor([peak], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(peak_all, op=torch.distributed.ReduceOp.MAX)
+    peaks, peak_how = report.peak_memory_per_rank(device)
     steady = report.steady_state(step_times, tr.get("report_window", [1, tr["train_iters"]]))
     result = {
         "status": "ok",
@@ -243,8 +241,8 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
         "steady_state": steady,
         "tokens_per_step": tokens_per_step,
         "tokens_per_s": tokens_per_step / steady["mean_s"],
-        "peak_memory_bytes_rank0": peak, "peak_memory_bytes_max": int(peak_all.item()),
-        "peak_memory_source": peak_how,
+        "peak_memory_bytes_rank0": peaks[0], "peak_memory_bytes_max": max(peaks),
+        "peak_memory_bytes_per_rank": peaks, "peak_memory_source": peak_how,
         "realised": checked, "ignored_plan_fields": ignored, "env": env or {},
         "versions": report.versions(),
     }
