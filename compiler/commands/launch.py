@@ -131,7 +131,7 @@ def logs_dir(build: Path) -> Path | None:
     return None
 
 
-def _job_env(python: Path) -> dict:
+def job_env(python: Path) -> dict:
     """The job's interpreter first on PATH, so the scripts' python3 has torch and megatron."""
     env = dict(os.environ)
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
@@ -159,7 +159,7 @@ def slurm_command(build: Path, timeout: int) -> list[str]:
 def run_local(build: Path) -> int:
     python = job_python(_plan(build))
     before = _report_stamp(build)
-    rc = subprocess.call(local_command(build), cwd=project.root(), env=_job_env(python))
+    rc = subprocess.call(local_command(build), cwd=project.root(), env=job_env(python))
     if rc == EXIT_SAVED_ON_SIGNAL:  # saved on USR1 and stopped: what it did, then the same code
         _print_report(build, before)
         return rc
@@ -177,7 +177,7 @@ def run_slurm(build: Path, timeout: int) -> int:
         print(f"slurm logs: {project.root() / logs}/")
     before = _report_stamp(build)
     proc = subprocess.run(slurm_command(build, timeout), cwd=project.root(), capture_output=True, text=True,
-                          env=_job_env(python))
+                          env=job_env(python))
     job = proc.stdout.strip().split(";")[0] or "?"
     print(f"slurm job {job} exited with {proc.returncode}")
     if proc.returncode != 0:
@@ -193,7 +193,7 @@ def print_commands(build: Path, timeout: int) -> int:
         path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
     except LaunchError as exc:
         path = f"# {exc}\n       "
-    env = _job_env(Path(sys.executable))
+    env = job_env(Path(sys.executable))
     for name in ("MOEFORGE_HOME", "MOEFORGE_ROOT"):
         if name not in os.environ and name in env:
             path = f"{name}={shlex.quote(env[name])} {path}"

@@ -126,7 +126,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
                 "port": launch.get("master_port") or k8s_port(plan["recipe"]["id"]),
                 "restart_policy": "OnFailure" if checkpointing else "Never",
                 "backoff_limit": K8S_BACKOFF_LIMIT if checkpointing else 0,
-                "volumes": k8s_volumes(dirs, user_mounts)},
+                "volumes": k8s_volumes(dirs, user_mounts), "labels": {}},
         "env": [{"name": k, "value": v["value"], "reason": v["reason"]} for k, v in plan["env"].items()],
         "moeforge_version": __version__,
         "megatron_args": args, "megatron_unsupported": unsupported,
@@ -267,8 +267,10 @@ def k8s_name(name: str) -> str:
     return label or "moeforge-job"
 
 
-def render(plan: dict, composed_data: dict, build_dir: str) -> dict[str, str]:
+def render(plan: dict, composed_data: dict, build_dir: str, labels: dict | None = None) -> dict[str, str]:
+    """Every output file's text. labels: extra Kubernetes labels for the PyTorchJob (a sweep's point)."""
     ctx = context(plan, composed_data, build_dir)
+    ctx["k8s"]["labels"] = dict(labels or {})
     files = {"plan.json": json.dumps(plan, indent=2, sort_keys=True) + "\n"}
     for name in OUTPUTS:
         files[name] = _env().get_template(f"{name}.j2").render(**ctx)
