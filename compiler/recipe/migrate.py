@@ -22,7 +22,7 @@ from pathlib import Path
 from compiler.diagnostics import CompileError, Position, error
 from compiler.recipe.load import Document
 
-CURRENT = {"recipe": 3, "platform": 1, "model": 1}
+CURRENT = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
 
 
 class MigrationError(ValueError):
@@ -261,7 +261,7 @@ def migrate_file(path: Path, write: bool = True) -> bool:
     return True
 
 
-_SCHEMA_COMMENT = re.compile(r"^(# yaml-language-server: \$schema=\S*?)(recipe|platform|model)\.v[0-9]+\.json",
+_SCHEMA_COMMENT = re.compile(r"^(# yaml-language-server: \$schema=\S*?)(recipe|platform|model|sweep)\.v[0-9]+\.json",
                              re.MULTILINE | re.ASCII)
 
 

@@ -13,7 +13,7 @@ from compiler.diagnostics import Diagnostic, Position, error
 from compiler.recipe.load import KEY
 from compiler.resources import SCHEMAS
 
-KINDS = {"recipe": 3, "platform": 1, "model": 1}
+KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
 
 
 @lru_cache(maxsize=None)
@@ -34,13 +34,14 @@ def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
     v = validator(schema_name)
     out = []
     for err in sorted(v.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
-        out.extend(_diagnose(err, pos_of, v.schema))
+        out.extend(diagnose(err, pos_of, v.schema))
     if not out:
         cache.remember_valid(entry)
     return _dedupe(out)
 
 
-def _diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
+def diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
+    """One jsonschema error as located diagnostics (an unknown key with a did-you-mean)."""
     path = tuple(err.absolute_path)
     where = ".".join(map(str, path)) or "(document)"
     if err.validator == "additionalProperties":
@@ -125,5 +126,5 @@ def document_schema(data, default_kind: str) -> str:
 def missing_schema(data, file: str) -> list[Diagnostic]:
     if not isinstance(data, dict) or "schema" not in data:
         return [error("E_MISSING_SCHEMA", "the document does not declare its schema", Position(file, 1, 1),
-                      help="add `schema: moeforge/recipe/v3` (or platform/v1, model/v1) at the top")]
+                      help="add `schema: moeforge/recipe/v3` (or platform/v1, model/v1, sweep/v1) at the top")]
     return []
