@@ -1,5 +1,5 @@
 """`moeforge`: compile, check, explain, rules, lint-config, plan-layout, diff, matrix, migrate, launch, dryrun, init, new,
-import, data prepare.
+import, data prepare, sweep check|launch, results.
 
 The project root (recipes/, build/) is found from the current directory upward (a moeforge.toml
 or a recipes/ folder, compiler/project.py); the global option `--root DIR` names it.
@@ -109,6 +109,31 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
     n.add_argument("model", help="a model name (recipes/models/ or built-in)")
     n.add_argument("platform", help="a platform name (recipes/platforms/ or built-in)")
+    n = new.add_parser("sweep", help="sweeps/NAME.yaml: variants of a recipe")
+    n.add_argument("name", help="the sweep's name (lower-case letters, digits and '-')")
+    n.add_argument("recipe", help="the base recipe (tiny-moe/cpu, a path under recipes/, or builtin:ID)")
+    c = sub.add_parser("sweep", help="variants of one recipe: check every point, launch them as one job array",
+                       description="A sweep (sweeps/NAME.yaml, schemas/sweep.v1.json) is a recipe and the knob values "
+                                   "to try. check compiles every point; launch writes build/sweeps/NAME/ and runs them.")
+    sweep = c.add_subparsers(dest="sweep_command", required=True)
+    s = sweep.add_parser("check", help="compile every point: refused points, collapsed duplicates, estimates")
+    s.add_argument("sweep", help="a sweep file, or its name (sweeps/NAME.yaml)")
+    s = sweep.add_parser("launch", help="write one build per point and run the points still to run")
+    s.add_argument("sweep", help="a sweep file, or its name (sweeps/NAME.yaml)")
+    s.add_argument("--target", choices=("local", "slurm", "k8s", "print"), default=None,
+                   help="local: one point after another; slurm: one job array; k8s: one PyTorchJob per point; "
+                        "print: the commands, nothing run (default: the sweep's launch.target, else local)")
+    s.add_argument("--resume", action="store_true", help="run only the points (repeats) without a successful result")
+    s.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
+    s.add_argument("--concurrency", type=int, default=None, help="slurm: array tasks at once (default: the sweep's)")
+    s.add_argument("--timeout", type=int, default=None, help="slurm: seconds to follow the array (default: the sweep's)")
+    s.add_argument("--no-wait", action="store_true", help="slurm: submit the array and return")
+    c = sub.add_parser("results", help="a sweep's results: table, CSV, JSON, plots (schemas/results.v1.json)")
+    c.add_argument("dir", help="the sweep's build directory (build/sweeps/NAME) or the sweep's name")
+    c.add_argument("--format", choices=("table", "csv", "json"), default="table", help="what to print (default table)")
+    c.add_argument("--baseline", metavar="POINT", help="show every point relative to this one (e.g. p00)")
+    c.add_argument("--out", metavar="DIR", help="where to write results.{json,csv,png,html} (default: DIR itself)")
+    c.add_argument("--no-plot", action="store_true", help="skip results.png and results.html")
     c = sub.add_parser("import", help="a recipe and a model file from a Megatron-LM launch script, command line, "
                                       "args file, functional-test model_config.yaml or Bridge override list")
     c.add_argument("source", help="the file to import ('-' reads stdin)")
@@ -414,10 +439,13 @@ def cmd_init(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from compiler.commands.scaffold import new_platform, new_recipe
+    from compiler.commands.scaffold import new_platform, new_recipe, new_sweep
 
     root = project.root()
-    names = new_platform(root, args.name) if args.what == "platform" else new_recipe(root, args.model, args.platform)
+    if args.what == "sweep":
+        names = new_sweep(root, args.name, args.recipe)
+    else:
+        names = new_platform(root, args.name) if args.what == "platform" else new_recipe(root, args.model, args.platform)
     for name in names:
         print(f"wrote {name}")
     return 0
@@ -429,9 +457,59 @@ def cmd_import(args) -> int:
     return import_main(args)
 
 
+def cmd_sweep(args) -> int:
+    """sweep check: every point compiled (exit 1 when the rules refuse one); sweep launch: the points run
+    (exit 1 when a run did not succeed)."""
+    from .launch import LaunchError
+    from .sweep import k8s, report, slurm, status, workflow
+
+    checked = workflow.check(args.sweep)
+    print(report.check_text(checked), flush=True)
+    if args.sweep_command == "check":
+        return 1 if checked.refused or not checked.launchable else 0
+    target = args.target or checked.sweep.launch["target"]
+    try:
+        top, todo, ran = workflow.launch_sweep(checked, target, args.resume, args.out, args.concurrency, args.timeout,
+                                               not args.no_wait)
+    except (workflow.SweepError, slurm.SlurmError, k8s.K8sError, LaunchError) as exc:
+        print(f"moeforge sweep launch: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("moeforge sweep launch: stopped; `moeforge sweep launch --resume` runs what is left", file=sys.stderr)
+        return 130
+    if target == "print":
+        return 0
+    print("\n" + report.launch_text(checked.sweep, todo, ran, top))
+    if target == "slurm" and not args.no_wait:
+        ran = [r for t in todo for r in status.runs(project.root() / t["build_dir"], checked.sweep.repeats,
+                                                     t["fingerprint"])]
+    return 1 if any(r["status"] != "ok" for r in ran) else 0
+
+
+def cmd_results(args) -> int:
+    from .sweep import builds, results
+
+    top = Path(args.dir)
+    if not (top / builds.MANIFEST).exists() and (builds.sweep_dir(args.dir) / builds.MANIFEST).exists():
+        top = builds.sweep_dir(args.dir)
+    try:
+        doc = results.collect(top, args.baseline)
+    except results.ResultsError as exc:
+        print(f"moeforge results: error: {exc}", file=sys.stderr)
+        return 2
+    written, notes = results.write_all(doc, Path(args.out) if args.out else top, plot=not args.no_plot)
+    print(results.to_json(doc) if args.format == "json" else results.to_csv(doc) if args.format == "csv"
+          else results.to_text(doc), end="" if args.format != "table" else "\n")
+    for note in notes:
+        print(f"moeforge results: {note}", file=sys.stderr)
+    print("wrote " + ", ".join(builds.relative(p) for p in written), file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,
             "migrate": cmd_migrate, "diff": cmd_diff, "matrix": cmd_matrix, "init": cmd_init, "new": cmd_new,
-            "import": cmd_import, "launch": cmd_launch, "dryrun": cmd_dryrun}
+            "import": cmd_import, "launch": cmd_launch, "dryrun": cmd_dryrun, "sweep": cmd_sweep,
+            "results": cmd_results}
 
 if __name__ == "__main__":
     sys.exit(main())

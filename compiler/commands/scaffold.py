@@ -273,3 +273,40 @@ def _check_name(name: str, what: str) -> None:
     if not NAME.fullmatch(name):
         raise CompileError([error("E_REFERENCE_NAME", f"{what} name {name!r} is not a plain name",
                                   Position(name), help="1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit")])
+
+
+def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
+    """sweeps/NAME.yaml: the base recipe, an example axis, every other key commented from the schema."""
+    import re
+
+    from .compose import resolve_recipe
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", name, re.ASCII):
+        raise CompileError([error("E_REFERENCE_NAME", f"sweep name {name!r} is not a plain name", Position(name),
+                                  help="1 to 40 lower-case letters, digits and '-', starting with a letter or digit")])
+    resolve_recipe(recipe)  # a located error when there is no such recipe
+    schema = _schema("sweep")
+    path = root / "sweeps" / f"{name}.yaml"
+    props = schema["properties"]
+
+    def about(key: str) -> list[str]:
+        allowed = _allowed(props[key], schema)
+        text = props[key].get("description", "") + (f" [{allowed}]" if allowed and allowed != "object" else "")
+        return _wrap(text, "")
+
+    lines = [f"# yaml-language-server: $schema=../schemas/sweep.v{KINDS['sweep']}.json",
+             f"# Sweep {name}: moeforge sweep check {_rel(path, root)}, then moeforge sweep launch {name}, then",
+             f"# moeforge results build/sweeps/{name}. Knob paths are the recipe's, as --set takes them.",
+             *about("schema"), f"schema: moeforge/sweep/v{KINDS['sweep']}",
+             *about("name"), f"name: {name}",
+             *about("description"), "# description: what this sweep asks",
+             *about("recipe"), f"recipe: {_yaml(recipe)}",
+             *about("set"), "set:", "  training.train_iters: 20",
+             *about("axes"), "axes:", "  training.micro_batch_size: [1, 2]", "  # moe.overlap.ep_comm: [true, false]",
+             *about("points"), "# points:", "#   - {training.micro_batch_size: 4, recompute.granularity: selective}",
+             *about("repeats"), "repeats: 1", *about("warmup_steps"), "warmup_steps: 1",
+             *about("launch"), "launch:"]
+    for key, sub in props["launch"]["properties"].items():
+        lines += ["  " + x for x in _wrap(f"{sub.get('description', '')} [{_allowed(sub, schema)}]", "")]
+        lines.append(f"  {key}: {_yaml(sub['default'])}")
+    return _write({path: "\n".join(lines) + "\n"}, root)

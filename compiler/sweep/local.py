@@ -1,0 +1,104 @@
+"""`sweep launch --target local`: the points one after another on this machine, each repeat through the
+point's own torchrun.sh (what `moeforge launch --target local` runs), its output in runs/<repeat>/run.log.
+
+Each run is started in a session of its own, so Ctrl-C stops the sweep cleanly: the running point's
+processes get SIGTERM (SIGKILL 30 s later), the run is recorded as cancelled, and nothing else starts.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import launch, project
+from . import status
+from .builds import relative
+from .progress import Progress
+
+KILL_AFTER_S = 30
+
+
+@dataclass
+class Job:
+    """One repeat of one point to run."""
+
+    point: str
+    build: Path           # absolute build directory
+    repeat: int
+    fingerprint: str
+
+
+def run(jobs: list[Job], stream=None) -> list[dict]:
+    """Run the jobs in order; each one's {point, repeat, status, error, log}. Ctrl-C ends the sweep
+    (KeyboardInterrupt, after the running point is stopped and recorded)."""
+    progress = Progress(len(jobs), "sweep", stream)
+    done, failed, out = 0, 0, []
+    try:
+        for job in jobs:
+            progress.update(done, 1, failed)
+            result = run_one(job)
+            out.append(result)
+            if result["status"] == "ok":
+                done += 1
+            else:
+                failed += 1
+            progress.update(done, 0, failed)
+    finally:
+        progress.close()
+    return out
+
+
+def run_one(job: Job) -> dict:
+    import json
+
+    here = status.run_dir(job.build, job.repeat)
+    here.mkdir(parents=True, exist_ok=True)
+    log = here / "run.log"
+    (job.build / "report.json").unlink(missing_ok=True)  # an earlier run's: never taken for this one's
+    plan = json.loads((job.build / "plan.json").read_text(encoding="utf-8"))
+    env = launch.job_env(launch.job_python(plan))
+    record = {"point": job.point, "repeat": job.repeat, "fingerprint": job.fingerprint[:16], "state": "running",
+              "log": relative(log), "host": socket.gethostname(), "started": time.time()}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(launch.local_command(job.build), cwd=project.root(), env=env, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        record["pid"] = proc.pid
+        status.write(here / "status.json", record)
+        try:
+            returncode = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            _finish(job, here, record, proc.returncode, cancelled=True)
+            raise
+    return _finish(job, here, record, returncode)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, KILL_AFTER_S), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _finish(job: Job, here: Path, record: dict, returncode: int | None, cancelled: bool = False) -> dict:
+    report = job.build / "report.json"
+    if report.exists():
+        os.replace(report, here / "report.json")
+    returncode = -signal.SIGKILL if returncode is None else returncode
+    sig = status.signal_name(returncode)
+    record.update(state="ended", ended=time.time(), signal=sig, cancelled=cancelled,
+                  exit_code=128 + -returncode if returncode < 0 else returncode)
+    status.write(here / "status.json", record)
+    state, error = status.classify(record, status.read_json(here / "report.json"),
+                                   status.read_text(here / "run.log"))
+    return {"point": job.point, "repeat": job.repeat, "status": state, "error": error, "log": record["log"]}
