@@ -27,6 +27,7 @@ def short_names(paths: list[str]) -> dict[str, str]:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
+    rows = [list(r) + [""] * (len(headers) - len(r)) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
     return "\n".join(lines)
@@ -49,7 +50,8 @@ def check_text(checked) -> str:
         vals = c.point.values
         cells = [c.point.id] + [value(vals[k]) if k in vals else "." for k in swept]
         if c.refused:
-            rows.append(cells + ["refused: " + ", ".join(dict.fromkeys(d.code for d in c.errors if d.is_error))])
+            rows.append(cells + ["-"] * 4 + ["refused: " + ", ".join(dict.fromkeys(d.code for d in c.errors
+                                                                                if d.is_error))])
             continue
         est = of_plan(c.plan, sweep.repeats)
         if est["missing"]:
@@ -58,13 +60,13 @@ def check_text(checked) -> str:
         if c.point.id not in collapsed and est["gpu_hours"] is not None:
             total_h += est["gpu_hours"]
         mem = num(est["peak_memory_bytes"] / GIB, ".2f") + ("" if est["fits"] is not False else " (too big)")
-        rows.append(cells + [verdict, num(est["step_time_s"], ".3f"), num(est["tokens_per_s_per_gpu"], ".0f"),
-                             mem, num(est["gpu_hours"], ".2f")])
+        rows.append(cells + [num(est["step_time_s"], ".3f"), num(est["tokens_per_s_per_gpu"], ".0f"), mem,
+                             num(est["gpu_hours"], ".2f"), verdict])
     n_run = len(checked.launchable)
     lines = [f"sweep {sweep.name} ({sweep.file}): {len(compiled)} point(s) of {sweep.recipe}: {n_run} to run, "
              f"{len(checked.refused)} refused, {len(collapsed)} duplicate(s); {sweep.repeats} repeat(s) each", "",
-             table(["point", *[short[k] for k in swept], "verdict", "est. step s", "est. tok/s/GPU",
-                    "est. memory GiB", "est. GPU-h"], rows)]
+             table(["point", *[short[k] for k in swept], "est. step s", "est. tok/s/GPU", "est. memory GiB",
+                    "est. GPU-h", "verdict"], rows)]
     if any(short[k] != k for k in swept):
         lines.append("  (" + "; ".join(f"{short[k]} = {k}" for k in swept if short[k] != k)
                      + "; '.': the recipe's own value)")
