@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import emit, project
+from .. import __version__, emit, project
 from . import status
 from .progress import Progress
 
@@ -63,7 +63,7 @@ def context(sweep, tasks: list[dict], contexts: dict, logs_dir: str, concurrency
         same[key] = ctxs[0]["slurm"][key]
     signals = [c["slurm"]["signal"] for c in ctxs if c["slurm"]["signal"]]
     most_repeats = max(len(t["repeats"]) for t in tasks)
-    return {"moeforge_version": emit.__version__, "sweep_file": sweep.file, "job_name": sweep.name,
+    return {"moeforge_version": __version__, "sweep_file": sweep.file, "job_name": sweep.name,
             "concurrency": concurrency, "array": array_spec([t["index"] for t in tasks], concurrency),
             "nnodes": max(c["nnodes"] for c in ctxs), "ntasks_per_node": max(c["nproc_per_node"] for c in ctxs),
             "gpus_per_node": max(c["gpus_per_node"] for c in ctxs),
