@@ -458,52 +458,15 @@ def cmd_import(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    """sweep check: every point compiled (exit 1 when the rules refuse one); sweep launch: the points run
-    (exit 1 when a run did not succeed)."""
-    from .launch import LaunchError
-    from .sweep import k8s, report, slurm, status, workflow
+    from compiler.commands.sweep import cmd_sweep as run
 
-    checked = workflow.check(args.sweep)
-    print(report.check_text(checked), flush=True)
-    if args.sweep_command == "check":
-        return 1 if checked.refused or not checked.launchable else 0
-    target = args.target or checked.sweep.launch["target"]
-    try:
-        top, todo, ran = workflow.launch_sweep(checked, target, args.resume, args.out, args.concurrency, args.timeout,
-                                               not args.no_wait)
-    except (workflow.SweepError, slurm.SlurmError, k8s.K8sError, LaunchError) as exc:
-        print(f"moeforge sweep launch: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("moeforge sweep launch: stopped; `moeforge sweep launch --resume` runs what is left", file=sys.stderr)
-        return 130
-    if target == "print":
-        return 0
-    print("\n" + report.launch_text(checked.sweep, todo, ran, top))
-    if target == "slurm" and not args.no_wait:
-        ran = [r for t in todo for r in status.runs(project.root() / t["build_dir"], checked.sweep.repeats,
-                                                     t["fingerprint"])]
-    return 1 if any(r["status"] != "ok" for r in ran) else 0
+    return run(args)
 
 
 def cmd_results(args) -> int:
-    from .sweep import builds, results
+    from compiler.commands.sweep import cmd_results as run
 
-    top = Path(args.dir)
-    if not (top / builds.MANIFEST).exists() and (builds.sweep_dir(args.dir) / builds.MANIFEST).exists():
-        top = builds.sweep_dir(args.dir)
-    try:
-        doc = results.collect(top, args.baseline)
-    except results.ResultsError as exc:
-        print(f"moeforge results: error: {exc}", file=sys.stderr)
-        return 2
-    written, notes = results.write_all(doc, Path(args.out) if args.out else top, plot=not args.no_plot)
-    print(results.to_json(doc) if args.format == "json" else results.to_csv(doc) if args.format == "csv"
-          else results.to_text(doc), end="" if args.format != "table" else "\n")
-    for note in notes:
-        print(f"moeforge results: {note}", file=sys.stderr)
-    print("wrote " + ", ".join(builds.relative(p) for p in written), file=sys.stderr)
-    return 0
+    return run(args)
 
 
 COMMANDS = {"compile": cmd_compile, "explain": cmd_explain, "check": cmd_check, "rules": cmd_rules,

@@ -1,5 +1,5 @@
 """The CLI's commands (compiler/cli.py parses and dispatches): check, diff, matrix, launch, init/new,
-dryrun and data prepare. Thin: they call the stages below and print.
+dryrun, data prepare, sweep and results. Thin: they call the stages below and print.
 
 May import anything in compiler/ except compiler.cli.
 """

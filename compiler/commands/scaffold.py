@@ -279,7 +279,7 @@ def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
     """sweeps/NAME.yaml: the base recipe, an example axis, every other key commented from the schema."""
     import re
 
-    from .compose import resolve_recipe
+    from compiler.recipe.compose import resolve_recipe
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", name, re.ASCII):
         raise CompileError([error("E_REFERENCE_NAME", f"sweep name {name!r} is not a plain name", Position(name),

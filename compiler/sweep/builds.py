@@ -8,12 +8,13 @@ import json
 import time
 from pathlib import Path
 
-from .. import __version__, emit, project
-from . import estimates
-from .collapse import Collapsed
-from .document import Sweep
-from .points import Compiled
-from .status import read_json, write
+from compiler import __version__, project
+from compiler.targets import emit
+from compiler.sweep import estimates
+from compiler.sweep.collapse import Collapsed
+from compiler.sweep.document import Sweep
+from compiler.sweep.points import Compiled
+from compiler.sweep.status import read_json, write
 
 MANIFEST = "sweep.json"
 LABEL_SWEEP, LABEL_POINT = "moeforge.dev/sweep", "moeforge.dev/point"

@@ -7,10 +7,11 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import project, validate
-from ..diagnostics import CompileError, Diagnostic, Note, Position, error
-from ..load import KEY, Document, load_file
-from ..migrate import MOVED_KEYS, upgrade_document
+from compiler import project
+from compiler.recipe import validate
+from compiler.diagnostics import CompileError, Diagnostic, Note, Position, error
+from compiler.recipe.load import KEY, Document, load_file
+from compiler.recipe.migrate import MOVED_KEYS, upgrade_document
 
 SCHEMA = f"sweep.v{validate.KINDS['sweep']}.json"
 SECTIONS = ("set", "axes", "points")

@@ -5,8 +5,8 @@ without a `performance` block (the cpu platform) has no step-time model: the est
 of inventing one."""
 from __future__ import annotations
 
-from ..estimate import flops, memory, steptime
-from ..layout import Layout
+from compiler.estimate import flops, memory, steptime
+from compiler.knobs.layout import Layout
 
 
 def of_plan(plan: dict, repeats: int = 1) -> dict:

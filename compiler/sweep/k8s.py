@@ -9,8 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import emit, project
-from . import status
+from compiler import project
+from compiler.targets import emit
+from compiler.sweep import status
 
 FILE = "pytorchjobs.yaml"
 

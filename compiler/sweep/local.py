@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import launch, project
-from . import status
-from .builds import relative
-from .progress import Progress
+from compiler import project
+from compiler.commands import launch
+from compiler.sweep import status
+from compiler.sweep.builds import relative
+from compiler.sweep.progress import Progress
 
 KILL_AFTER_S = 30
 

@@ -13,8 +13,8 @@ import itertools
 import json
 from dataclasses import dataclass, field, replace
 
-from ..diagnostics import CompileError, Note, Position, error
-from .document import Knob, Sweep
+from compiler.diagnostics import CompileError, Note, Position, error
+from compiler.sweep.document import Knob, Sweep
 
 MAX_POINTS = 1000
 
@@ -65,8 +65,8 @@ def set_text(k: Knob) -> str:
 
 def compile_recipe(recipe: str, overrides: list[str]):
     """(composed, plan, warnings): the compile `moeforge check` and `compile` run; CompileError when refused."""
-    from ..pipeline import load, resolve
-    from ..plan import build
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
 
     resolved = resolve(load(recipe, overrides))
     return resolved.composed, build(resolved), list(resolved.diagnostics)

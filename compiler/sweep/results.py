@@ -16,11 +16,11 @@ import json
 import statistics
 from pathlib import Path
 
-from .. import __version__, project
-from ..validate import validator
-from . import estimates, slurm, status
-from .builds import MANIFEST, relative
-from .report import num, short_names, table, value
+from compiler import __version__, project
+from compiler.recipe.validate import validator
+from compiler.sweep import estimates, slurm, status
+from compiler.sweep.builds import MANIFEST, relative
+from compiler.sweep.report import num, short_names, table, value
 
 SCHEMA = "results.v1.json"
 GIB, MIB = 2 ** 30, 2 ** 20
@@ -274,14 +274,14 @@ def to_text(doc: dict) -> str:
 def write_all(doc: dict, out: Path, plot: bool = True) -> tuple[list[Path], list[str]]:
     """results.json, results.csv and (with matplotlib) results.png, results.html, results.plot.json in out,
     each written atomically; (the files, notes for the user)."""
-    from ..emit import write_file_atomically
+    from compiler.targets.emit import write_file_atomically
 
     check(doc)
     text = to_text(doc)
     files = {"results.json": to_json(doc), "results.csv": to_csv(doc)}
     notes, png = [], None
     if plot:
-        from . import plots
+        from compiler.sweep import plots
 
         try:
             data = plots.series(doc)

@@ -9,9 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import __version__, emit, project
-from . import status
-from .progress import Progress
+from compiler import __version__, project
+from compiler.targets import emit
+from compiler.sweep import status
+from compiler.sweep.progress import Progress
 
 SCRIPT = "sweep.sbatch"
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",

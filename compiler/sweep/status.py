@@ -17,7 +17,7 @@ from pathlib import Path
 
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
-from ..emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved a checkpoint on a signal)
+from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved a checkpoint on a signal)
 
 FINAL = ("ok", "failed", "cancelled", "oom", "preempted", "timeout")
 STATUSES = (*FINAL, "running", "pending", "refused", "duplicate")
@@ -138,7 +138,7 @@ def read_text(path) -> str:
     if not path:
         return ""
     if not os.path.isabs(path):
-        from .. import project
+        from compiler import project
 
         path = project.root() / path
     try:

@@ -7,11 +7,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import emit, launch, project
-from . import builds, document, k8s, local, points, slurm, status
-from .collapse import Collapsed, collapse
-from .document import Sweep
-from .points import Compiled
+from compiler import project
+from compiler.commands import launch
+from compiler.targets import emit
+from compiler.sweep import builds, document, k8s, local, points, slurm, status
+from compiler.sweep.collapse import Collapsed, collapse
+from compiler.sweep.document import Sweep
+from compiler.sweep.points import Compiled
 
 TARGETS = ("local", "slurm", "k8s", "print")
 

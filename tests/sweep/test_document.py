@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from compiler.diagnostics import CompileError
-from compiler.migrate import CURRENT, migrate_file
+from compiler.recipe.migrate import CURRENT, migrate_file
 from compiler.sweep import document
-from compiler.validate import KINDS
+from compiler.recipe.validate import KINDS
 
 
 def _write(root, name, text):
