@@ -297,21 +297,7 @@ def write_all(doc: dict, out: Path, plot: bool = True) -> tuple[list[Path], list
         write_file_atomically(out / name, body)
         written.append(out / name)
     if png is not None:
-        _write_bytes(out / "results.png", png)
+        write_file_atomically(out / "results.png", png)
         written.append(out / "results.png")
     return written, notes
 
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

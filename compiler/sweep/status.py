@@ -12,12 +12,11 @@ import json
 import os
 import re
 import signal
-import tempfile
 from pathlib import Path
 
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
-from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved a checkpoint on a signal)
+from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL, write_file_atomically  # noqa: E402  (75: saved on a signal)
 
 FINAL = ("ok", "failed", "cancelled", "oom", "preempted", "timeout")
 STATUSES = (*FINAL, "running", "pending", "refused", "duplicate")
@@ -33,16 +32,7 @@ def run_dir(point_dir: Path, repeat: int) -> Path:
 
 def write(path: Path, record: dict) -> None:
     """status.json (or any small JSON) written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_atomically(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> dict | None:

@@ -361,11 +361,12 @@ def _recover(target: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
 
 
-def write_file_atomically(path: Path, text: str) -> None:
+def write_file_atomically(path: Path, text: str | bytes) -> None:
+    """A file written whole or not at all (text as UTF-8, or bytes as they are)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
             fh.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
