@@ -35,7 +35,7 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2
 BRIDGE_DEPS := transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.1 einops==0.8.2 rich==15.0.0 \
 	datasets==5.2.0 megatron-energon==7.4.1 tensorboard==2.21.0 diffusers==0.42.1 pulp==4.2.0 \
 	pyyaml==6.0.3 packaging jsonschema==4.26.0
-CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' | sort))
+CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' -not -path 'recipes/sweeps/*' | sort))
 
 .PHONY: help setup setup312 demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
 

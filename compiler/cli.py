@@ -109,17 +109,17 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
     n.add_argument("model", help="a model name (recipes/models/ or built-in)")
     n.add_argument("platform", help="a platform name (recipes/platforms/ or built-in)")
-    n = new.add_parser("sweep", help="sweeps/NAME.yaml: variants of a recipe")
+    n = new.add_parser("sweep", help="recipes/sweeps/NAME.yaml: variants of a recipe")
     n.add_argument("name", help="the sweep's name (lower-case letters, digits and '-')")
     n.add_argument("recipe", help="the base recipe (tiny-moe/cpu, a path under recipes/, or builtin:ID)")
     c = sub.add_parser("sweep", help="variants of one recipe: check every point, launch them as one job array",
-                       description="A sweep (sweeps/NAME.yaml, schemas/sweep.v1.json) is a recipe and the knob values "
+                       description="A sweep (recipes/sweeps/NAME.yaml, schemas/sweep.v1.json) is a recipe and the knob values "
                                    "to try. check compiles every point; launch writes build/sweeps/NAME/ and runs them.")
     sweep = c.add_subparsers(dest="sweep_command", required=True)
     s = sweep.add_parser("check", help="compile every point: refused points, collapsed duplicates, estimates")
-    s.add_argument("sweep", help="a sweep file, or its name (sweeps/NAME.yaml)")
+    s.add_argument("sweep", help="a sweep file, or its name (recipes/sweeps/NAME.yaml)")
     s = sweep.add_parser("launch", help="write one build per point and run the points still to run")
-    s.add_argument("sweep", help="a sweep file, or its name (sweeps/NAME.yaml)")
+    s.add_argument("sweep", help="a sweep file, or its name (recipes/sweeps/NAME.yaml)")
     s.add_argument("--target", choices=("local", "slurm", "k8s", "print"), default=None,
                    help="local: one point after another; slurm: one job array; k8s: one PyTorchJob per point; "
                         "print: the commands, nothing run (default: the sweep's launch.target, else local)")

@@ -15,7 +15,7 @@ from compiler import project
 from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
 from compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 
-NON_RECIPE_DIRS = {"platforms", "models"}
+NON_RECIPE_DIRS = {"platforms", "models", "sweeps"}  # documents of their own kinds, not recipes
 
 
 def recipe_files(paths) -> list[Path]:

@@ -276,7 +276,7 @@ def _check_name(name: str, what: str) -> None:
 
 
 def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
-    """sweeps/NAME.yaml: the base recipe, an example axis, every other key commented from the schema."""
+    """recipes/sweeps/NAME.yaml: the base recipe, an example axis, every other key commented from the schema."""
     import re
 
     from compiler.recipe.compose import resolve_recipe
@@ -286,7 +286,7 @@ def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
                                   help="1 to 40 lower-case letters, digits and '-', starting with a letter or digit")])
     resolve_recipe(recipe)  # a located error when there is no such recipe
     schema = _schema("sweep")
-    path = root / "sweeps" / f"{name}.yaml"
+    path = root / "recipes" / "sweeps" / f"{name}.yaml"
     props = schema["properties"]
 
     def about(key: str) -> list[str]:
@@ -294,7 +294,7 @@ def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
         text = props[key].get("description", "") + (f" [{allowed}]" if allowed and allowed != "object" else "")
         return _wrap(text, "")
 
-    lines = [f"# yaml-language-server: $schema=../schemas/sweep.v{KINDS['sweep']}.json",
+    lines = [f"# yaml-language-server: $schema=../../schemas/sweep.v{KINDS['sweep']}.json",
              f"# Sweep {name}: moeforge sweep check {_rel(path, root)}, then moeforge sweep launch {name}, then",
              f"# moeforge results build/sweeps/{name}. Knob paths are the recipe's, as --set takes them.",
              *about("schema"), f"schema: moeforge/sweep/v{KINDS['sweep']}",

@@ -56,15 +56,15 @@ class Sweep:
 
 
 def find(name: str) -> Path:
-    """A sweep file: a path as given, else sweeps/NAME.yaml under the project root."""
+    """A sweep file: a path as given, else recipes/sweeps/NAME.yaml under the project root."""
     given = Path(name)
     if given.is_file():
         return given
-    for candidate in (project.root() / name, project.root() / "sweeps" / f"{name}.yaml"):
+    for candidate in (project.root() / name, project.recipes() / "sweeps" / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
     raise CompileError([error("E_SWEEP_NOT_FOUND", f"no sweep file {name}", Position(name),
-                              help="give a sweep file (sweeps/NAME.yaml) or its name; `moeforge new sweep NAME "
+                              help="give a sweep file (recipes/sweeps/NAME.yaml) or its name; `moeforge new sweep NAME "
                                    "RECIPE` writes one")])
 
 

@@ -21,6 +21,7 @@ from compiler.driver import load, resolve
 
 PLATFORMS = sorted((RECIPES / "platforms").glob("*.yaml"))
 MODELS = sorted((RECIPES / "models").glob("*.yaml"))
+SWEEPS = sorted((RECIPES / "sweeps").glob("*.yaml"))
 RECIPE_FILES = recipe_files([RECIPES])
 GPU_PLATFORMS = ("h100", "b200", "b300", "gb200-nvl72", "gb300-nvl72")
 CPU_ONLY_MODELS = {"tiny-moe"}            # the embedded CPU demo; no GPU recipes expected
@@ -72,10 +73,18 @@ def test_recipe_document_validates(path):
     assert not diags, "\n".join(d.render() for d in diags)
 
 
-@pytest.mark.parametrize("path", PLATFORMS + MODELS + RECIPE_FILES, ids=_id)
+@pytest.mark.parametrize("path", SWEEPS, ids=_id)
+def test_sweep_validates(path):
+    name, diags = _schema_diagnostics(path, "sweep")
+    assert name == f"sweep.v{validate.KINDS['sweep']}.json"
+    assert not diags, "\n".join(d.render() for d in diags)
+    assert load_file(path).data["name"] == path.stem
+
+
+@pytest.mark.parametrize("path", PLATFORMS + MODELS + SWEEPS + RECIPE_FILES, ids=_id)
 def test_document_names_its_schema_for_the_editor(path):
     first = path.read_text().splitlines()[0]
-    kind = {"platforms": "platform.v1", "models": "model.v1"}.get(path.parent.name, f"recipe.v{validate.KINDS['recipe']}")
+    kind = {"platforms": "platform.v1", "models": "model.v1", "sweeps": "sweep.v1"}.get(path.parent.name, f"recipe.v{validate.KINDS['recipe']}")
     assert first == f"# yaml-language-server: $schema=../../schemas/{kind}.json"
 
 

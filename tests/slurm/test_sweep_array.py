@@ -1,4 +1,4 @@
-"""sweeps/tiny-overlap.yaml on the real single-node Slurm: one job array (task index = point number, at most
+"""recipes/sweeps/tiny-overlap.yaml on the real single-node Slurm: one job array (task index = point number, at most
 two tasks at a time), followed to the end by `moeforge sweep launch --target slurm`; every launchable point
 trains on 2 CPU ranks, and the results table has each of them with measured values."""
 import json

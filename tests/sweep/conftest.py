@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def proj(tmp_path, monkeypatch):
     """An empty moeforge project (recipes from the built-in catalogue), the current directory."""
     root = tmp_path / "proj"
-    (root / "sweeps").mkdir(parents=True)
+    (root / "recipes" / "sweeps").mkdir(parents=True)
     (root / "moeforge.toml").write_text("[moeforge]\nversion = 1\n")
     monkeypatch.chdir(root)
     previous = project._root
@@ -26,14 +26,14 @@ def proj(tmp_path, monkeypatch):
 
 
 def _write_sweep(root: Path, name: str, text: str) -> Path:
-    path = root / "sweeps" / f"{name}.yaml"
+    path = root / "recipes" / "sweeps" / f"{name}.yaml"
     path.write_text(textwrap.dedent(text))
     return path
 
 
 @pytest.fixture
 def write_sweep():
-    """write_sweep(root, name, yaml text) -> the file sweeps/NAME.yaml (dedented)."""
+    """write_sweep(root, name, yaml text) -> the file recipes/sweeps/NAME.yaml (dedented)."""
     return _write_sweep
 
 

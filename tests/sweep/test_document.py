@@ -13,7 +13,7 @@ from compiler.recipe.validate import KINDS
 def _write(root, name, text):
     import textwrap
 
-    path = root / "sweeps" / f"{name}.yaml"
+    path = root / "recipes" / "sweeps" / f"{name}.yaml"
     path.write_text(textwrap.dedent(text))
     return path
 
@@ -40,7 +40,7 @@ def test_a_good_document_reads_with_defaults(proj):
     assert (s.name, s.recipe, s.repeats, s.warmup_steps, s.launch["target"]) == \
         ("good", "builtin:tiny-moe/cpu", 1, 1, "local")
     assert [k.value for _, ks in s.axes for k in ks] == [1, 2]
-    assert s.file == "sweeps/good.yaml"
+    assert s.file == "recipes/sweeps/good.yaml"
 
 
 def test_unknown_keys_and_knobs_get_located_did_you_mean(proj):
@@ -58,7 +58,7 @@ def test_unknown_keys_and_knobs_get_located_did_you_mean(proj):
     assert got == {("E_UNKNOWN_KNOB", 5, 3, "did you mean 'training.train_iters'?"),
                    ("E_UNKNOWN_KNOB", 7, 3, "did you mean 'moe.overlap.ep_comm'?"),
                    ("E_UNKNOWN_KNOB", 8, 3, "did you mean 'platform.software.megatron_core'?")}
-    assert all(d.pos.file == "sweeps/s.yaml" for d in diags)
+    assert all(d.pos.file == "recipes/sweeps/s.yaml" for d in diags)
     assert len(diags) == 3  # one per knob, not one per value
 
 
@@ -92,7 +92,7 @@ def test_the_document_itself_is_schema_checked(proj):
 
 
 def test_missing_schema_and_missing_file(proj):
-    (proj / "sweeps" / "bare.yaml").write_text("name: x\n")
+    (proj / "recipes" / "sweeps" / "bare.yaml").write_text("name: x\n")
     with pytest.raises(CompileError) as exc:
         document.load("bare")
     assert exc.value.diagnostics[0].code == "E_MISSING_SCHEMA" and "sweep/v1" in exc.value.diagnostics[0].help
@@ -132,21 +132,21 @@ def test_sweep_check_prints_located_errors_and_exits_1(proj, cli, capsys):
         """)
     assert cli("sweep", "check", "s") == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0] == ("sweeps/s.yaml:5:3: error[E_UNKNOWN_KNOB]: unknown knob moe.overlap.ep_com: no 'ep_com' in "
+    assert out[0] == ("recipes/sweeps/s.yaml:5:3: error[E_UNKNOWN_KNOB]: unknown knob moe.overlap.ep_com: no 'ep_com' in "
                       "moe.overlap")
     assert out[1] == "  help: did you mean 'moe.overlap.ep_comm'?"
 
 
 def test_new_sweep_scaffolds_a_document_that_checks(proj, cli, capsys):
     assert cli("new", "sweep", "mbs", "builtin:tiny-moe/cpu") == 0
-    text = (proj / "sweeps" / "mbs.yaml").read_text()
-    assert text.startswith("# yaml-language-server: $schema=../schemas/sweep.v1.json")
+    text = (proj / "recipes" / "sweeps" / "mbs.yaml").read_text()
+    assert text.startswith("# yaml-language-server: $schema=../../schemas/sweep.v1.json")
     assert "# runs of each point" in text  # every key commented from the schema
     s = document.load("mbs")
     assert s.recipe == "builtin:tiny-moe/cpu" and s.axes[0][0] == ("training", "micro_batch_size")
     assert cli("sweep", "check", "mbs") == 0
     assert cli("new", "sweep", "mbs", "builtin:tiny-moe/cpu") == 1  # never overwrites
-    assert "refusing to overwrite: sweeps/mbs.yaml" in capsys.readouterr().out
+    assert "refusing to overwrite: recipes/sweeps/mbs.yaml" in capsys.readouterr().out
     assert cli("new", "sweep", "x", "no/such") == 1
     assert "E_RECIPE_NOT_FOUND" in capsys.readouterr().out
 

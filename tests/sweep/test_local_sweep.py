@@ -1,4 +1,4 @@
-"""sweeps/tiny-overlap.yaml run locally, once for the whole module: 9 points (EP overlap x dispatcher x
+"""recipes/sweeps/tiny-overlap.yaml run locally, once for the whole module: 9 points (EP overlap x dispatcher x
 micro-batch size, and one explicit point), 2 refused by the rules, 1 collapsed into its twin, 6 trained on
 2 CPU ranks. One point is killed mid-run; `--resume` then runs it alone. The results table, its schema, the
 plots (PNG series, the HTML page in headless Chromium with a screenshot) are checked on that one sweep."""

@@ -43,7 +43,7 @@ def test_refused_points_keep_the_rule_at_the_sweep_lines_and_duplicates_name_the
     [err] = [d for d in refused["p01"].errors if d.is_error]
     assert err.code == "EP_OVERLAP_NEEDS_A2A_OR_FLEX"
     located = {(n.text.split(" =")[0], n.pos.file, n.pos.line) for n in err.notes}
-    assert ("moe.dispatcher", "sweeps/whys.yaml", 6) in located and ("moe.overlap.ep_comm", "sweeps/whys.yaml", 5) in located
+    assert ("moe.dispatcher", "recipes/sweeps/whys.yaml", 6) in located and ("moe.overlap.ep_comm", "recipes/sweeps/whys.yaml", 5) in located
     col = checked.collapsed
     assert {k: v.twin for k, v in col.items()} == {"p04": "p02", "p05": "p00", "p06": "p03"}
     # forced by a rule: delayed wgrad is off without EP overlap whether auto or pinned
