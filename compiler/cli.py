@@ -135,9 +135,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--out", metavar="DIR", help="where to write results.{json,csv,png,html} (default: DIR itself)")
     c.add_argument("--no-plot", action="store_true", help="skip results.png and results.html")
     c = sub.add_parser("import", help="a recipe and a model file from a Megatron-LM launch script, command line, "
-                                      "args file, functional-test model_config.yaml or Bridge override list")
-    c.add_argument("source", help="the file to import ('-' reads stdin)")
-    c.add_argument("--platform", help="platform name (default: guessed from the GPU the launch names)")
+                                      "args file, functional-test model_config.yaml or Bridge override list; a model "
+                                      "file (and with --platform a recipe) from a Hugging Face config.json")
+    c.add_argument("source", help="the file to import ('-' reads stdin), or a model directory holding config.json")
+    c.add_argument("--platform", help="platform name (default: guessed from the GPU the launch names; a Hugging Face "
+                                      "config writes a recipe only with it)")
     c.add_argument("--name", help="recipe and model name (default: from the source, with -imported)")
     c.add_argument("--root", help="recipes root to write under: ROOT/imported/NAME.yaml, ROOT/models/NAME.yaml "
                                   "(default: recipes/)")

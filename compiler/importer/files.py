@@ -9,6 +9,7 @@ import yaml
 
 from compiler import project
 from compiler.targets.emit import write_file_atomically
+from compiler.importer import hf
 from compiler.importer.launch import Imported, import_text
 from compiler.launch_reader.text import ImportError_, read_source
 
@@ -40,10 +41,14 @@ def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[
 
 def main(args) -> int:
     source = args.source
+    if hf.config_path(source) is not None:  # a model directory
+        return hf.main(args)
     text, why = read_source(source)
     if why:
         print(why, file=sys.stderr)
         return 2
+    if hf.detect(source, text):
+        return hf.main(args, text)
     root = Path(args.root) if args.root else project.recipes()
     try:
         imp = import_text(text, source, args.platform, root, args.name)
