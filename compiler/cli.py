@@ -106,6 +106,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     new = c.add_subparsers(dest="what", required=True)
     n = new.add_parser("platform", help="recipes/platforms/NAME.yaml")
     n.add_argument("name", help="the platform's name (its file name)")
+    n = new.add_parser("model", help="recipes/models/NAME.yaml (from a Hugging Face config: moeforge import)")
+    n.add_argument("name", help="the model's name (its file name)")
     n = new.add_parser("recipe", help="recipes/MODEL/PLATFORM.yaml")
     n.add_argument("model", help="a model name (recipes/models/ or built-in)")
     n.add_argument("platform", help="a platform name (recipes/platforms/ or built-in)")
@@ -441,13 +443,15 @@ def cmd_init(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from compiler.commands.scaffold import new_platform, new_recipe, new_sweep
+    from compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep
 
     root = project.root()
     if args.what == "sweep":
         names = new_sweep(root, args.name, args.recipe)
+    elif args.what == "recipe":
+        names = new_recipe(root, args.model, args.platform)
     else:
-        names = new_platform(root, args.name) if args.what == "platform" else new_recipe(root, args.model, args.platform)
+        names = (new_platform if args.what == "platform" else new_model)(root, args.name)
     for name in names:
         print(f"wrote {name}")
     return 0

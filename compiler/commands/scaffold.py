@@ -1,4 +1,4 @@
-"""`moeforge init` and `moeforge new platform|recipe`: a project of one's own, and documents to fill in.
+"""`moeforge init` and `moeforge new platform|model|recipe|sweep`: a project of one's own, and documents to fill in.
 
 The documents are generated from the JSON Schemas (each key's description, allowed values and
 default; for recipe knobs without a description, the knob table's note and megatron-core default),
@@ -264,6 +264,27 @@ def new_recipe(root: Path, model: str, platform: str) -> list[str]:
                     [f"# Recipe {model} on {platform}: moeforge check {_rel(path, root)}, then moeforge compile "
                      f"{model}/{platform}.",
                      "# A knob left out is megatron-core's default; `auto` leaves it to the solver."])
+    return _write({path: text}, root)
+
+
+def model_values(name: str) -> dict:
+    """A model's required keys, each null until the user states it (a check names each one still null)."""
+    schema = _schema("model")
+    values = {"schema": schema["properties"]["schema"]["const"], "name": name}
+    for key in schema.get("required", []):
+        node = _object_branch(schema["properties"][key], schema)
+        if node is not None:
+            values[key] = {k: None for k in node.get("required", [])}
+    return values
+
+
+def new_model(root: Path, name: str) -> list[str]:
+    _check_name(name, "model")
+    path = root / "recipes" / "models" / f"{name}.yaml"
+    text = document("model", model_values(name),
+                    [f"# Model {name}: state the required keys (null below), then moeforge check {_rel(path, root)};",
+                     f"# a recipe names it as `model: {name}`. From a Hugging Face config.json,",
+                     f"# `moeforge import config.json --name {name}` writes it with each value's source."])
     return _write({path: text}, root)
 
 
