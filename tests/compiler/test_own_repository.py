@@ -208,6 +208,9 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     script = REPO / "tests" / "data" / "import" / "qwen3_30b_a3b_h100.sh"
     assert f"wrote {user}/recipes/imported/qwen3_30b_a3b_h100-imported.yaml" in moeforge("import", str(script))
     moeforge("compile", "imported/qwen3_30b_a3b_h100-imported", "--quiet")
+    # a Hugging Face config (the wheel carries the transformers classes' defaults it reads)
+    hf = REPO / "tests" / "fidelity" / "hf_configs" / "classes" / "mixtral-8x7b.json"
+    assert f"wrote {user}/recipes/models/mixtral.yaml" in moeforge("import", str(hf), "--name", "mixtral")
     moeforge("plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16", "--top", "1",
              "--emit", "recipes/planned.yaml")
     assert "build/planned/" in moeforge("compile", "planned")
