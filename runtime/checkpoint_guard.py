@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from . import inputs
 from .errors import CheckpointMismatch
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -46,9 +47,12 @@ def latest(directory: str | None) -> tuple[int | None, Path | None]:
     tracker = Path(directory) / TRACKER
     if not tracker.is_file():
         return None, None
-    text = tracker.read_text().strip()
+    text = inputs.read_text(tracker, limit=4096, error=CheckpointMismatch).strip()
     if text == "release":
         return 0, Path(directory) / "release"
+    if not (text.isascii() and text.isdigit()):
+        raise CheckpointMismatch(f"{tracker}: {text[:40]!r} is not an iteration number (Megatron-LM writes "
+                                 f"one; remove the damaged tracker, or set checkpoint.load: none)")
     return int(text), Path(directory) / f"iter_{int(text):07d}"
 
 

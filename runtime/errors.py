@@ -115,6 +115,14 @@ def stopped(exc: BaseException, during: str) -> RuntimeFailure:
     return Stopped(f"{during}: {raised_at(exc)}{hint}")
 
 
+def internal(exc: BaseException, prog: str) -> None:
+    """The last net of an entry point: what nothing else caught is one line and exit 7 (a bug of the
+    runtime, or an input no check knows yet), never a traceback unless MOEFORGE_TRACEBACK=1 asks."""
+    if os.environ.get("MOEFORGE_TRACEBACK"):
+        traceback.print_exception(exc)
+    report_and_exit(RuntimeFailure(f"{raised_at(exc)}; MOEFORGE_TRACEBACK=1 prints the traceback"), prog)
+
+
 @contextmanager
 def stage(during: str):
     """Run a stage of building or training; anything but a RuntimeFailure leaves as ``stopped``."""

@@ -28,10 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import checkpoint_guard, cpu_support, gate, launch_env, megatron_gpt, model, realised, report
+from . import checkpoint_guard, cpu_support, gate, inputs, launch_env, megatron_gpt, model, realised, report
 from . import plan as plan_mod
 from .errors import (EXIT_SAVED_ON_SIGNAL, BackendMissing, ConfigRejected, PlanError, RealisedMismatch,
-                     RuntimeFailure, ScheduleMismatch, raised_at, report_and_exit, stage)
+                     RuntimeFailure, ScheduleMismatch, internal, raised_at, report_and_exit, stage)
 from .schedule_probe import ScheduleProbe
 from .train import apply_env, free_port, loss_func
 
@@ -50,11 +50,44 @@ def megatron_lm_argv(plan, extra: list[str]) -> list[str]:
     if not path.is_file():
         raise PlanError(f"{path} not found: runtime.megatron reads the megatron-lm.args that "
                         f"`moeforge compile` writes next to plan.json")
-    argv = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            argv += shlex.split(line)
+    with stage(f"reading {path}"):
+        argv = read_args_file(path)
     return [expand(token, f"{path.name}") for token in argv] + list(extra)
+
+
+def read_args_file(path: Path) -> list[str]:
+    """The words of an args file exactly as the compiler wrote them: each value is one shell word
+    (shlex.quote in templates/megatron-lm.args.j2), so the whole text is split at once, never line by
+    line: a quoted value may hold characters str.splitlines() ends a line at (\v, \f, \x85, U+2028,
+    ... which a YAML "\\v" or "\\L" puts into a path)."""
+    text = inputs.read_text(path)
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise PlanError(f"{path}: {exc}: not as `moeforge compile` writes it (recompile the recipe, or "
+                        f"quote the value with shell quoting)") from None
+
+
+def require_megatron_training() -> None:
+    """runtime.megatron runs Megatron-LM's pretrain(): megatron.training must import in this Python
+    (megatron-core wheels ship it from 0.17 on), checked before anything is built."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("megatron.training") is not None
+    except (ImportError, ValueError):  # no megatron package at all
+        found = False
+    if found:
+        return
+    try:
+        have = f"megatron-core {importlib.metadata.version('megatron-core')}, which has no megatron/training"
+    except importlib.metadata.PackageNotFoundError:
+        have = "no megatron-core"
+    raise BackendMissing(f"runtime.megatron runs Megatron-LM's pretrain() from megatron.training, which "
+                         f"{sys.executable} cannot import ({have}; the megatron-core wheel ships it from 0.17): "
+                         f"run it with a Python that has megatron-core >= 0.17 (make setup312 builds .venv312), "
+                         f"or set runtime.entrypoint: moeforge")
 
 
 # Logging backends Megatron-LM imports only when asked (neither is a moeforge dependency).
@@ -377,6 +410,7 @@ def main(argv=None) -> int:
     rank = os.environ.get("RANK", "0")
     try:
         plan = plan_mod.load(opts.plan)
+        require_megatron_training()
         env = apply_env(plan)
         gate.check(plan)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "MASTER_PORT" not in os.environ:
@@ -387,6 +421,8 @@ def main(argv=None) -> int:
         result = train(plan, Path(opts.out) if opts.out else plan.path.parent, extra, opts.strict, env)
     except RuntimeFailure as err:
         report_and_exit(err, prog=f"runtime.megatron[rank {rank}]")
+    except Exception as exc:  # noqa: BLE001 - one line, exit 7
+        internal(exc, prog=f"runtime.megatron[rank {rank}]")
     return EXIT_SAVED_ON_SIGNAL if result["status"] == "preempted" else 0
 
 

@@ -53,10 +53,11 @@ def dataset_config(args):
 def check_data(args, plan) -> None:
     """Before step 1: the tokenizer fits the model, each dataset was made with the plan's
     tokenizer (the PREFIX.json `moeforge data prepare` writes), and every split gets documents."""
-    import json
     from pathlib import Path
 
     from megatron.training import global_vars
+
+    from . import inputs
 
     vocab = plan.model.get("vocab_size")
     tokenizer = global_vars.get_tokenizer()
@@ -69,7 +70,9 @@ def check_data(args, plan) -> None:
         sidecar = Path(f"{prefix}.json")
         if not sidecar.is_file() or not planned.get("type"):
             continue
-        made = json.loads(sidecar.read_text()).get("tokenizer") or {}
+        meta = inputs.load_json(sidecar)
+        made = (meta.get("tokenizer") if isinstance(meta, dict) else None) or {}
+        made = made if isinstance(made, dict) else {}
         same = made.get("type") == planned["type"] and (
             planned.get("eod_id") is None or made.get("eod_id") == planned["eod_id"])
         if not same:

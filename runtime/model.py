@@ -15,7 +15,7 @@ import inspect
 
 import torch
 
-from .errors import ConfigRejected, stage
+from .errors import ConfigRejected, PlanError, stage
 from .plan import Plan
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -79,6 +79,24 @@ def split_known(values: dict, known: set, where: str) -> tuple[dict, list[str]]:
     return kwargs, sorted(ignored)
 
 
+def _means_int(annotation) -> bool:
+    """A dataclass field annotated int or Optional[int] (as a type or as a string)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    text = str(text).replace("typing.", "").replace(" ", "")
+    return text in ("int", "Optional[int]", "int|None", "None|int", "Union[int,NoneType]", "Union[int,None]")
+
+
+def check_integers(values: dict, cls, where: str) -> None:
+    """A float where megatron-core's dataclass declares an int is a bad plan (exit 2), not a crash later:
+    ``num_layers: 2.0`` would reach range() and tensor shapes as a float."""
+    for f in dataclasses.fields(cls):
+        value = values.get(f.name)
+        if isinstance(value, float) and _means_int(f.type):
+            fix = f"write {int(value)}" if value.is_integer() else "give a whole number"
+            raise PlanError(f"{where}.{f.name} = {value!r}: {cls.__name__} takes an integer here ({fix}, "
+                            f"or recompile the recipe)")
+
+
 def config_class(plan: Plan):
     """MLATransformerConfig for multi-latent attention, TransformerConfig otherwise."""
     if plan.transformer_config.get("multi_latent_attention"):
@@ -110,6 +128,7 @@ def config_kwargs(plan: Plan, runtime_overrides: dict) -> tuple[dict, list[str]]
     if "transformer_impl" in known and "transformer_impl" not in values:
         values["transformer_impl"] = plan.runtime.get("transformer_impl", "local")
     kwargs, ignored = split_known(values, known, "transformer_config")
+    check_integers(kwargs, cls, "transformer_config")
     kwargs.update({k: v for k, v in runtime_overrides.items() if k in known})
     return kwargs, ignored
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from . import inputs
 from .errors import PlanError
 
 SCHEMA_PREFIX = "moeforge/plan/v1"
@@ -69,10 +70,15 @@ class Plan:
 
 @lru_cache(maxsize=1)
 def _validator():
+    """The plan schema's validator, where an integer is a JSON integer: JSON Schema counts 4.0 as one,
+    but ``"num_microbatches": 4.0`` would reach range() and torch as a float."""
     import jsonschema
 
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    return jsonschema.validators.validator_for(schema)(schema)
+    base = jsonschema.validators.validator_for(schema)
+    strict = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=strict)(schema)
 
 
 def _where(path) -> str:
@@ -166,16 +172,10 @@ def check(raw, path: Path | str = "<plan>") -> Plan:
 
 
 def load(path: str | Path) -> Plan:
-    """Read and check ``path``; every problem is a PlanError with the file named."""
+    """Read (through the guarded reader, runtime/inputs.py) and check ``path``; every problem is a
+    PlanError with the file named."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlanError(f"cannot read {p}: {exc.strerror or exc}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    raw = inputs.load_json(p)
     try:
         return check(raw, p)
     except PlanError as exc:

@@ -23,7 +23,7 @@ import torch
 
 from . import cpu_support, data, gate, model, realised, report
 from . import plan as plan_mod
-from .errors import PlanError, RuntimeFailure, ScheduleMismatch, report_and_exit, stage
+from .errors import PlanError, RuntimeFailure, ScheduleMismatch, internal, report_and_exit, stage
 from .launch_env import rank_environment
 from .schedule_probe import ScheduleProbe
 
@@ -106,6 +106,7 @@ def build(plan):
 
     ddp_known = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
     ddp_kwargs, ddp_ignored = model.split_known(plan.section("ddp_config"), ddp_known, "ddp_config")
+    model.check_integers(ddp_kwargs, DistributedDataParallelConfig, "ddp_config")
     ddp_cfg = DistributedDataParallelConfig(**ddp_kwargs)
     wrapped = [DistributedDataParallel(config=cfg, ddp_config=ddp_cfg, module=c,
                                        disable_bucketing=i > 0) for i, c in enumerate(chunks)]
@@ -115,6 +116,7 @@ def build(plan):
                   for k, v in plan.section("optimizer").items()}
     opt_values.update(bf16=cfg.bf16, fp16=cfg.fp16, params_dtype=cfg.params_dtype)
     opt_kwargs, opt_ignored = model.split_known(opt_values, opt_known, "optimizer")
+    model.check_integers(opt_kwargs, OptimizerConfig, "optimizer")
     with cpu_support.device_scope():
         optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), wrapped)
 
@@ -275,6 +277,8 @@ def main(argv=None) -> int:
         train(plan, Path(args.out) if args.out else plan.path.parent, env)
     except RuntimeFailure as err:
         report_and_exit(err, prog=f"runtime.train[rank {os.environ.get('RANK', '0')}]")
+    except Exception as exc:  # noqa: BLE001 - one line, exit 7
+        internal(exc, prog=f"runtime.train[rank {os.environ.get('RANK', '0')}]")
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
@@ -81,12 +80,11 @@ ARG_MAP = {
 
 
 def read_args(path: Path) -> list[str]:
-    """Flags from megatron-lm.args: `#` comment lines skipped, values shell-quoted."""
-    argv = []
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            argv += shlex.split(line, comments=True)
-    return argv
+    """Flags from megatron-lm.args, read as runtime.megatron reads them (one shell-word reader)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from runtime.megatron import read_args_file
+
+    return read_args_file(Path(path))
 
 
 def gpu_facts(plan: dict) -> list[str]:
