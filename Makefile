@@ -35,9 +35,16 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2
 BRIDGE_DEPS := transformers==5.12.1 hydra-core==1.3.8 omegaconf==2.3.1 einops==0.8.2 rich==15.0.0 \
 	datasets==5.2.0 megatron-energon==7.4.1 tensorboard==2.21.0 diffusers==0.42.1 pulp==4.2.0 \
 	pyyaml==6.0.3 packaging jsonschema==4.26.0
+# The megatron-core releases whose sources tests/rules/test_messages_in_sources.py reads and no venv
+# installs (0.16.1 is .venv's, 0.19.2 .venv312's): wheels pinned by name and sha256 in WHEEL_SUMS,
+# downloaded into a cache this Makefile owns (gitignored). x86_64 CPython 3.12 wheels whatever the
+# machine: only their Python sources are read, and the checksums stay the same everywhere.
+MEGATRON_WHEELS ?= .cache/megatron-wheels
+WHEEL_SUMS := tests/rules/megatron-wheels.sha256
+MEGATRON_WHEEL_VERSIONS := $(shell awk '!/^\#/ && NF == 2 {split($$2, a, "-"); print a[2]}' $(WHEEL_SUMS))
 CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' -not -path 'recipes/sweeps/*' | sort))
 
-.PHONY: help setup setup312 demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
+.PHONY: help setup setup312 megatron-wheels demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -86,7 +93,18 @@ demo: $(STAMP) ## compile the embedded default recipe, train it on 2 CPU ranks, 
 	$(MOEFORGE) compile $(RECIPE) $(SET_ARGS)
 	$(MOEFORGE) launch --target local build/$(RECIPE)
 
-test: $(STAMP) $(FIDELITY_ENV) ## run the test suite
+$(MEGATRON_WHEELS)/.verified: $(WHEEL_SUMS) | $(STAMP)
+	mkdir -p $(MEGATRON_WHEELS)
+	for v in $(MEGATRON_WHEEL_VERSIONS); do \
+		$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+			--abi cp312 --platform manylinux_2_28_x86_64 -d $(MEGATRON_WHEELS) "megatron-core==$$v" || exit 1; \
+	done
+	grep -v '^#' $(WHEEL_SUMS) | (cd $(MEGATRON_WHEELS) && sha256sum --check --strict --quiet)
+	touch $@
+
+megatron-wheels: $(MEGATRON_WHEELS)/.verified ## cache the pinned megatron-core wheels the source-literal tests read
+
+test: $(STAMP) $(FIDELITY_ENV) $(MEGATRON_WHEELS)/.verified ## run the test suite
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -x --durations=10
 
 check: $(STAMP) ## validate and solve every recipe in recipes/

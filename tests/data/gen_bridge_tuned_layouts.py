@@ -5,7 +5,7 @@ src/megatron/bridge/perf_recipes, snapshot 2026-08-22), one row per tuned config
 no shared/, so the planner's validation test (tests/planner/test_validation.py) reads this
 fixture.  Run from the repository root:
 
-    /work/main/.venv/bin/python tests/data/gen_bridge_tuned_layouts.py [SOURCE.md]
+    .venv/bin/python tests/data/gen_bridge_tuned_layouts.py [SOURCE.md]
 """
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "bridge_tuned_layouts.json"
-SOURCE = Path("/work/shared/reference/bridge-perf-configs-subset.md")
+sys.path.insert(0, str(ROOT / "tests"))
+from shared_reference import reference  # noqa: E402
+
+SOURCE = reference("bridge-perf-configs-subset.md")
 PLATFORMS = {"h100": "h100", "b200": "b200", "gb200": "gb200-nvl72"}   # the row's gpu -> recipes/platforms/
 # The pipeline split each tuned row runs with, which the table does not list: Megatron-Bridge's
 # set_deepseek_v3_pipeline_model_parallel_layout (DeepSeek-V3: 61 layers + MTP do not split evenly)
@@ -65,6 +68,9 @@ def parse(text: str) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     source = Path(argv[0]) if argv else SOURCE
+    if source is None:
+        print("no shared/reference/bridge-perf-configs-subset.md found: give its path (or set MOEFORGE_SHARED)")
+        return 2
     rows = parse(source.read_text())
     OUT.write_text(json.dumps({"source": "shared/reference/bridge-perf-configs-subset.md (Megatron-Bridge perf "
                                          "recipes, snapshot 2026-08-22)", "rows": rows}, indent=1) + "\n")

@@ -4,7 +4,7 @@ The compiler's analytic memory model (compiler/estimate/memory.py) never imports
 parameter counts are checked (tests/compiler/test_estimate_memory.py) against what megatron-core
 really builds for every catalogue recipe, recorded here once.  Run from the repository root:
 
-    /work/main/.venv/bin/python tests/data/gen_layout_param_counts.py [--venv-root /work/main]
+    .venv/bin/python tests/data/gen_layout_param_counts.py [--venv-root DIR]
 
 It compiles every catalogue recipe (and VARIANTS) into a temporary build root (this checkout's compiler), then
 runs ``python -m runtime.dryrun PLAN... --rank 0,-1 --local-spec`` (plus a middle pipeline stage

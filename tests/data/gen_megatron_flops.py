@@ -6,7 +6,7 @@ and MFU are the numbers a Megatron-LM run logs as TFLOP/s/GPU.  The compiler nev
 megatron; this script records that function's answer once, per catalogue recipe, and
 tests/compiler/test_estimate_steptime.py checks flops.py against it.  Run from the repository root:
 
-    /work/main/.venv/bin/python tests/data/gen_megatron_flops.py [--venv-root /work/main]
+    .venv/bin/python tests/data/gen_megatron_flops.py [--venv-root DIR]
 
 It compiles every catalogue recipe with this checkout's compiler, turns each plan into its
 Megatron-LM command line (compiler/targets/megatron_args.py), parses that with Megatron-LM 0.19.2's own

@@ -6,7 +6,7 @@ compute_activation_memory_without_sp).  tests/compiler/test_memory_vs_megatron.p
 compiler's model (compiler/estimate/memory.py) with it, from this fixture, in the 3.11 venv.
 Run from the repository root under the 3.12 venv (megatron-core 0.19.2 ships megatron/training):
 
-    /work/main/.venv312/bin/python tests/data/gen_theoretical_memory.py [--build-root tests/golden]
+    .venv312/bin/python tests/data/gen_theoretical_memory.py [--build-root tests/golden]
 
 Each build directory (default: the goldens, which are the compiler's output for every catalogue
 recipe, kept current by tests/golden) holds megatron-lm.args and plan.json.  The flags are parsed

@@ -20,7 +20,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "compiler" / "data" / "megatron_fields.json"
-REFERENCE = Path("/work/shared/reference/megatron-core-moe-fields.md")
+sys.path.insert(0, str(ROOT / "tests"))
+from shared_reference import reference as shared_reference  # noqa: E402
+
+REFERENCE = shared_reference("megatron-core-moe-fields.md")
 FILES = {
     "TransformerConfig": "megatron/core/transformer/transformer_config.py",
     "ModelParallelConfig": "megatron/core/model_parallel_config.py",
@@ -57,7 +60,7 @@ def from_source(git_dir: str, tag: str) -> list[str]:
 
 
 def reference() -> list[str]:
-    if not REFERENCE.exists():
+    if REFERENCE is None:
         return []
     return sorted(set(re.findall(r"^\| \w+ \| `(\w+)` \|", REFERENCE.read_text(), re.M)))
 
