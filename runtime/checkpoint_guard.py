@@ -135,7 +135,8 @@ def pruning_after_each_save(save_checkpoint_and_time, plan, args, pruned: list):
 
 
 def guarded_load(load_checkpoint, resume: dict):
-    """Megatron-LM's load_checkpoint, with a failure to reshard a changed layout named as such."""
+    """Megatron-LM's load_checkpoint, with a failure to reshard a changed layout, or a changed schedule
+    (OptimizerParamScheduler's check), named as such with the recipe value that makes it load."""
     import functools
 
     @functools.wraps(load_checkpoint)
@@ -152,6 +153,11 @@ def guarded_load(load_checkpoint, resume: dict):
                     f"({what}) and dist_checkpointing could not reshard it: {first} (resume with the "
                     f"checkpoint's layout, or start from it with fresh optimizer state by passing "
                     f"-- --no-load-optim)") from None
+            if "OptimizerParamScheduler" in first:  # the schedule changed (e.g. train_iters raised to train longer)
+                raise CheckpointMismatch(
+                    f"the checkpoint {resume['resumed_from']} was saved with another LR/weight-decay schedule: "
+                    f"{first} (set checkpoint.scheduler: plan to go on with this plan's schedule, e.g. to train "
+                    f"longer, or checkpoint.scheduler: checkpoint to keep the checkpoint's)") from None
             raise CheckpointMismatch(f"loading {resume['resumed_from']} failed: {type(exc).__name__}: "
                                      f"{first}") from None
 

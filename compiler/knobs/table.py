@@ -9,7 +9,8 @@ from __future__ import annotations
 # AUTO, FRONTENDS, BYTE_*, IO_SECTIONS, FACTS: re-exported, the rest of the compiler reads them as K.NAME
 from compiler.knobs.row import AUTO, FRONTENDS, Knob
 from compiler.knobs.facts import ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, GPU_PRODUCTS, gpu_product  # noqa: F401
-from compiler.knobs.training_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT
+from compiler.knobs.training_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT, \
+    RESUME_SCHEDULERS
 
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
@@ -357,7 +358,7 @@ BY_PATH: dict[str, Knob] = {k.path: k for k in KNOBS if k.path}
 # training-I/O values imply (compiler.solver.inputs.derived_pins).
 COMPUTED = frozenset({"bf16", "fp16", "world_size", "data_parallel_size", "expert_data_parallel_size",
                       "moe_layer_freq", "tokenizer_vocab_size", "null_tokenizer_eod_id", "use_persistent_ckpt_worker",
-                      "exit_signal_handler", "exit_signal", "lr_warmup_fraction"})
+                      "exit_signal_handler", "exit_signal", "lr_warmup_fraction", *RESUME_SCHEDULERS.values()} - {None})
 # Defaults that depend on other values: field -> (values, recipe name) -> default. `values` holds every
 # other knob's value and the platform facts.
 DEPENDENT_DEFAULTS = {

@@ -24,6 +24,9 @@ TOKENIZERS = (None, "byte", "huggingface", "sentencepiece")
 BYTE_VOCAB, BYTE_EOD = 257, 256   # UTF-8 bytes 0..255 and one end-of-document id
 DECAY_STYLES = ("constant", "linear", "cosine", "wsd", "inverse-square-root")
 CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")
+# checkpoint.scheduler -> the Megatron-LM switch it sets (match: neither, Megatron-LM's default)
+RESUME_SCHEDULERS = {"match": None, "plan": "override_opt_param_scheduler",
+                     "checkpoint": "use_checkpoint_opt_param_scheduler"}
 SPLIT_DEFAULT = "969,30,1"
 EXIT_SIGNAL = "SIGUSR1"
 LOGS_DIR_DEFAULT = "logs/<recipe name>"
@@ -77,6 +80,16 @@ IO_KNOBS: tuple[Knob, ...] = (
     _io("ckpt_format", "checkpoint.format", "enum", "torch_dist", CKPT_FORMATS, "checkpoint", "format",
         lm="ckpt_format", bridge="checkpoint.ckpt_format",
         doc="torch_dist (the only value a recipe may give for now): sharded, reshards on load"),
+    _io("resume_scheduler", "checkpoint.scheduler", "enum", "match", tuple(RESUME_SCHEDULERS), "checkpoint",
+        "scheduler", lm=None, bridge=None,
+        doc="the LR and weight-decay schedule of a resumed run: match (Megatron-LM's default: a checkpoint saved "
+        "with another schedule, e.g. fewer train_iters, is refused), plan (this plan's schedule from the "
+        "checkpoint's iteration on: train longer), checkpoint (the schedule the checkpoint was saved with); "
+        "Megatron-LM --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler"),
+    _K("override_opt_param_scheduler", None, "bool", False, lm="override_opt_param_scheduler",
+       bridge="scheduler.override_opt_param_scheduler", doc="checkpoint.scheduler: plan (computed)"),
+    _K("use_checkpoint_opt_param_scheduler", None, "bool", False, lm="use_checkpoint_opt_param_scheduler",
+       bridge="scheduler.use_checkpoint_opt_param_scheduler", doc="checkpoint.scheduler: checkpoint (computed)"),
     _K("use_persistent_ckpt_worker", None, "bool", False, lm="use_persistent_ckpt_worker",
        bridge="checkpoint.use_persistent_ckpt_worker", doc="written with checkpoint.async (computed)"),
     _K("exit_signal_handler", None, "bool", False, lm="exit_signal_handler", bridge="train.exit_signal_handler",

@@ -113,13 +113,15 @@ def _warmup(pins: dict) -> None:
 def derived_pins(pins: dict) -> dict[str, Pin]:
     """Knobs the training-I/O values imply (knobs.COMPUTED): the tokenizer's known vocab and end-of-document
     id, and the Megatron-LM companions of checkpointing (persistent worker for async saves, the exit
-    signal handler when a checkpoint directory is set)."""
+    signal handler when a checkpoint directory is set, the scheduler switch of checkpoint.scheduler)."""
     tok = pins["tokenizer_kind"].value
     save = pins["save"].value is not None
     vocab = {None: pins["vocab_size"].value, "byte": K.BYTE_VOCAB}.get(tok)
     values = {"tokenizer_vocab_size": vocab, "null_tokenizer_eod_id": K.BYTE_EOD if tok == "byte" else None,
               "use_persistent_ckpt_worker": pins["async_save"].value is True, "exit_signal_handler": save,
-              "exit_signal": K.EXIT_SIGNAL if save else K.BY_FIELD["exit_signal"].default}
+              "exit_signal": K.EXIT_SIGNAL if save else K.BY_FIELD["exit_signal"].default,
+              **{switch: pins["resume_scheduler"].value == value for value, switch in K.RESUME_SCHEDULERS.items()
+                 if switch}}
     # "derived" (explained by the knob's doc) where the value is not the knob's own default
     return {f: Pin(v, None, "default" if v == K.BY_FIELD[f].default else "derived") for f, v in values.items()}
 

@@ -110,7 +110,8 @@ def training_io(plan: dict, mcore: int) -> dict:
     checkpoint, schedule or logging settings never stand in for the plan's. data.paths / blend / split are
     written for an indexed dataset only (dataset.data_path null otherwise: Bridge's mock data);
     data.blend is Megatron's --data-path list (W1 P1 W2 P2 ...); checkpoint.load auto is the save
-    directory, none is null; a save directory brings the exit-signal handler on the launchers' signal."""
+    directory, none is null; checkpoint.scheduler is scheduler's two switches; a save directory brings the
+    exit-signal handler on the launchers' signal."""
     index = knob_index(mcore)
     out: dict = {}
     data, ckpt = plan["data"], plan["checkpoint"]
@@ -135,6 +136,9 @@ def training_io(plan: dict, mcore: int) -> dict:
         out[index[("data", "paths")].bridge_paths[0]] = None  # Bridge's mock dataset (no blend)
     if ckpt["async"]:  # Bridge's own default is already true; stated with the async save it serves
         out.update((path, True) for path in K.knob("use_persistent_ckpt_worker").bridge_paths)
+    for value, switch in K.RESUME_SCHEDULERS.items():
+        if switch:
+            out.update((path, ckpt["scheduler"] == value) for path in K.knob(switch).bridge_paths)
     saves = ckpt["save"] is not None
     for field, value in (("exit_signal_handler", saves),
                          ("exit_signal", K.EXIT_SIGNAL if saves else K.knob("exit_signal").default)):

@@ -38,7 +38,7 @@ RUNTIME_ONLY = {"num_microbatches": "Megatron-LM derives it from the batch sizes
 # Training-I/O plan values that are not Megatron-LM arguments of their own and need no note: the tokenizer's
 # known vocab (Megatron-LM takes the model's, --vocab-size / --padded-vocab-size), the ${VAR} names, and
 # which runtime runs the plan.
-IO_QUIET = {("tokenizer", "vocab_size"), ("data", "env_vars"), ("runtime", "entrypoint")}
+IO_QUIET = {("tokenizer", "vocab_size"), ("data", "env_vars"), ("runtime", "entrypoint"), ("checkpoint", "scheduler")}
 # data.* read only for an indexed dataset
 INDEXED_ONLY = {"paths", "blend", "split"}
 
@@ -177,7 +177,8 @@ def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
 
     What is not one value to one flag: data.blend is --data-path W1 P1 W2 P2 ...; data.paths / blend / split
     are read for an indexed dataset only; checkpoint.load auto is the save directory (none: no --load);
-    checkpoint.async also needs --use-persistent-ckpt-worker (else validate_args turns it off); a save
+    checkpoint.async also needs --use-persistent-ckpt-worker (else validate_args turns it off); checkpoint.scheduler
+    is one of two switches (--override-opt_param-scheduler, --use-checkpoint-opt_param-scheduler); a save
     directory brings the exit-signal handler (the launchers forward SIGUSR1); eval.interval null is
     train_iters with --eval-iters 0 (Megatron-LM 0.19 divides by --eval-interval even without evaluation).
     """
@@ -214,6 +215,9 @@ def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
         notes.append(f"kind={json.dumps(data['kind'])}: runtime.train's generator; Megatron-LM reads --mock-data")
     if ckpt["async"]:
         put(K.knob("use_persistent_ckpt_worker"), "async", True)
+    switch = K.RESUME_SCHEDULERS[ckpt["scheduler"]]
+    if switch:
+        put(K.knob(switch), "scheduler", True)
     if ckpt["save"] is not None:
         put(K.knob("exit_signal_handler"), "save", True)
         put(K.knob("exit_signal"), "save", K.EXIT_SIGNAL)

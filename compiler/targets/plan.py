@@ -184,7 +184,7 @@ def io_sections(env: dict) -> dict[str, dict]:
     """The training-I/O sections (knobs.IO_SECTIONS): every key stated, null included, under the plan's names.
 
     runtime: {entrypoint}; data: {kind, paths, blend, split, cache_dir, env_vars}; tokenizer: {type, path,
-    vocab_size, eod_id}; checkpoint: {save, interval, load, keep_last, async, format}; schedule: {decay,
+    vocab_size, eod_id}; checkpoint: {save, interval, load, keep_last, async, format, scheduler}; schedule: {decay,
     warmup_iters, warmup_fraction, decay_iters, wsd_decay_iters}; logging: {interval, tensorboard,
     wandb_project}; eval: {interval, iters}. Paths keep ${VAR} literally (the runtime resolves them at
     launch); data.env_vars names the variables the data paths use.

@@ -28,7 +28,7 @@ REAL = ["runtime.entrypoint=megatron-lm", "platform.software.megatron_core=0.19.
 PLAN_KEYS = {
     "data": ["kind", "paths", "blend", "split", "cache_dir", "env_vars"],
     "tokenizer": ["type", "path", "vocab_size", "eod_id"],
-    "checkpoint": ["save", "interval", "load", "keep_last", "async", "format"],
+    "checkpoint": ["save", "interval", "load", "keep_last", "async", "format", "scheduler"],
     "schedule": ["decay", "warmup_iters", "warmup_fraction", "decay_iters", "wsd_decay_iters"],
     "logging": ["interval", "tensorboard", "wandb_project"],
     "eval": ["interval", "iters"],
@@ -50,7 +50,7 @@ def test_defaults_keep_the_harness_recipe_as_it_was():
                             "cache_dir": None, "env_vars": []}
     assert plan["tokenizer"] == {"type": None, "path": None, "vocab_size": 128, "eod_id": None}
     assert plan["checkpoint"] == {"save": None, "interval": None, "load": "none", "keep_last": None, "async": False,
-                                  "format": "torch_dist"}
+                                  "format": "torch_dist", "scheduler": "match"}
     assert plan["schedule"] == {"decay": "constant", "warmup_iters": 0, "warmup_fraction": None, "decay_iters": None,
                                 "wsd_decay_iters": None}
     assert plan["logging"] == {"interval": 100, "tensorboard": None, "wandb_project": None}
@@ -79,7 +79,7 @@ def test_the_real_training_case_reaches_megatron_lm_args():
                             "split": "969,30,1", "cache_dir": None, "env_vars": []}
     assert plan["tokenizer"] == {"type": "byte", "path": None, "vocab_size": 257, "eod_id": 256}
     assert plan["checkpoint"] == {"save": "/ck", "interval": 6, "load": "auto", "keep_last": None, "async": False,
-                                  "format": "torch_dist"}
+                                  "format": "torch_dist", "scheduler": "match"}
     assert args["--data-path"] == ["/d/corpus_text_document"] and args["--split"] == ["969,30,1"]
     assert "--mock-data" not in args
     assert args["--tokenizer-type"] == ["NullTokenizer"] and args["--null-tokenizer-eod-id"] == ["256"]
@@ -158,6 +158,21 @@ def test_async_checkpoints_bring_the_persistent_worker():
     plan, args, _ = compiled("qwen3-30b-a3b/h100-bf16", sets)
     assert args["--async-save"] == [] and args["--use-persistent-ckpt-worker"] == []
     assert plan["platform"]["distributed_backend"] == "nccl" and "--distributed-backend" not in args  # the default
+
+
+@pytest.mark.parametrize("scheduler, flag", [("match", None), ("plan", "--override-opt-param-scheduler"),
+                                             ("checkpoint", "--use-checkpoint-opt-param-scheduler")])
+def test_the_schedule_on_resume_is_one_of_megatron_lms_two_switches(scheduler, flag):
+    """checkpoint.scheduler (issue 42): plan trains on with the plan's schedule (a longer run), checkpoint keeps the
+    checkpoint's; match is Megatron-LM's default (neither switch: a changed schedule is refused)."""
+    plan, args, notes = compiled("tiny-moe/cpu", [*REAL, f"checkpoint.scheduler={scheduler}"])
+    assert plan["checkpoint"]["scheduler"] == scheduler
+    switches = {f for f in args if "opt-param-scheduler" in f}
+    assert switches == ({flag} if flag else set()) and not [n for n in notes if "scheduler" in n]
+    bridge = dict(bridge_overrides(plan)[0])
+    assert {k: v for k, v in bridge.items() if "opt_param_scheduler" in k} == {
+        "scheduler.override_opt_param_scheduler": json.dumps(scheduler == "plan"),
+        "scheduler.use_checkpoint_opt_param_scheduler": json.dumps(scheduler == "checkpoint")}
 
 
 def test_every_training_io_value_is_a_knob_row_with_real_megatron_names():

@@ -111,6 +111,27 @@ def test_a_checkpoint_of_another_model_shape_is_refused_naming_the_fields(tmp_pa
     assert "Traceback" not in ranks.output
 
 
+def test_training_longer_resumes_with_the_scheduler_knob(tmp_path, trained, corpus):
+    """Issue 42 item 13: raise train_iters and resume. Megatron-LM's OptimizerParamScheduler refuses the
+    checkpoint's other schedule; the refusal names checkpoint.scheduler, and with it set to plan the run goes
+    on from iteration 20 to 22 with the plan's schedule (a copy of the checkpoint: the fixture's stays)."""
+    import shutil
+
+    _, saved, first = trained
+    assert first.returncodes == [0, 0]
+    ckpt = tmp_path / "ck"
+    shutil.copytree(saved, ckpt)
+    refused = mt.run(mt.compile_tiny(tmp_path / "a", *indexed(corpus, ckpt, 22, 11)))
+    assert refused.returncodes == [EXIT_CHECKPOINT_MISMATCH] * 2, refused.output[-4000:]
+    assert "another LR/weight-decay schedule" in refused.output and "checkpoint.scheduler: plan" in refused.output
+    assert "Traceback" not in refused.output
+    longer = mt.run(mt.compile_tiny(tmp_path / "b", *indexed(corpus, ckpt, 22, 11), "checkpoint.scheduler=plan"))
+    assert longer.returncodes == [0, 0], longer.output[-4000:]
+    assert longer.report["checkpoint"]["resumed_iteration"] == 20
+    assert sorted(mt.losses(longer.report)) == [21, 22]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "22"
+
+
 def test_a_changed_layout_is_refused_with_the_field_or_resharded(tmp_path, trained, corpus):
     """EP 2 -> 1: the optimizer state cannot be resharded (refused, field named); the weights can
     (with --no-load-optim the run resumes and the report says it resharded)."""
