@@ -10,9 +10,11 @@ megatron-core's ``IndexedDatasetBuilder`` in the dtype ``DType.optimal_dtype(voc
 
 Why these choices:
 - Nothing is written under PREFIX unless the whole corpus is good and the run finished: the files
-  are built in a temporary directory beside the output (``.NAME.tmp-XXXXXX/``) and moved into
-  place with ``os.replace`` at the end (.bin, then .idx, then .json); SIGINT, SIGTERM, SIGHUP or an
-  error removes the temporaries and leaves an older dataset of the same name untouched.
+  are built in a temporary directory beside the output (``.NAME.tmp-XXXXXXXX/``) that becomes the
+  dataset's generation, published with one rename (dataset_publish.py: .bin, .idx and .json become
+  visible together or not at all); SIGINT, SIGTERM, SIGHUP or an error removes the temporaries and
+  leaves an older dataset of the same name untouched, and the next run removes what a killed one left.
+  Started by ``moeforge data prepare``, the run (and its worker pool) dies with that parent.
 - Bad lines are reported as ``INPUT:LINE: what (fix: ...)`` (the first 20, then a count) and the
   run exits 2: a silently skipped document would change the token stream without anyone knowing.
 - ``--workers N`` tokenizes batches of lines in N spawned processes and consumes the results in
@@ -36,12 +38,13 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
 
+from runtime import dataset_publish as publishing
 from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
+from runtime.launch_env import die_with_parent
 # absolute imports: spawned workers load this file as __mp_main__, outside its package
 from runtime.prepare_encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
 from runtime.prepare_tokenizers import (DataError, Missing, interpreter_name, load_tokenizer, megatron_lm_tokenizer_args,
@@ -269,14 +272,16 @@ def prepare(args, sig: _Signals) -> int:
         d = os.path.dirname(d)
     succeeded = False
     start = time.monotonic()
-    final = {ext: os.path.join(outdir, name + ext) for ext in (".bin", ".idx", ".json")}
-    bar = builder = tmp = None
+    prefix = publishing.Prefix(outdir, name)
+    bar = builder = tmp = lock = None
     try:
         sig.deferring = True  # no interruption between creating the temporaries and knowing them
         os.makedirs(outdir, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=outdir)
+        lock = publishing.lock(prefix, args.output)
+        publishing.clean_stale(prefix)  # what killed runs left: no live run owns it while we hold the lock
+        tmp = prefix.make_build_dir()
         sig.resume()
-        temps = {ext: os.path.join(tmp, "data" + ext) for ext in final}
+        temps = {ext: os.path.join(tmp, name + ext) for ext in publishing.EXTS}
         builder = builder_cls(temps[".bin"], dtype=dtype.type)
         sha = hashlib.sha256()
         docs = tokens = empty = bad_count = lines = 0
@@ -322,7 +327,7 @@ def prepare(args, sig: _Signals) -> int:
 
                 ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
                 with ctx.Pool(args.workers, initializer=init_worker,
-                              initargs=(spec, args.json_key, dtype.name, delay, True)) as pool:
+                              initargs=(spec, args.json_key, dtype.name, delay, os.getpid())) as pool:
                     bar = _progress_bar(args.progress, total, name)  # after the pool: no fork
                     pending: deque = deque()
                     for batch in read():
@@ -369,12 +374,10 @@ def prepare(args, sig: _Signals) -> int:
             json.dump(meta, f, indent=2)
             f.write("\n")
         for p in temps.values():
-            _fsync(p)
-        sig.deferring = True  # a signal now waits until the three files are in place
-        for ext in (".bin", ".idx", ".json"):
-            os.replace(temps[ext], final[ext])
+            publishing.fsync(p)
+        sig.deferring = True  # a signal now waits until the dataset is published
+        publishing.publish(prefix, tmp)  # the three files become visible together
         succeeded = True
-        _fsync_dir(outdir)
     finally:
         sig.done = True  # from here on a signal no longer interrupts: cleaning up must finish
         sig.deferring = False
@@ -384,6 +387,10 @@ def prepare(args, sig: _Signals) -> int:
             builder.data_file.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            if not succeeded and prefix.generation() is None:  # no dataset of this layout: leave no trace
+                publishing.remove(prefix.lock_path)
+            os.close(lock)
         if not succeeded:
             for d in reversed(created):
                 try:
@@ -399,22 +406,8 @@ def prepare(args, sig: _Signals) -> int:
     return 0
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        _fsync(path)
-    except OSError:  # some filesystems cannot fsync a directory; the data files are synced
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # started by `moeforge data prepare`: killing it must not leave this run going
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -93,12 +93,23 @@ def _depth_ok(value) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-def parse_json(text: str):
-    """A JSON text as Python values; InputError (or json.JSONDecodeError) for what it cannot be."""
+def parse_json(text: str, strict: bool = True):
+    """A JSON text as Python values; InputError (or json.JSONDecodeError) for what it cannot be.
+
+    ``strict`` (a file moeforge writes): numbers fit 64 bits, no NaN, at most MAX_DEPTH levels. Otherwise
+    (a corpus line, whose other keys are someone else's) only what Python itself cannot parse is refused:
+    an integer of more than 4300 digits, nesting deeper than its recursion limit."""
     try:
+        if not strict:
+            return json.loads(text)
         value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except RecursionError:
-        raise InputError(f"nested deeper than {MAX_DEPTH} levels") from None
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels" if strict
+                         else "nested deeper than Python's recursion limit") from None
+    except ValueError as exc:
+        if isinstance(exc, (json.JSONDecodeError, InputError)):
+            raise
+        raise InputError(str(exc).split(";")[0]) from None  # "Exceeds the limit (4300 digits) for integer ..."
     _depth_ok(value)
     return value
 

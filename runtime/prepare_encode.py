@@ -11,6 +11,7 @@ import json
 import signal
 import time
 
+from runtime.inputs import InputError, parse_json
 from runtime.prepare_tokenizers import load_tokenizer
 
 MAX_REPORTED = 20  # bad lines printed; the rest are counted
@@ -26,9 +27,13 @@ def reset_worker() -> None:
     _W.clear()
 
 
-def init_worker(spec, key: str, dtype_name: str, delay: float, in_pool: bool, loaded=None) -> None:
-    if in_pool:  # the parent handles Ctrl-C for everyone and terminates the pool
+def init_worker(spec, key: str, dtype_name: str, delay: float, in_pool: int | bool, loaded=None) -> None:
+    """This process's encoder; ``in_pool``: the pid of the run whose pool this worker is (else False)."""
+    if in_pool:  # the parent handles Ctrl-C for everyone and terminates the pool; its death ends us
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from runtime.launch_env import die_with_parent
+
+        die_with_parent(int(in_pool))
     try:
         import numpy
 
@@ -62,10 +67,12 @@ def _check_line(raw: bytes, key: str):
         return None, (f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
                       "re-encode the file as UTF-8")
     try:
-        obj = json.loads(line)
+        obj = parse_json(line, strict=False)
     except json.JSONDecodeError as exc:
         return None, (f"not valid JSON: {exc.msg} at column {exc.colno}",
                       f'write one JSON object per line, e.g. {{"{key}": "..."}}')
+    except InputError as exc:
+        return None, (f"not readable JSON: {exc}", "shorten or flatten the line's other values")
     if not isinstance(obj, dict):
         return None, (f"{_describe(obj)}, not a JSON object",
                       f'write each document as an object, e.g. {{"{key}": "..."}}')
