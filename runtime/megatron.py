@@ -335,6 +335,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
         else torch.device("cpu")
     losses = gathered_losses(run, device)
     peaks, peak_how = report.peak_memory_per_rank(device)
+    where = launch_env.placement()
     rank = torch.distributed.get_rank()
     times = [run.step_times[it] for it in sorted(run.step_times)]
     tokens_per_step = plan.training["global_batch_size"] * plan.training["seq_length"]
@@ -343,7 +344,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
         "status": "preempted" if saved_on_signal else "ok",
         "entrypoint": "megatron-lm",
         "plan": str(plan.path), "recipe": plan.raw.get("recipe"),
-        "world_size": torch.distributed.get_world_size(), "layout": plan.layout,
+        "world_size": torch.distributed.get_world_size(), "layout": plan.layout, "placement": where,
         "device": device.type, "cpu_stand_ins": cpu_support.active(),
         "steps": [{"step": it, "loss": loss, "grad_norm": run.grad_norms.get(it),
                    **({"time_s": run.step_times[it]} if it in run.step_times else {})}
@@ -407,6 +408,7 @@ def main(argv=None) -> int:
                         help="exit non-zero when Megatron-LM rewrites a value the plan states")
     opts = parser.parse_args(argv)
     launch_env.rank_environment()
+    report.echo(launch_env.rank_line())
     rank = os.environ.get("RANK", "0")
     try:
         plan = plan_mod.load(opts.plan)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import cpu_support, data, gate, model, realised, report
+from . import cpu_support, data, gate, launch_env, model, realised, report
 from . import plan as plan_mod
 from .errors import PlanError, RuntimeFailure, ScheduleMismatch, internal, report_and_exit, stage
 from .launch_env import rank_environment
@@ -177,6 +177,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
     cpu_support.install()
     rank, world = init_distributed(plan)
     model.init_parallel(plan)
+    where = launch_env.placement()
     seed_everything(plan.training["seed"])
     probe = ScheduleProbe()
     probe.install()
@@ -232,7 +233,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
     result = {
         "status": "ok",
         "plan": str(plan.path), "recipe": plan.raw.get("recipe"),
-        "world_size": world, "layout": plan.layout,
+        "world_size": world, "layout": plan.layout, "placement": where,
         "ep": parallel_state.get_expert_model_parallel_world_size(),
         "dp": parallel_state.get_data_parallel_world_size(),
         "device": "cuda" if torch.cuda.is_available() else "cpu",
@@ -265,11 +266,12 @@ def _float(value):
 
 
 def main(argv=None) -> int:
-    rank_environment()  # srun starts one task per rank: RANK/LOCAL_RANK/WORLD_SIZE from SLURM_* when unset
+    launch_env.rank_environment()  # srun starts one task per rank: RANK/LOCAL_RANK/WORLD_SIZE from SLURM_* when unset
     parser = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__)
     parser.add_argument("plan", help="build/<recipe>/plan.json")
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")
     args = parser.parse_args(argv)
+    report.echo(launch_env.rank_line())
     try:
         plan = plan_mod.load(args.plan)
         env = apply_env(plan)
