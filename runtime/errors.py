@@ -21,6 +21,7 @@ EXIT_SCHEDULE_MISMATCH = 6
 EXIT_INTERNAL = 7
 EXIT_CHECKPOINT_MISMATCH = 8
 EXIT_OUT_OF_MEMORY = 9
+EXIT_PEER_LOST = 10
 # Not a failure: runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
 # and stopped; launch.sbatch requeues the job on this code (75 = EX_TEMPFAIL, "try again").
 EXIT_SAVED_ON_SIGNAL = 75
@@ -64,6 +65,23 @@ class Stopped(ConfigRejected):
 class OutOfMemory(RuntimeFailure):
     exit_code = EXIT_OUT_OF_MEMORY
     kind = "out of memory"
+
+
+class PeerLost(RuntimeFailure):
+    """Another rank went away mid-collective (its process or its node died, or the network between)."""
+
+    exit_code = EXIT_PEER_LOST
+    kind = "lost another rank"
+
+
+# What torch's communication backends say when the rank at the other end is gone: gloo's TCP pairs
+# (a plain RuntimeError naming gloo/transport), NCCL's remote-exit and abort messages, c10d's store.
+PEER_LOST_SIGNS = ("gloo/transport", "Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                   "remote process exited", "NCCL communicator was aborted", "Connection refused")
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    return type(exc).__name__ == "DistNetworkError" or any(sign in str(exc) for sign in PEER_LOST_SIGNS)
 
 
 class CheckpointMismatch(RuntimeFailure):
@@ -112,6 +130,9 @@ def stopped(exc: BaseException, during: str) -> RuntimeFailure:
                            f"RECIPE prints the estimate per rank){hint}")
     if isinstance(exc, OSError):  # a full disk or an unreadable path: not megatron-core refusing the plan
         return RuntimeFailure(f"{during}: {raised_at(exc)}{hint}")
+    if _peer_lost(exc):  # a rank or node lost: not megatron-core refusing the plan either
+        return PeerLost(f"{during}: {raised_at(exc)}: a rank this one talks to stopped or became unreachable "
+                        f"(its node was lost, or it failed first: see the other ranks' logs){hint}")
     return Stopped(f"{during}: {raised_at(exc)}{hint}")
 
 

@@ -14,7 +14,7 @@ from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
 
 from runtime import gate
 from runtime import plan as plan_mod
-from runtime.errors import BackendMissing, OutOfMemory, PlanError, RuntimeFailure, Stopped, stage
+from runtime.errors import BackendMissing, OutOfMemory, PeerLost, PlanError, RuntimeFailure, Stopped, stage
 
 
 def _check(raw):
@@ -183,6 +183,12 @@ def test_what_megatron_core_raises_in_a_stage_is_one_line_with_where(monkeypatch
         with stage("training step 7"):
             _raise(OSError(28, "No space left on device"))
     assert type(caught.value) is RuntimeFailure and "No space left on device" in caught.value.message
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [10.0.0.3]:31981: "
+                        "Connection reset by peer. This is typically caused by a remote worker hanging")
+    with pytest.raises(PeerLost) as caught:  # another rank's node went away: not a refused plan
+        with stage("Megatron-LM's pretrain"):
+            _raise(gloo)
+    assert caught.value.exit_code == 10 and "its node was lost" in caught.value.message
     with pytest.raises(PlanError, match="^as it was$"):
         with stage("training step 1"):
             _raise(PlanError("as it was"))
