@@ -58,6 +58,9 @@ def summarize(report: dict) -> str:
              f"delayed wgrad: {on.get(_realised(report, 'delay_wgrad_compute'), '?')}",
              f"schedule taken: {report.get('schedule_taken', '?')} "
              f"(combined-1F1B overlap schedule ran: {on.get(report.get('overlap_schedule_ran'), '?')})"]
+    hosts = (report.get("placement") or {}).get("hosts")
+    if hosts:
+        lines.append(ranks_per_host(hosts))
     checkpoint = report.get("checkpoint") or {}
     if checkpoint.get("resumed_from"):
         lines.append(f"resumed from {checkpoint['resumed_from']}"
@@ -70,6 +73,27 @@ def summarize(report: dict) -> str:
         lines.append(f"steady-state step time: {steady['mean_s'] * 1e3:.1f} ms (steps {steady.get('window')}), "
                      f"{report.get('tokens_per_s', 0):.0f} tokens/s")
     return "\n".join(lines)
+
+
+def ranks_per_host(hosts: list[str]) -> str:
+    """'ranks per host: node1 (0-7), node2 (8-15)' from the host of each rank, in rank order."""
+    by_host: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        by_host.setdefault(host, []).append(rank)
+    parts = [f"{host} ({_spans(ranks)})" for host, ranks in by_host.items()]
+    if len(parts) > 8:
+        parts = [*parts[:4], "...", *parts[-2:], f"({len(parts)} hosts)"]
+    return "ranks per host: " + ", ".join(parts)
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out, start = [], numbers[0]
+    for prev, cur in zip(numbers, [*numbers[1:], None]):
+        if cur != prev + 1:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ",".join(out)
 
 
 def _report_stamp(build: Path) -> tuple | None:
@@ -182,6 +206,11 @@ def run_slurm(build: Path, timeout: int) -> int:
     print(f"slurm job {job} exited with {proc.returncode}")
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
+        if logs is not None and job.isdigit():  # the job's own log and each node's (launch.sbatch's names)
+            where = project.root() / logs
+            found = sorted(where.glob(f"*-{job}.*")) + sorted(where.glob(f"*-{job}-*.*"))
+            if found:
+                print("logs of the job: " + ", ".join(str(p) for p in found), file=sys.stderr)
         return proc.returncode
     return _print_report(build, before)
 

@@ -118,6 +118,9 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
                   "container_mounts": _dedupe([f"{d}:{d}" for _, d in dirs] + user_mounts),
                   "extra_args": list(launch.get("extra_sbatch_args", [])),
                   "output": sbatch_pattern(logs_dir, "%x-%j.out"), "error": sbatch_pattern(logs_dir, "%x-%j.err"),
+                  # srun's, for each node's ranks (%N: the node's name)
+                  "node_output": sbatch_pattern(logs_dir, "%x-%j-%N.out"),
+                  "node_error": sbatch_pattern(logs_dir, "%x-%j-%N.err"),
                   "exclusive": device == "cuda" if exclusive is None else bool(exclusive),
                   "segment": nvlink_segment(plan),
                   "signal": f"B:USR1@{margin}" if checkpointing else None},

@@ -127,6 +127,8 @@ BENIGN_CONTEXT: dict[str, Any] = {
         "extra_args": [],
         "output": "logs/tiny-moe-cpu/%x-%j.out",
         "error": "logs/tiny-moe-cpu/%x-%j.err",
+        "node_output": "logs/tiny-moe-cpu/%x-%j-%N.out",
+        "node_error": "logs/tiny-moe-cpu/%x-%j-%N.err",
         "exclusive": False,
         "segment": None,
         "signal": None,
@@ -213,6 +215,8 @@ def hostile_context(marker: str) -> dict[str, Any]:
         extra_args=[f"--comment={evil}", "--exclusive"],
         output=f"logs/l o'g 100%%{evil}/%x-%j.out",  # compiler/targets/emit.py doubles a % of the directory
         error=f"logs/l o'g 100%%{evil}/%x-%j.err",
+        node_output=f"logs/l o'g 100%%{evil}/%x-%j-%N.out",
+        node_error=f"logs/l o'g 100%%{evil}/%x-%j-%N.err",
     )
     ctx["k8s"].update(image=f"img{evil}", service_account=f"sa{evil}")
     ctx["k8s"]["volumes"] = [
@@ -242,14 +246,18 @@ def sbatch_sees(value: Any) -> str:
     return "".join(out)
 
 
-def expected_torchrun_argv(ctx: dict[str, Any], port: int | str | None) -> list[str]:
+def expected_torchrun_argv(ctx: dict[str, Any], port: int | str | None, node: tuple[int, str] | None = None
+                           ) -> list[str]:
     """argv after "$python" in torchrun.sh; port None: no MASTER_PORT given, torchrun --standalone
-    binds a free one."""
+    binds a free one. Several nodes: node is (NODE_RANK, MASTER_ADDR), as given to the script."""
     plan = f"{ctx['build_dir']}/{ctx['plan_file']}"
-    rendezvous = ["--standalone"] if port is None else ["--master_addr=127.0.0.1", f"--master_port={port}"]
+    if ctx["nnodes"] > 1:
+        rendezvous = [f"--node_rank={node[0]}", f"--master_addr={node[1]}", f"--master_port={port}"]
+    else:
+        rendezvous = ["--standalone"] if port is None else ["--master_addr=127.0.0.1", f"--master_port={port}"]
     return [
         "-m", "torch.distributed.run",
-        "--nnodes=1",
+        f"--nnodes={ctx['nnodes']}",
         f"--nproc_per_node={ctx['nproc_per_node']}",
         *rendezvous,
         "--max_restarts=0",
@@ -269,11 +277,15 @@ def expected_srun_argv(ctx: dict[str, Any], root: str, master_addr: str, port: i
     del master_addr, port, job_id  # one task per rank: the rendezvous is in the environment, not argv
     per_node = ctx["nproc_per_node"]
     cpus = max(1, (cpus_on_node if cpus_on_node is not None else per_node) // per_node)
-    argv = [f"--nodes={ctx['nnodes']}", f"--ntasks-per-node={per_node}", f"--cpus-per-task={cpus}"]
+    argv = [f"--nodes={ctx['nnodes']}", f"--ntasks-per-node={per_node}", f"--cpus-per-task={cpus}",
+            "--distribution=block"]
     if ctx["checkpointing"]:
         argv += ["--kill-on-bad-exit=0", f"--wait={ctx['rank_exit_grace_s']}"]
     else:
         argv += ["--kill-on-bad-exit=1"]
+    if ctx["nnodes"] > 1:  # each node's ranks in files of their own
+        argv += [f"--output={ctx['slurm']['node_output']}", f"--error={ctx['slurm']['node_error']}",
+                 "--open-mode=append"]
     slurm = ctx["slurm"]
     if slurm["container_image"] is not None:
         mounts = [f"{root}:{root}"] + [expand_env(m, env or {}) for m in slurm["container_mounts"]]

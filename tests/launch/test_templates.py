@@ -259,16 +259,27 @@ def test_shell_values_are_quoted(rendering):
 # --- torchrun.sh --------------------------------------------------------------------------------
 
 
+def on_node(context, rank: int = 1) -> dict[str, str]:
+    """What torchrun.sh of a multi-node plan needs on the node of NODE_RANK `rank` (nothing on one node)."""
+    if context["nnodes"] == 1:
+        return {}
+    return {"NODE_RANK": str(rank), "MASTER_ADDR": "node-a", "MASTER_PORT": str(FAKE_PORT)}
+
+
 def test_torchrun_sh_hands_over_argv_verbatim(rendering, context, checkout, shims, tmp_path, marker):
     root, build, paths = checkout
     bin_dir, out = shims
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = run_script(paths["torchrun.sh"], bin_dir, elsewhere, {})
+    proc = run_script(paths["torchrun.sh"], bin_dir, elsewhere, on_node(context))
     assert proc.returncode == 0, proc.stderr
     rec = rendering.recorded(out, context["python"])
-    assert rec["argv"] == rendering.expected_torchrun_argv(context, None)  # no MASTER_PORT: a free port
-    assert "free local port chosen at launch" in proc.stderr
+    if context["nnodes"] > 1:  # node rank 1 of 2: torchrun's static rendezvous on node rank 0
+        assert rec["argv"] == rendering.expected_torchrun_argv(context, FAKE_PORT, (1, "node-a"))
+        assert f"node rank 1 of {context['nnodes']}, rendezvous on node-a:{FAKE_PORT}" in proc.stderr
+    else:
+        assert rec["argv"] == rendering.expected_torchrun_argv(context, None)  # no MASTER_PORT: a free port
+        assert "free local port chosen at launch" in proc.stderr
     assert os.path.realpath(rec["cwd"]) == os.path.realpath(root)
     for var in context["env"]:
         assert rec["env"][var["name"]] == var["value"]
@@ -279,10 +290,12 @@ def test_torchrun_sh_master_port_override_and_exit_code(rendering, context, chec
     root, build, paths = checkout
     bin_dir, out = shims
     port = str(FAKE_PORT)  # handed to a recording fake: nothing listens on it
-    proc = run_script(paths["torchrun.sh"], bin_dir, tmp_path, {"MASTER_PORT": port, "SHIM_RC": "3"})
+    proc = run_script(paths["torchrun.sh"], bin_dir, tmp_path, {**on_node(context, 0), "MASTER_PORT": port,
+                                                               "SHIM_RC": "3"})
     assert proc.returncode == 3
     assert "exited with status 3" in proc.stderr
-    assert rendering.recorded(out, context["python"])["argv"] == rendering.expected_torchrun_argv(context, port)
+    node = (0, "node-a") if context["nnodes"] > 1 else None
+    assert rendering.recorded(out, context["python"])["argv"] == rendering.expected_torchrun_argv(context, port, node)
     no_injection(tmp_path, marker)
 
 
@@ -311,11 +324,34 @@ def test_torchrun_sh_finds_root_or_explains(context, checkout, shims, tmp_path):
     moved.mkdir()
     for name in ("torchrun.sh", "env.sh"):
         shutil.copy(paths[name], moved / name)
-    proc = run_script(moved / "torchrun.sh", bin_dir, tmp_path, {})
+    proc = run_script(moved / "torchrun.sh", bin_dir, tmp_path, on_node(context))
     assert proc.returncode == 2
     assert "MOEFORGE_ROOT" in proc.stderr
-    proc = run_script(moved / "torchrun.sh", bin_dir, tmp_path, {"MOEFORGE_ROOT": str(root)})
+    proc = run_script(moved / "torchrun.sh", bin_dir, tmp_path, {**on_node(context), "MOEFORGE_ROOT": str(root)})
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("given, complaint", [
+    ({}, "not set: NODE_RANK MASTER_ADDR MASTER_PORT"),
+    ({"NODE_RANK": "0", "MASTER_ADDR": "node-a"}, "not set: MASTER_PORT"),
+    ({"NODE_RANK": "2", "MASTER_ADDR": "node-a", "MASTER_PORT": "1"}, "NODE_RANK is 2: the plan spans 2 nodes, so it "
+                                                                       "must be one of 0..1"),
+    ({"NODE_RANK": "one", "MASTER_ADDR": "node-a", "MASTER_PORT": "1"}, "NODE_RANK is one"),
+])  # fmt: skip
+def test_torchrun_sh_of_several_nodes_needs_its_node_and_the_rendezvous(rendering, tmp_path, given, complaint):
+    """On several nodes torchrun.sh runs on each; without its node rank or the rendezvous it stops before
+    torchrun, saying what to set (never a one-node run of a part of the plan)."""
+    ctx = rendering.full_context()  # 2 nodes x 8
+    root = tmp_path / "repo"
+    paths = rendering.render_all(ctx, root / ctx["build_dir"])
+    (root / ctx["build_dir"] / ctx["plan_file"]).write_text("{}\n")
+    bin_dir = tmp_path / "shim-bin"
+    bin_dir.mkdir()
+    (tmp_path / "shim-out").mkdir()
+    rendering.write_shim(bin_dir / ctx["python"])
+    proc = run_script(paths["torchrun.sh"], bin_dir, root, given)
+    assert proc.returncode == 2 and complaint in proc.stderr, proc.stderr
+    assert not list((tmp_path / "shim-out").iterdir()), "torchrun ran"
 
 
 # --- launch.sbatch (run as a plain script under fake srun/scontrol) ------------------------------

@@ -62,7 +62,7 @@ def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_
     assert done.returncode == 0, done.stdout + done.stderr
     assert "exited with 0" in done.stdout and "schedule taken: combined_1f1b" in done.stdout
     assert f"slurm logs: {logs}/" in done.stdout
-    assert len(list(logs.glob("tiny-moe-cpu-*.out"))) == 1
+    assert len(list(logs.glob("tiny-moe-cpu-*.out"))) == 1  # one node: the ranks write to the job's own log
     assert json.loads((build / "report.json").read_text())["world_size"] == 2
     # a failing job's exit code comes back: a plan the runtime refuses (world size mismatch)
     plan = json.loads((build / "plan.json").read_text())

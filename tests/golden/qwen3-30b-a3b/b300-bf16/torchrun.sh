@@ -21,6 +21,7 @@ build_dir=build/qwen3-30b-a3b/b300-bf16
 plan_file=plan.json
 python_bin=python3
 runtime_module=runtime.train
+nnodes=1
 nproc_per_node=8
 
 # Logical path (no -P): a symlinked build/ must still lead back to the checkout it was called from.
@@ -59,7 +60,7 @@ got_signal=0
 # torchrun in the background and `wait`, so that a trapped signal runs its handler at once; a trapped
 # signal cuts `wait` short (status > 128) while torchrun still runs, so wait again.
 "$python_bin" -m torch.distributed.run \
-    --nnodes=1 \
+    --nnodes="$nnodes" \
     --nproc_per_node="$nproc_per_node" \
     "${rendezvous[@]}" \
     --max_restarts=0 \
