@@ -11,6 +11,9 @@ MCORE_VERSION ?= 0.16.1
 RECIPE ?= tiny-moe/cpu
 TARGET ?= local
 SET ?=
+# compile and launch: the build root (default build/ under the project root); launch runs OUT/RECIPE
+OUT ?=
+BUILD_DIR = $(or $(OUT),build)/$(RECIPE)
 MOEFORGE := PYTHONPATH=$(CURDIR) $(PY) -m compiler
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 # Second environment for the fidelity judges (tests/fidelity): Megatron-LM's own parse_args /
@@ -110,8 +113,8 @@ test: $(STAMP) $(FIDELITY_ENV) $(MEGATRON_WHEELS)/.verified ## run the test suit
 check: $(STAMP) ## validate and solve every recipe in recipes/
 	$(MOEFORGE) check recipes
 
-compile: $(STAMP) ## compile RECIPE=<id> [SET="key=value ..."] into build/<id>/
-	$(MOEFORGE) compile $(RECIPE) $(SET_ARGS)
+compile: $(STAMP) ## compile RECIPE=<id> [SET="key=value ..."] [OUT=<dir>] into build/<id>/ (OUT/<id>/)
+	$(MOEFORGE) compile $(RECIPE) $(if $(OUT),--out $(OUT)) $(SET_ARGS)
 
 compile-all: $(addprefix compile-one/,$(CATALOGUE)) ## compile every recipe in the catalogue (make -j works)
 
@@ -122,10 +125,10 @@ compile-one/%: $(STAMP)
 # launch builds .venv312 first when the compiled plan needs it (never for TARGET=print, which only
 # prints the exact commands).
 launch: compile ## launch RECIPE with TARGET=local|slurm|print (print: the exact commands, nothing run)
-	@if [[ "$(TARGET)" != print && "$$($(MOEFORGE) launch --needs-venv312 build/$(RECIPE))" == yes ]]; then \
+	@if [[ "$(TARGET)" != print && "$$($(MOEFORGE) launch --needs-venv312 $(BUILD_DIR))" == yes ]]; then \
 		$(MAKE) --no-print-directory setup312; \
 	fi
-	@$(MOEFORGE) launch --target $(TARGET) build/$(RECIPE)
+	@$(MOEFORGE) launch --target $(TARGET) $(BUILD_DIR)
 
 plan-layout: $(STAMP) ## rank layouts: MODEL=<model> PLATFORM=<platform> GPUS=<n> [SEQ=] [GBS=]
 	$(MOEFORGE) plan-layout $(MODEL) --platform $(PLATFORM) --gpus $(GPUS) $(if $(SEQ),--seq $(SEQ)) $(if $(GBS),--gbs $(GBS))

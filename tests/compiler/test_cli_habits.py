@@ -82,7 +82,8 @@ def test_launch_of_an_unknown_recipe_is_a_located_error():
 def test_make_launch_calls_moeforge_launch():
     text = (ROOT / "Makefile").read_text()
     block = text[text.index("\nlaunch:"):text.index("\nmatrix:")]
-    assert "$(MOEFORGE) launch --target $(TARGET) build/$(RECIPE)" in block
+    assert "$(MOEFORGE) launch --target $(TARGET) $(BUILD_DIR)" in block
+    assert "\nBUILD_DIR = $(or $(OUT),build)/$(RECIPE)\n" in text  # build/<recipe> unless OUT says otherwise
     assert "compiler.commands.launch" not in block
 
 
