@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# A real single-node Slurm for moeforge's tests, on this machine, without systemd or cgroups.
+# A real Slurm for moeforge's tests, on this machine, without systemd or cgroups: one node, or
+# several (MOEFORGE_SLURM_NODES=N), each in a network namespace of its own.
 #
-#   tests/slurm/cluster.sh start    install (if missing), configure, start; wait until the node is idle;
+#   tests/slurm/cluster.sh start    install (if missing), configure, start; wait until the nodes are idle;
 #                                   print `export SLURM_CONF=...` on stdout (so: eval "$(... start)")
 #   tests/slurm/cluster.sh stop     cancel all jobs, then end this cluster's daemons (slurm, munged)
+#                                   and remove its network
 #   tests/slurm/cluster.sh status   exit 0 when running and answering, 3 when stopped, 1 when half up
 #   tests/slurm/cluster.sh env      print `export SLURM_CONF=...` for eval
+#   tests/slurm/cluster.sh exec NODE CMD [ARG...]
+#                                   run CMD on NODE of a multi-node cluster (its network, its hostname)
 #
 # Needs root (the daemons, the slurm/munge users, apt-get). Debian packages: slurmctld slurmd
 # slurm-client munge (Slurm 22.05 on Debian 12). Everything a cluster writes lives in one private
@@ -15,20 +19,34 @@
 # AuthInfo=socket=... points auth/munge and cred/munge at that socket). Outside it, it may touch
 # only: packages (apt), the slurm and munge users, /etc/hosts (one line, only when the short host
 # name does not resolve), /etc/munge/munge.key (created only when missing; shared by all clusters)
-# and the lock file /run/lock/moeforge-slurm-setup.lock. A munged of the machine's (/run/munge) is
-# neither used nor touched.
+# the lock file /run/lock/moeforge-slurm-setup.lock and, multi-node, the network below (iproute2
+# installed if missing). A munged of the machine's (/run/munge) is neither used nor touched.
 #
 # Several clusters can run at once (two checkouts, two test sessions): give each its own directory
 # and its own two free ports; they then share nothing but the packages and the munge key. A lock file
 # in the directory serialises start/stop of one cluster; the machine-wide lock above serialises the
 # setup steps (apt, users, /etc/hosts, key) between clusters.
 #
+# Multi-node (MOEFORGE_SLURM_NODES=N, N >= 2): nodes node1..nodeN, each a slurmd in its own network
+# namespace and UTS namespace (its own address and hostname), all on a private /24 bridged to the
+# machine's namespace, where slurmctld listens on the subnet's .1; munge is shared through its socket
+# file. tests/slurm/cluster_net.sh builds and removes that network (names and subnet derived from the
+# private directory, so two clusters never collide) and says what it touches outside the directory:
+# network namespaces, a bridge and veths. Not Slurm's own multiple-slurmd mode, although Debian's
+# 22.05 has it (`slurmd -N NODE` takes that node's Port= and accepts nodes sharing a NodeHostname): its
+# nodes would share the machine's hostname and network, so a wrong MASTER_ADDR, a rank on the wrong node
+# or a node's death would go unseen; namespaces give each node its own, as on a cluster. The node
+# count is recorded in the private directory: stop, status and exec find it there. A running
+# slurmctld keeps the slurm.conf it was started with: `start` again only starts what is missing (a
+# killed node's slurmd).
+#
 # Stopping never kills by name: each daemon (slurmd and slurmctld, then munged) is ended through the
 # PID file it wrote in the private directory, after checking that the PID still belongs to that
 # program.
 #
 # Exit codes: 0 ok; 1 failure; 2 usage; 3 status: not running; 75 packages could not be installed
-# (no package mirror reachable); 77 not root.
+# (no package mirror reachable); 76 multi-node: this machine cannot create network namespaces or a
+# bridge; 77 not root.
 #
 # Environment (all optional):
 #   MOEFORGE_SLURM_DIR            private directory (absolute or relative to the current directory)
@@ -36,7 +54,10 @@
 #   MOEFORGE_SLURMD_PORT          default 6818 } (the tests ask the OS for free ones)
 #   MOEFORGE_SLURM_CPUS           CPUs the node advertises (default: max(nproc, 4); a node may
 #                                 advertise more than it has thanks to SlurmdParameters=config_overrides)
-#   MOEFORGE_SLURM_START_TIMEOUT  seconds to wait for the node to become idle (default 60)
+#   MOEFORGE_SLURM_START_TIMEOUT  seconds to wait for the nodes to become idle (default 60)
+#   MOEFORGE_SLURM_NODES          nodes (default 1: the machine itself; 2 or more: network namespaces)
+#   MOEFORGE_SLURM_SUBNET         multi-node: the cluster's /24 as three octets (default: one derived
+#                                 from the private directory that no interface here uses)
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -71,7 +92,6 @@ STATE_DIR="$SLURM_DIR/state"
 SPOOL_DIR="$SLURM_DIR/spool"
 LOG_DIR="$SLURM_DIR/log"
 CTLD_PIDFILE="$RUN_DIR/slurmctld.pid"
-SLURMD_PIDFILE="$RUN_DIR/slurmd.pid"
 MUNGE_DIR="$SLURM_DIR/munge"
 MUNGE_SOCKET="$MUNGE_DIR/munge.socket"
 MUNGE_PIDFILE="$MUNGE_DIR/munged.pid"
@@ -81,6 +101,7 @@ CTLD_PORT="${MOEFORGE_SLURMCTLD_PORT:-6817}"
 SLURMD_PORT="${MOEFORGE_SLURMD_PORT:-6818}"
 START_TIMEOUT="${MOEFORGE_SLURM_START_TIMEOUT:-60}"
 PACKAGES=(slurmctld slurmd slurm-client munge)
+EXIT_NO_NETNS=76
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
 die() {
@@ -89,8 +110,37 @@ die() {
 }
 
 usage() {
-    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
+}
+
+# The node count: what a started cluster recorded in its directory, else MOEFORGE_SLURM_NODES.
+NODES_FILE="$SLURM_DIR/nodes"
+NODES="${MOEFORGE_SLURM_NODES:-}"
+if [[ -z $NODES && -s $NODES_FILE ]]; then
+    read -r NODES <"$NODES_FILE" || true
+fi
+NODES="${NODES:-1}"
+[[ $NODES =~ ^[1-9][0-9]?$ ]] || die "MOEFORGE_SLURM_NODES must be a number of nodes from 1 to 99, not '$NODES'"
+MULTI=$((NODES > 1))
+NODE_NAMES=()
+if ((MULTI)); then
+    for ((i = 1; i <= NODES; i++)); do
+        NODE_NAMES+=("node$i")
+    done
+    # shellcheck source-path=SCRIPTDIR source=cluster_net.sh
+    source "$SCRIPT_DIR/cluster_net.sh"
+else
+    NODE_NAMES=("$(hostname -s)")
+fi
+
+# slurmd_pidfile NODE: where NODE's slurmd writes its PID (slurm.conf SlurmdPidFile, %n the node).
+slurmd_pidfile() {
+    if ((MULTI)); then
+        printf '%s/slurmd-%s.pid\n' "$RUN_DIR" "$1"
+    else
+        printf '%s/slurmd.pid\n' "$RUN_DIR"
+    fi
 }
 
 print_env() { printf 'export SLURM_CONF=%q\n' "$CONF"; }
@@ -159,6 +209,10 @@ stop_pids() {
 
 # --- install ------------------------------------------------------------------------------------
 
+if ((MULTI)); then
+    PACKAGES+=(iproute2)
+fi
+
 need_root() {
     if [[ $(id -u) -ne 0 ]]; then
         log "error: must run as root (daemons, users, apt-get)"
@@ -171,6 +225,9 @@ packages_present() {
     for f in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/sinfo /usr/sbin/munged /usr/bin/munge; do
         [[ -x $f ]] || return 1
     done
+    if ((MULTI)); then
+        command -v ip >/dev/null || return 1
+    fi
 }
 
 install_packages() {
@@ -228,14 +285,16 @@ ensure_munge_key() {
 }
 
 # setup: the steps that change the machine, not the private directory. Under a machine-wide lock
-# so that two clusters starting at once do not race (two apt-get, two useradd, two /etc/hosts lines).
+# so that two clusters starting at once do not race (two apt-get, two useradd, two /etc/hosts lines,
+# two networks choosing one subnet).
 setup() {
     exec 8>"$SETUP_LOCK"
     flock -w 600 8 || die "another cluster.sh holds $SETUP_LOCK"
     install_packages
     ensure_users
-    ensure_hostname_resolves
+    ((MULTI)) || ensure_hostname_resolves
     ensure_munge_key
+    ((!MULTI)) || net_up
     exec 8>&-
 }
 
@@ -264,21 +323,46 @@ start_munge() {
 
 # --- slurm --------------------------------------------------------------------------------------
 
-node_name() { hostname -s; }
+# node_lines: slurm.conf's node and partition lines (and where each slurmd keeps its files).
+node_lines() {
+    local cpus=$1 mem_mb=$2 node
+    if ((!MULTI)); then
+        cat <<LINES
+SlurmdSpoolDir=$SPOOL_DIR
+SlurmdPidFile=$(slurmd_pidfile "${NODE_NAMES[0]}")
+SlurmdLogFile=$LOG_DIR/slurmd.log
+NodeName=${NODE_NAMES[0]} NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=${NODE_NAMES[0]} Default=YES MaxTime=INFINITE State=UP
+LINES
+        return
+    fi
+    # %n: the node name, for the slurmd of each node
+    printf 'SlurmdSpoolDir=%s/%%n\nSlurmdPidFile=%s/slurmd-%%n.pid\nSlurmdLogFile=%s/slurmd-%%n.log\n' \
+        "$SPOOL_DIR" "$RUN_DIR" "$LOG_DIR"
+    for node in "${NODE_NAMES[@]}"; do
+        printf 'NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%s RealMemory=%s State=UNKNOWN\n' \
+            "$node" "$(node_addr "$node")" "$node" "$cpus" "$mem_mb"
+    done
+    printf 'PartitionName=debug Nodes=node[1-%s] Default=YES MaxTime=INFINITE State=UP\n' "$NODES"
+}
 
 write_config() {
-    local host cpus mem_mb tmp
-    host="$(node_name)"
+    local cpus mem_mb tmp ctld_host=localhost kind="a single-node test cluster"
     cpus="${MOEFORGE_SLURM_CPUS:-$(nproc)}"
     if [[ -z ${MOEFORGE_SLURM_CPUS:-} ]] && ((cpus < 4)); then
         cpus=4
     fi
     mem_mb="$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)"
+    if ((MULTI)); then
+        # "localhost" makes slurmctld take itself for the controller; everyone reaches it at the address
+        ctld_host="localhost($(controller_addr))"
+        kind="a test cluster of $NODES nodes, each in its own network namespace"
+    fi
     tmp="$CONF.tmp.$$"
-    cat >"$tmp" <<EOF
-# Written by tests/slurm/cluster.sh: a single-node test cluster. Regenerated on every start.
+    cat >"$tmp" <<CONF
+# Written by tests/slurm/cluster.sh: $kind. Regenerated on every start.
 ClusterName=moeforge-test
-SlurmctldHost=localhost
+SlurmctldHost=$ctld_host
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=slurm
@@ -304,14 +388,10 @@ KillWait=5
 MinJobAge=300
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 StateSaveLocation=$STATE_DIR
-SlurmdSpoolDir=$SPOOL_DIR
 SlurmctldPidFile=$CTLD_PIDFILE
-SlurmdPidFile=$SLURMD_PIDFILE
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
-EOF
+$(node_lines "$cpus" "$mem_mb")
+CONF
     chmod 0644 "$tmp"
     mv -f -- "$tmp" "$CONF"
 }
@@ -325,6 +405,12 @@ prepare_dirs() {
     mkdir -p -- "$SLURM_DIR"
     chmod 0755 "$SLURM_DIR"
     install -d -m 0755 "$SPOOL_DIR"
+    if ((MULTI)); then
+        local node
+        for node in "${NODE_NAMES[@]}"; do
+            install -d -m 0755 "$SPOOL_DIR/$node"
+        done
+    fi
     install -d -o slurm -g slurm -m 0755 "$RUN_DIR" "$STATE_DIR" "$LOG_DIR"
     # munged checks its directory: owned by munge, writable by no one else, enterable by clients.
     install -d -o munge -g munge -m 0755 "$MUNGE_DIR"
@@ -336,17 +422,17 @@ prepare_dirs() {
 
 show_logs() {
     local f
-    for f in "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log"; do
+    for f in "$LOG_DIR"/slurmctld.log "$LOG_DIR"/slurmd*.log; do
         [[ -s $f ]] || continue
         log "--- last lines of $f"
         tail -n 15 "$f" >&2 || true
     done
 }
 
-# node_state: the node's state as sinfo prints it (idle, mixed, allocated, down*, ...); empty if no answer.
+# node_state NODE: the node's state as sinfo prints it (idle, mixed, allocated, down*, ...); empty if no answer.
 node_state() {
     local out
-    out="$(sinfo -h -N -n "$(node_name)" -o %T 2>/dev/null)" || out=""
+    out="$(sinfo -h -N -n "$1" -o %T 2>/dev/null)" || out=""
     printf '%s\n' "${out%%$'\n'*}"
 }
 
@@ -360,43 +446,57 @@ wait_for_pidfile() {
     die "$name did not start (no live PID in $pidfile)"
 }
 
+# all_slurmds_running: every node's slurmd is alive.
+all_slurmds_running() {
+    local node
+    for node in "${NODE_NAMES[@]}"; do
+        running "$(slurmd_pidfile "$node")" slurmd || return 1
+    done
+}
+
 wait_until_idle() {
-    local deadline=$((SECONDS + START_TIMEOUT)) state resumed=0
+    local deadline=$((SECONDS + START_TIMEOUT)) state node waiting
+    local -A resumed=()
     while :; do
-        state="$(node_state)"
-        case $state in
-        idle | mixed | allocated | completing) return 0 ;;
-        down | down~ | drained | draining | drain)
-            # ReturnToService=2 usually brings it back on registration; nudge it once if not.
-            if ((!resumed)); then
-                scontrol update nodename="$(node_name)" state=resume >/dev/null 2>&1 || true
-                resumed=1
-            fi
-            ;;
-        esac
+        waiting=""
+        for node in "${NODE_NAMES[@]}"; do
+            state="$(node_state "$node")"
+            case $state in
+            idle | mixed | allocated | completing) continue ;;
+            down | down~ | down\* | drained | draining | drain)
+                # ReturnToService=2 usually brings it back on registration; nudge it once if not.
+                if [[ -z ${resumed[$node]:-} ]]; then
+                    scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+                    resumed[$node]=1
+                fi
+                ;;
+            esac
+            waiting+=" $node (${state:-no answer})"
+            running "$(slurmd_pidfile "$node")" slurmd || {
+                show_logs
+                die "slurmd of $node exited"
+            }
+        done
+        [[ -z $waiting ]] && return 0
         running "$CTLD_PIDFILE" slurmctld || {
             show_logs
             die "slurmctld exited"
         }
-        running "$SLURMD_PIDFILE" slurmd || {
-            show_logs
-            die "slurmd exited"
-        }
         if ((SECONDS >= deadline)); then
             show_logs
-            die "node not idle after ${START_TIMEOUT}s (state: '${state:-no answer}')"
+            die "not idle after ${START_TIMEOUT}s:$waiting"
         fi
         sleep 0.2
     done
 }
 
-# End-to-end probe after a fresh start: a batch job whose one step must run and succeed. It also
-# covers slurmctld's first seconds, in which it does not yet schedule batch jobs: a caller's first
-# `sbatch --wait` would otherwise miss its first poll (2 s) and report only at the next (10 s).
+# End-to-end probe after a fresh start: a batch job whose one step must run and succeed on every
+# node. It also covers slurmctld's first seconds, in which it does not yet schedule batch jobs: a
+# caller's first `sbatch --wait` would otherwise miss its first poll (2 s) and report only at the next (10 s).
 probe_job() {
     local job state i
     job="$(sbatch --parsable --job-name=cluster.sh-probe --time=1 --output=/dev/null \
-        --wrap='srun --ntasks=1 true' 9>&-)" || {
+        --nodes="$NODES" --ntasks-per-node=1 --wrap='srun true' 9>&-)" || {
         show_logs
         die "the probe job was refused"
     }
@@ -414,12 +514,39 @@ probe_job() {
     fi
 }
 
+# start_slurmd NODE: the node's slurmd (multi-node: on the node, in its namespaces).
+start_slurmd() {
+    local node=$1 pidfile
+    pidfile="$(slurmd_pidfile "$node")"
+    rm -f -- "$pidfile"
+    if ((MULTI)); then
+        log "starting slurmd of $node ($(node_addr "$node"))"
+        on_node "$node" slurmd -f "$CONF" -N "$node" 9>&- || {
+            show_logs
+            die "slurmd of $node failed to start"
+        }
+    else
+        log "starting slurmd"
+        slurmd -f "$CONF" 9>&- || {
+            show_logs
+            die "slurmd failed to start"
+        }
+    fi
+    wait_for_pidfile "$pidfile" slurmd
+}
+
 cmd_start() {
     need_root
     mkdir -p -- "$SLURM_DIR"
     # fd 9 holds the lock; daemons are started with 9>&- so they do not inherit it.
     exec 9>"$SLURM_DIR/.lock"
     flock -w 300 9 || die "another cluster.sh holds $SLURM_DIR/.lock"
+    local recorded=""
+    [[ -s $NODES_FILE ]] && read -r recorded <"$NODES_FILE"
+    if [[ -n $recorded && $recorded != "$NODES" ]] && running "$CTLD_PIDFILE" slurmctld; then
+        die "this cluster runs $recorded node(s), not $NODES: stop it first"
+    fi
+    printf '%s\n' "$NODES" >"$NODES_FILE"
     install -d -m 0755 "$LOG_DIR"
     [[ $CTLD_PORT =~ ^[0-9]+$ && $SLURMD_PORT =~ ^[0-9]+$ && $CTLD_PORT != "$SLURMD_PORT" ]] ||
         die "MOEFORGE_SLURMCTLD_PORT and MOEFORGE_SLURMD_PORT must be two different port numbers"
@@ -427,13 +554,13 @@ cmd_start() {
     prepare_dirs
     start_munge
     export SLURM_CONF="$CONF"
-    local fresh=0
-    if running "$CTLD_PIDFILE" slurmctld && running "$SLURMD_PIDFILE" slurmd; then
+    local fresh=0 node
+    if running "$CTLD_PIDFILE" slurmctld && all_slurmds_running; then
         log "already running ($SLURM_DIR)"
     else
         fresh=1
-        write_config
         if ! running "$CTLD_PIDFILE" slurmctld; then
+            write_config # a running slurmctld keeps the configuration it was started with
             rm -f -- "$CTLD_PIDFILE"
             log "starting slurmctld"
             # -i: ignore unreadable state left by an earlier, killed run
@@ -443,21 +570,15 @@ cmd_start() {
             }
             wait_for_pidfile "$CTLD_PIDFILE" slurmctld
         fi
-        if ! running "$SLURMD_PIDFILE" slurmd; then
-            rm -f -- "$SLURMD_PIDFILE"
-            log "starting slurmd"
-            slurmd -f "$CONF" 9>&- || {
-                show_logs
-                die "slurmd failed to start"
-            }
-            wait_for_pidfile "$SLURMD_PIDFILE" slurmd
-        fi
+        for node in "${NODE_NAMES[@]}"; do
+            running "$(slurmd_pidfile "$node")" slurmd || start_slurmd "$node"
+        done
     fi
     wait_until_idle
     if ((fresh)); then
         probe_job
     fi
-    log "node $(node_name) is up; ${SECONDS}s"
+    log "$( ((MULTI)) && printf 'nodes %s are' "${NODE_NAMES[*]}" || printf 'node %s is' "${NODE_NAMES[0]}") up; ${SECONDS}s"
     print_env
 }
 
@@ -485,42 +606,77 @@ cmd_stop() {
     if running "$CTLD_PIDFILE" slurmctld; then
         cancel_jobs
     fi
-    local -a daemons=()
-    local pid
-    pid="$(read_pid "$SLURMD_PIDFILE")" && daemons+=("$pid" slurmd)
+    local -a daemons=() pidfiles=()
+    local pid node
+    for node in "${NODE_NAMES[@]}"; do
+        pidfiles+=("$(slurmd_pidfile "$node")")
+        pid="$(read_pid "${pidfiles[-1]}")" && daemons+=("$pid" slurmd)
+    done
     pid="$(read_pid "$CTLD_PIDFILE")" && daemons+=("$pid" slurmctld)
     ((${#daemons[@]} == 0)) || stop_pids "${daemons[@]}"
     # munged last: the Slurm daemons authenticate through it until they are gone.
     if pid="$(read_pid "$MUNGE_PIDFILE")"; then
         stop_pids "$pid" munged
     fi
-    rm -f -- "$SLURMD_PIDFILE" "$CTLD_PIDFILE" "$MUNGE_PIDFILE"
+    rm -f -- "${pidfiles[@]}" "$CTLD_PIDFILE" "$MUNGE_PIDFILE"
+    if ((MULTI)); then
+        exec 8>"$SETUP_LOCK"
+        flock -w 600 8 || die "another cluster.sh holds $SETUP_LOCK"
+        net_down
+        exec 8>&-
+    fi
+    rm -f -- "$NODES_FILE"
     log "stopped ($SLURM_DIR)"
 }
 
 cmd_status() {
-    local ctld=stopped slurmd=stopped state
+    local ctld=stopped slurmds=0 node pidfile state answered=1
     running "$CTLD_PIDFILE" slurmctld && ctld="running (pid $(read_pid "$CTLD_PIDFILE"))"
-    running "$SLURMD_PIDFILE" slurmd && slurmd="running (pid $(read_pid "$SLURMD_PIDFILE"))"
-    printf 'dir:       %s\nslurmctld: %s\nslurmd:    %s\n' "$SLURM_DIR" "$ctld" "$slurmd"
+    printf 'dir:       %s\nslurmctld: %s\n' "$SLURM_DIR" "$ctld"
+    for node in "${NODE_NAMES[@]}"; do
+        pidfile="$(slurmd_pidfile "$node")"
+        if running "$pidfile" slurmd; then
+            slurmds=$((slurmds + 1))
+            printf 'slurmd:    running (pid %s)%s\n' "$(read_pid "$pidfile")" "$( ((MULTI)) && printf ' on %s' "$node")"
+        else
+            printf 'slurmd:    stopped%s\n' "$( ((MULTI)) && printf ' on %s' "$node")"
+        fi
+    done
     if running "$MUNGE_PIDFILE" munged; then
         printf 'munged:    running (pid %s, %s)\n' "$(read_pid "$MUNGE_PIDFILE")" "$MUNGE_SOCKET"
     else
         printf 'munged:    stopped\n'
     fi
-    if [[ $ctld == stopped && $slurmd == stopped ]]; then
+    if [[ $ctld == stopped ]] && ((slurmds == 0)); then
         return 3
     fi
-    if [[ $ctld == stopped || $slurmd == stopped ]]; then
+    if [[ $ctld == stopped ]] || ((slurmds < NODES)); then
         return 1
     fi
     export SLURM_CONF="$CONF"
-    state="$(node_state)"
-    printf 'node:      %s %s\n' "$(node_name)" "${state:-(no answer)}"
-    [[ -n $state ]] || return 1
+    for node in "${NODE_NAMES[@]}"; do
+        state="$(node_state "$node")"
+        printf 'node:      %s %s\n' "$node" "${state:-(no answer)}"
+        [[ -n $state ]] || answered=0
+    done
+    ((answered))
+}
+
+cmd_exec() {
+    (($# >= 2)) || usage
+    ((MULTI)) || die "exec runs a command on a node of a multi-node cluster (MOEFORGE_SLURM_NODES >= 2)"
+    on_node "$@"
 }
 
 main() {
+    (($# >= 1)) || usage
+    case $1 in
+    exec)
+        shift
+        cmd_exec "$@"
+        return
+        ;;
+    esac
     (($# == 1)) || usage
     case $1 in
     start) cmd_start ;;

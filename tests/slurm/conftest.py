@@ -1,4 +1,5 @@
-"""A real single-node Slurm for the tests marked `slurm` (tests/slurm/cluster.sh does the work).
+"""A real Slurm for the tests marked `slurm` (tests/slurm/cluster.sh does the work): one node, and a
+cluster of two nodes in network namespaces for the multi-node launches.
 
 Use:
 
@@ -16,8 +17,13 @@ srun or scontrol you run yourself), and at the end of the session stops it and r
 whether tests failed or not. Its own private directory (/var/tmp/moeforge-slurm-*), its own two free
 ports and its own munged: two sessions at once (two checkouts, CI beside another job) never meet.
 
-Skips, with the reason, only when not root or when the packages cannot be installed (no Debian
-mirror reachable); any other failure to start is a test error showing cluster.sh's output.
+`multinode_cluster` (session scope, started on first use: about 4 s with the packages installed) is
+the same with MOEFORGE_SLURM_NODES=2: nodes node1 and node2, each a slurmd in its own network
+namespace with its own hostname and address; `.on_node(node, *argv)` gives the command line that runs
+argv on a node, `.start_again()` restarts what a test killed.
+
+Skips, with the reason, only when not root, when the packages cannot be installed (no Debian
+mirror reachable) or, for the two-node cluster, when the machine allows no network namespaces; any other failure to start is a test error showing cluster.sh's output.
 Job output goes to <cluster dir>/jobs/slurm-<id>.out unless the caller passes --output.
 submit_and_wait polls `scontrol show job` by default; wait="sbatch" uses `sbatch --wait`, which
 looks at the job 2 s after submission, then 8 s later, then less and less often.
@@ -59,6 +65,14 @@ def slurm_cluster():
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def multinode_cluster():
+    """This session's own two-node cluster (slurm_lib.private_cluster(nodes=2)), stopped, its network
+    and directory removed at the end."""
+    with lib.private_cluster(nodes=2) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def submit_and_wait(slurm_cluster):
     """submit_and_wait(script, timeout, *, args=(), cwd=None, env=None, wait="poll") -> (exit_code, job_id).
@@ -67,7 +81,7 @@ def submit_and_wait(slurm_cluster):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that uses the cluster is a `slurm` test, marked or not (so -m "not slurm" leaves it out)."""
+    """A test that uses a cluster is a `slurm` test, marked or not (so -m "not slurm" leaves it out)."""
     for item in items:
-        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+        if {"slurm_cluster", "multinode_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slurm)

