@@ -1,4 +1,5 @@
-"""The compiled tiny recipe's launch.sbatch, submitted to a real single-node Slurm."""
+"""The compiled tiny recipe's launch.sbatch, submitted to a real single-node Slurm. (Megatron-LM's loop under
+Slurm, USR1 -> save -> requeue -> resume, runs on two nodes: test_multinode_launch.py.)"""
 import json
 import os
 import subprocess
@@ -72,67 +73,3 @@ def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_
     done = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", "--timeout", "600",
                            str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
     assert done.returncode != 0 and "exited with 0" not in done.stdout
-
-
-VENV312 = Path(os.environ.get("MOEFORGE_VENV312", ROOT / ".venv312"))
-
-
-@pytest.mark.skipif(not (VENV312 / ".installed").exists(),
-                    reason=".venv312 is not built (`make setup312`): runtime.megatron needs megatron/training")
-def test_megatron_lm_job_saves_on_usr1_is_requeued_and_resumes(slurm_lib, slurm_cluster, tmp_path):
-    """Megatron-LM's loop under srun, one task per rank (runtime.megatron maps SLURM_PROCID/LOCALID/NTASKS
-    to RANK/LOCAL_RANK/WORLD_SIZE): USR1 to the batch shell (what
-    --signal=B:USR1@<margin> does before the time limit) reaches both ranks through srun, they save and
-    exit 75, the script requeues the job, and the requeued run (same job id) resumes from the checkpoint."""
-    import re
-
-    out, logs, ckpt = tmp_path / "build", tmp_path / "logs", tmp_path / "ck pt"
-    sets = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm", f"checkpoint.save={ckpt}",
-            "checkpoint.interval=100000", "training.train_iters=400", f"launch.logs_dir={logs}",
-            "launch.time=00:10:00"]
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
-                           *[a for s in sets for a in ("--set", s)]],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    build = out / "tiny-moe" / "cpu"
-    logs.mkdir()
-    env = dict(slurm_cluster.env)
-    env.update(PATH=f"{VENV312 / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", MOEFORGE_ROOT=str(ROOT),
-               PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
-               MASTER_PORT=free_master_port(slurm_lib))
-    submitted = subprocess.run(["sbatch", "--parsable", str(build / "launch.sbatch")], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=60)
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
-    out_log, err_log = logs / f"tiny-moe-cpu-{job}.out", logs / f"tiny-moe-cpu-{job}.err"
-
-    def text() -> str:
-        return "".join(p.read_text(errors="replace") for p in (out_log, err_log) if p.exists())
-
-    try:
-        def training_started():
-            info = slurm_cluster.job_info(job, check=False)
-            assert info.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}, (info, text()[-4000:])
-            return re.search(r"iteration\s+\d+/\s*400", text())
-
-        slurm_lib.wait_until(training_started, 600, lambda: text()[-4000:])
-        sent = slurm_cluster.run("scancel", "--signal=USR1", "--batch", job)
-        assert sent.returncode == 0, sent.stderr
-
-        def finished():
-            info = slurm_cluster.job_info(job, check=False)
-            return info if info.get("JobState") in slurm_lib.FINAL_STATES else None
-
-        info = slurm_lib.wait_until(finished, 900, lambda: (slurm_cluster.job_info(job, check=False),
-                                                            text()[-4000:]), every_s=1)
-    finally:
-        slurm_cluster.run("scancel", job)
-    log = text()
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log[-4000:])
-    assert info["Restarts"] == "1", info
-    assert f"requeueing job {job}" in log and log.count("launch.sbatch: job") == 2
-    report = json.loads((build / "report.json").read_text())
-    assert report["status"] == "ok" and report["world_size"] == 2
-    assert report["checkpoint"].get("resumed_from"), report["checkpoint"]
-    steps = [s["step"] for s in report["steps"]]
-    assert steps and min(steps) > 1 and max(steps) == 400, (steps[:3], steps[-3:])  # resumed, then finished
