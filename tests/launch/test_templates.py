@@ -6,8 +6,9 @@ What is proven here, without Slurm or Kubernetes:
   environment and working directory) hands every recipe string over verbatim as one argument,
   and nothing in a recipe string is ever executed (no marker file appears);
 - the #SBATCH header, read the way sbatch reads it, holds exactly the intended options;
-- pytorchjob.yaml is one YAML document that validates against schemas/pytorchjob.json, and its
-  strings survive YAML parsing and Kubernetes' $(VAR) expansion unchanged.
+- pytorchjob.yaml is one YAML document that validates against the training-operator's PyTorchJob CRD
+  schema and schemas/pytorchjob.json (tests/launch/pytorchjob_schema.py), and its strings survive YAML
+  parsing and Kubernetes' $(VAR) expansion unchanged.
 tests/slurm/test_launch_on_slurm.py submits the rendered launch.sbatch to a real Slurm.
 """
 
@@ -21,7 +22,6 @@ import sys
 from pathlib import Path
 
 import jinja2
-import jsonschema
 import pytest
 import yaml
 
@@ -624,10 +624,9 @@ def test_env_sh_hostile_name_fails_without_running_anything(rendering, tmp_path,
 
 
 @pytest.fixture(scope="session")
-def pytorchjob_validator(rendering):
-    schema = json.loads((rendering.SCHEMAS / "pytorchjob.json").read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+def pytorchjob_validator(pytorchjob_schema):
+    """The CRD's schema and schemas/pytorchjob.json together (tests/launch/pytorchjob_schema.py)."""
+    return pytorchjob_schema.validator()
 
 
 def schema_errors(validator, doc):
