@@ -299,18 +299,24 @@ def test_torchrun_sh_master_port_override_and_exit_code(rendering, context, chec
     no_injection(tmp_path, marker)
 
 
-def test_torchrun_sh_hostile_interpreter_name_is_not_run_by_shell(rendering, tmp_path, marker):
-    """The interpreter itself may carry metacharacters: it must be looked up as one word."""
-    ctx = rendering.benign_context()
-    ctx["python"] = "py thon'\"$(touch pwned-1)`touch pwned-2`;touch pwned-3\nx"
+def rendered_with_fake_python(rendering, ctx, tmp_path: Path) -> tuple[Path, dict[str, Path], Path]:
+    """ctx rendered into tmp_path/repo (an empty plan file beside), a recording fake of its interpreter in
+    tmp_path/shim-bin (recording into tmp_path/shim-out): (root, rendered paths, bin dir)."""
     root = tmp_path / "repo"
-    build = root / ctx["build_dir"]
-    paths = rendering.render_all(ctx, build)
-    (build / ctx["plan_file"]).write_text("{}\n")
+    paths = rendering.render_all(ctx, root / ctx["build_dir"])
+    (root / ctx["build_dir"] / ctx["plan_file"]).write_text("{}\n")
     bin_dir = tmp_path / "shim-bin"
     bin_dir.mkdir()
     (tmp_path / "shim-out").mkdir()
     rendering.write_shim(bin_dir / ctx["python"])
+    return root, paths, bin_dir
+
+
+def test_torchrun_sh_hostile_interpreter_name_is_not_run_by_shell(rendering, tmp_path, marker):
+    """The interpreter itself may carry metacharacters: it must be looked up as one word."""
+    ctx = rendering.benign_context()
+    ctx["python"] = "py thon'\"$(touch pwned-1)`touch pwned-2`;touch pwned-3\nx"
+    root, paths, bin_dir = rendered_with_fake_python(rendering, ctx, tmp_path)
     proc = run_script(paths["torchrun.sh"], bin_dir, root, {})
     assert proc.returncode == 0, proc.stderr
     assert rendering.recorded(tmp_path / "shim-out", ctx["python"])["argv"][:2] == ["-m", "torch.distributed.run"]
@@ -341,14 +347,7 @@ def test_torchrun_sh_finds_root_or_explains(context, checkout, shims, tmp_path):
 def test_torchrun_sh_of_several_nodes_needs_its_node_and_the_rendezvous(rendering, tmp_path, given, complaint):
     """On several nodes torchrun.sh runs on each; without its node rank or the rendezvous it stops before
     torchrun, saying what to set (never a one-node run of a part of the plan)."""
-    ctx = rendering.full_context()  # 2 nodes x 8
-    root = tmp_path / "repo"
-    paths = rendering.render_all(ctx, root / ctx["build_dir"])
-    (root / ctx["build_dir"] / ctx["plan_file"]).write_text("{}\n")
-    bin_dir = tmp_path / "shim-bin"
-    bin_dir.mkdir()
-    (tmp_path / "shim-out").mkdir()
-    rendering.write_shim(bin_dir / ctx["python"])
+    root, paths, bin_dir = rendered_with_fake_python(rendering, rendering.full_context(), tmp_path)  # 2 nodes x 8
     proc = run_script(paths["torchrun.sh"], bin_dir, root, given)
     assert proc.returncode == 2 and complaint in proc.stderr, proc.stderr
     assert not list((tmp_path / "shim-out").iterdir()), "torchrun ran"
