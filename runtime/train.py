@@ -24,7 +24,6 @@ import torch
 from . import cpu_support, data, gate, launch_env, model, realised, report
 from . import plan as plan_mod
 from .errors import PlanError, RuntimeFailure, ScheduleMismatch, internal, report_and_exit, stage
-from .launch_env import rank_environment
 from .schedule_probe import ScheduleProbe
 
 

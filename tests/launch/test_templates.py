@@ -14,7 +14,6 @@ tests/slurm/test_launch_on_slurm.py submits the rendered launch.sbatch to a real
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
