@@ -4,7 +4,8 @@ The model (docs/layout-model.md writes it out with every assumption):
 
   compute     executed FLOPs of the busiest pipeline stage (flops.py, plus recomputed forward
               passes) / (platform peak x achievable fraction); expert GEMMs slower by their
-              roofline, the output layer at its own fraction of peak (steptime_terms.py)
+              roofline, the output layer at its own fraction of peak (steptime_terms.py); the
+              busiest stage is the one these prices make slowest (compute_weight)
   tp/cp/ep    bytes per GPU over the group's link (comm.py); what an overlap hides is subtracted
   pp_bubble   (p-1)/(v*m) x the stage's per-step busy time (Narayanan et al. 2021, arXiv:2104.04473)
   pp_p2p      activations and their gradients between stages, unless overlapped
@@ -25,7 +26,8 @@ from compiler.estimate import comm
 from compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
 from compiler.estimate.activations import heads
 from compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
-from compiler.estimate.steptime_terms import assemble
+from compiler.estimate.steptime_constants import OUTPUT_LAYER_FRACTION
+from compiler.estimate.steptime_terms import assemble, expert_gemm_efficiency
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
 DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
@@ -141,17 +143,36 @@ def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
     return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
 
 
-def _busiest_stage(plan: dict, lay: Layout) -> tuple[int, dict]:
-    stages = [(r, _stage(plan, lay, r)) for r in range(lay.pp)]
-    return max(stages, key=lambda s: sum(s[1]["flops"].values()))
+def compute_weight(flops: dict, perf: dict, grouped: float = 1.0) -> float:
+    """Seconds x peak FLOP/s of a stage's per-token FLOPs, as the compute item prices them: the output
+    layer and MTP at OUTPUT_LAYER_FRACTION of peak, the expert GEMMs at the achievable fraction x their
+    roofline factor ``grouped`` (expert_gemm_efficiency), everything else at the achievable fraction.  What
+    picks the busiest stage, and what the planner balances pipeline stages by: a stage of many FLOPs in
+    the output layer can take less time than one of fewer FLOPs in decoder layers."""
+    output = flops.get("logits", 0.0) + flops.get("mtp", 0.0)
+    experts = flops.get("experts", 0.0) + flops.get("recompute_experts", 0.0)
+    rest = sum(flops.values()) - output - experts
+    return (rest + experts / grouped) / perf["achievable_fraction"] + output / OUTPUT_LAYER_FRACTION
 
 
-def stage_facts(plan: dict, lay: Layout) -> dict:
-    """What the step time needs from the model and the layout alone: the busiest pipeline rank, its
-    FLOPs and layer counts, its parameters, the model's FLOPs per token.  A candidate's dispatcher and
-    overlap settings do not change them, so the planner computes them once for all of those variants."""
+def stages(plan: dict, lay: Layout) -> list[dict]:
+    """Every pipeline rank's per-token FLOPs and layer counts (what stage_facts picks the busiest of)."""
+    return [_stage(plan, lay, r) for r in range(lay.pp)]
+
+
+def _busiest_stage(plan: dict, lay: Layout, ranks: list[dict]) -> tuple[int, dict]:
+    perf = performance(plan)
+    grouped = expert_gemm_efficiency({"plan": plan, "lay": lay, "perf": perf})
+    return max(enumerate(ranks), key=lambda s: compute_weight(s[1]["flops"], perf, grouped))
+
+
+def stage_facts(plan: dict, lay: Layout, ranks: list[dict] | None = None) -> dict:
+    """What the step time needs from the model, the layout and the micro-batch size alone: the busiest
+    pipeline rank, its FLOPs and layer counts, its parameters, the model's FLOPs per token.  A candidate's
+    dispatcher and overlap settings do not change them, so the planner computes them once for all of those
+    variants (``ranks``: stages(plan, lay), which the micro-batch size does not change either)."""
     tc, model = plan["transformer_config"], plan["model"]
-    pp_rank, stage = _busiest_stage(plan, lay)
+    pp_rank, stage = _busiest_stage(plan, lay, ranks if ranks is not None else stages(plan, lay))
     counts = rank_parameters(tc, model, lay, pp_rank, builds_te(plan), fuses_mla_query_norm(plan))
     return {"pp_rank": pp_rank, "stage": stage, "counts": counts,
             "flops_per_token": sum(model_flops_per_token(tc, model, plan["training"]["seq_length"]).values())}

@@ -368,3 +368,23 @@ def test_layouts_the_planner_may_try_all_get_finite_times(recipe):
         assert 0 < est.mfu < 1, lay
         tried += 1
     assert tried >= 20
+
+
+def test_the_busiest_stage_is_the_slowest_one_not_the_one_of_most_flops():
+    """The compute item prices the output layer and MTP at their own fraction of peak, far above the decoder
+    layers': DeepSeek-V3 on Megatron-Bridge's PP16 layout 'Et*4|(t*4|)*14tmL' has most FLOPs on its last rank
+    (a decoder layer, MTP, two output layers) and most time on the ranks of four MoE layers.  The busiest stage
+    was picked by FLOPs: the estimate priced the last rank (33.0 s per step, two MoE layers' all-to-all) and the
+    planner balanced stages by a number the model did not charge."""
+    plan = planmod.build(pipeline.resolve(pipeline.load("deepseek-v3/b200-bf16")))
+    lay = Layout.from_plan(plan["layout"])
+    perf = steptime.performance(plan)
+    ranks = steptime.stages(plan, lay)
+    by_flops = max(range(lay.pp), key=lambda r: sum(ranks[r]["flops"].values()))
+    assert by_flops == lay.pp - 1 and ranks[by_flops]["layers"] == 2          # t and m beside the loss
+    facts = steptime.stage_facts(plan, lay, ranks)
+    assert facts["stage"]["moe_layers"] == 4 and facts["pp_rank"] != by_flops
+    weight = [steptime.compute_weight(r["flops"], perf) for r in ranks]
+    assert weight[facts["pp_rank"]] == max(weight) > weight[by_flops]
+    est = steptime.estimate(plan, lay, facts)
+    assert est.items == steptime.estimate(plan, lay).items and est.total_s > 40
