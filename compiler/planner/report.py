@@ -8,11 +8,13 @@ from compiler.planner.search import GIB, Evaluated, Result
 
 
 def record(ev: Evaluated, capacity_gb: float | None) -> dict:
-    """One candidate as JSON: layout, dispatcher, overlap, recompute, memory_gb, step_time_s, mfu,
-    feasible, reasons (and the derived figures the table shows)."""
+    """One candidate as JSON: layout, pipeline_split (even, account, or megatron-core's pipeline layout text),
+    dispatcher, overlap, recompute, memory_gb, step_time_s, mfu, feasible, reasons (and the derived figures the
+    table shows)."""
     c, lay = ev.cand, ev.lay
     out = {"layout": {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "etp": c.etp, "dp": lay.dp,
                       "mbs": c.mbs},
+           "pipeline_split": c.split,
            "dispatcher": c.dispatcher, "flex_backend": c.backend, "equivalent_dispatchers": list(ev.equivalent),
            "overlap": {"ep_comm": c.ep_overlap, "delay_wgrad": c.delay_wgrad},
            "recompute": {"granularity": c.recompute, "modules": list(c.modules)},
@@ -53,8 +55,8 @@ def table(result: Result) -> str:
     head = (f"{s.model} on {s.gpus} x {s.platform} ({nodes}), seq {s.seq}, GBS {s.gbs}: "
             f"{result.considered} candidates estimated, {result.kept} within memory, "
             f"{len(result.ranked)} confirmed by the rules")
-    cols = ("#", "layout", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s", "tok/s/GPU",
-            "MFU", "dominant")
+    cols = ("#", "layout", "pipeline split", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s",
+            "tok/s/GPU", "MFU", "dominant")
     rows = [(cols, None)] + [(_row(str(i), ev, cap), None) for i, ev in enumerate(result.ranked, 1)]
     rows += [(_row("x", ev, cap), "     rejected: " + "; ".join(ev.reasons[:2])) for ev in result.rejected]
     widths = [max(len(r[i]) for r, _ in rows) for i in range(len(cols))]
@@ -68,7 +70,7 @@ def table(result: Result) -> str:
 
 def _row(num: str, ev: Evaluated, cap) -> tuple:
     c, t = ev.cand, ev.time
-    return (num, c.describe(), " = ".join([c.dispatcher_text()] + ev.equivalent), c.overlap_text(),
+    return (num, c.describe(), c.split_text(), " = ".join([c.dispatcher_text()] + ev.equivalent), c.overlap_text(),
             c.recompute_text(), _mem(ev, cap),
             f"{t.total_s:.2f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
             f"{t.mfu:.1%}" if t else "-", t.dominant if t else "-")
@@ -77,8 +79,10 @@ def _row(num: str, ev: Evaluated, cap) -> tuple:
 def explain(ev: Evaluated, capacity_gb: float | None, title: str) -> str:
     """Every memory and time item with its formula."""
     m, t = ev.mem, ev.time
+    split = f", pipeline split {ev.cand.split_text()}" if ev.cand.pp > 1 else ""
     lines = [f"{title}: {ev.cand.describe()}, {ev.cand.dispatcher_text()}, overlap {ev.cand.overlap_text()}, "
-             f"recompute {ev.cand.recompute_text()}", f"  layout: {ev.lay.folding()} (tp*cp*dp*pp = etp*ep*edp*pp)",
+             f"recompute {ev.cand.recompute_text()}{split}",
+             f"  layout: {ev.lay.folding()} (tp*cp*dp*pp = etp*ep*edp*pp)",
              f"  memory per rank (largest: pp rank {ev.pp_rank}), GB = bytes/2^30:"]
     for name in ("weights", "gradients", "optimizer", "activations", "allowance"):
         value = getattr(m, name)

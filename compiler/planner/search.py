@@ -2,7 +2,8 @@
 
 The analytic pass patches one compiled base plan per candidate (space.Candidate.patched_plan) and
 runs compiler/estimate's memory.peak and steptime.estimate on it: sub-millisecond, so thousands of
-candidates fit in the time budget.  The confirmation compiles the fastest candidates' recipes with
+candidates fit in the time budget; of a layout's pipeline splits it prices those splits.Pruning says
+can be fastest.  The confirmation compiles the fastest candidates' recipes with
 compiler/driver.py, the same rules and solver as `moeforge check` (the planner has no rules of its
 own), and re-estimates each from its real plan: the numbers printed are the compiled plan's.
 """
@@ -24,10 +25,11 @@ from compiler.estimate import memory, steptime
 from compiler.knobs.layout import Layout
 from compiler.driver import load, resolve
 from compiler.resources import BUILTIN_RECIPES
-from compiler.planner import space
+from compiler.planner import space, splits
 
 GIB = memory.GIB
 CONFIRM_BUDGET = 150     # pipeline compiles per search at most (~16 ms each on this machine)
+PER_LAYER = ("tp_comm", "cp_comm", "ep_a2a", "overhead")   # the step-time items that grow with a rank's layers
 
 
 class PlannerError(Exception):
@@ -161,25 +163,35 @@ def measure(ev: Evaluated, plan: dict, capacity_gb: float | None) -> Evaluated:
 
 
 # ------------------------------------------------------------------------ the search
-def _fits(cand, lay, s, base, states_by_rank: dict) -> tuple[bool, memory.Estimate, int]:
-    est, rank = memory.peak(cand.patched_plan(base, s, lay), lay, states_by_rank)
+def _fits(cand, lay, s, base, states_by_rank: dict, memo: dict) -> tuple[bool, memory.Estimate, int]:
+    est, rank = memory.peak(cand.patched_plan(base, s, lay, memo), lay, states_by_rank)
     return (not s.capacity_gb or est.total <= s.capacity_gb * GIB), est, rank
 
 
-def _lightest_recompute(cand, lay, s, base, options, start: int, states_by_rank: dict):
+def _lightest_recompute(cand, lay, s, base, options, start: int, states_by_rank: dict, memo: dict):
     """The cheapest recompute option from ``start`` on that fits (recompute only adds time), or None
-    with the full-recompute miss: heaviest first, so a layout that cannot fit costs one estimate.
-    ``states_by_rank``: the layout's per-rank parameters and states (memory.peak), shared by its candidates."""
-    heaviest = replace(cand, recompute=options[-1][0], modules=options[-1][1])
-    ok, est, rank = _fits(heaviest, lay, s, base, states_by_rank)
+    with the full-recompute miss.  ``start`` first (the options before it did not fit a lighter
+    configuration of the layout: most fit there), then the heaviest, so a layout that cannot fit costs
+    two estimates.  ``states_by_rank``: the layout's per-rank parameters and states (memory.peak), shared
+    by its candidates."""
+    def fits(i):
+        c = replace(cand, recompute=options[i][0], modules=options[i][1])
+        return (c, *_fits(c, lay, s, base, states_by_rank, memo))
+
+    last = len(options) - 1
+    c, ok, est, rank = fits(start)
+    if ok:
+        return c, est, rank, start
+    if start == last:
+        return None, est, rank, len(options)
+    heaviest, ok, est, rank = fits(last)
     if not ok:
         return None, est, rank, len(options)
-    for i in range(start, len(options) - 1):
-        c = replace(cand, recompute=options[i][0], modules=options[i][1])
-        ok, est2, rank2 = _fits(c, lay, s, base, states_by_rank)
+    for i in range(start + 1, last):
+        c, ok, est2, rank2 = fits(i)
         if ok:
             return c, est2, rank2, i
-    return heaviest, est, rank, len(options) - 1
+    return heaviest, est, rank, last
 
 
 def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, int]:
@@ -192,16 +204,28 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
     # per layout (``shape``: the candidate whatever its micro-batch size): where the recompute search ended
     # (with and without EP overlap), and what depends on the layout alone, whatever the micro-batch size,
     # dispatcher and overlap: the ranks' parameters and states (memory.rank_states), and with the
-    # recompute option the stage FLOPs (steptime.stage_facts)
+    # recompute option the stages' FLOPs (steptime.stages; with the micro-batch size, which sets the expert
+    # GEMMs' efficiency and so the busiest stage, steptime.stage_facts)
     hint: dict = {}
     states_of: dict = {}
+    ranks_of: dict = {}
     facts_of: dict = {}
-    for cand, lay in space.layouts(s):
+    weights, perf = splits.Weights.of(base), steptime.performance(base)
+    pruning = splits.Pruning(s.arch, weights, len(options))   # which pipeline splits of a layout to price
+    memo: dict = {}   # each layout's part of the patched plans (space.Candidate.patched_plan)
+    for cand, lay in space.layouts(s, weights):
         if progress is not None:
             progress.update(1)
         shape = replace(cand, mbs=1)
         for overlap in (False, True) if cand.ep > 1 else (False,):
             probe = replace(cand, ep_overlap=overlap)
+            if not space.variant_runs(probe):
+                continue
+            lighter = pruning.lighter(cand, overlap)
+            if lighter is not None and (lighter == 0 or not _fits(
+                    replace(probe, recompute=options[lighter - 1][0], modules=options[lighter - 1][1]),
+                    lay, s, base, states_of.setdefault(shape, {}), memo)[0]):
+                continue
             start = max(hint.get((shape, False), 0), hint.get((shape, True), 0) if overlap else 0)
             variants = [v for v in space.variants(s, cand) if v.ep_overlap == overlap]
             considered += len(variants)
@@ -210,8 +234,11 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                 est, rank = None, 0
             else:
                 chosen, est, rank, hint[(shape, overlap)] = _lightest_recompute(
-                    probe, lay, s, base, options, start, states_of.setdefault(shape, {}))
+                    probe, lay, s, base, options, start, states_of.setdefault(shape, {}), memo)
+            if chosen is not None and not space.variant_runs(chosen):
+                chosen = est = None   # it fits only with a recompute option the rules refuse with EP overlap
             if chosen is None:
+                pruning.record(cand, overlap, len(options))
                 hint[(shape, overlap)] = len(options)
                 if est is not None:
                     full = replace(probe, recompute=options[-1][0], modules=options[-1][1])
@@ -220,30 +247,40 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
                                       f"recompute (pp rank {rank})")
                     rejected.append(ev)
                 continue
+            key = (shape, chosen.recompute, chosen.modules)
             for v in variants:
                 v = replace(v, recompute=chosen.recompute, modules=chosen.modules)
                 ev = Evaluated(v, lay, est, rank)
-                patched = v.patched_plan(base, s, lay)
-                key = (shape, chosen.recompute, chosen.modules)
-                if key not in facts_of:
-                    facts_of[key] = steptime.stage_facts(patched, lay)
-                ev.time = steptime.estimate(patched, lay, facts_of[key])
+                patched = v.patched_plan(base, s, lay, memo)
+                if key + (v.mbs,) not in facts_of:
+                    if key not in ranks_of:
+                        ranks_of[key] = steptime.stages(patched, lay)
+                    facts_of[key + (v.mbs,)] = steptime.stage_facts(patched, lay, ranks_of[key])
+                ev.time = steptime.estimate(patched, lay, facts_of[key + (v.mbs,)])
                 kept.append(ev)
+            facts = facts_of[key + (cand.mbs,)]
+            comm = max(sum(e.time.items[k] for k in PER_LAYER) for e in kept[-len(variants):])
+            pruning.record(cand, overlap, hint[(shape, overlap)], comm / max(1, facts["stage"]["layers"]),
+                           kept[-1].time.items["compute"] / steptime.compute_weight(facts["stage"]["flops"], perf))
     kept.sort(key=lambda e: (e.step_s, e.cand.key()))
     return kept, rejected, considered
+
+
+def base_plan(comp: Compiler, s: space.Setting) -> dict:
+    """The plan the candidates are patched into: DP = all GPUs, so its GBS is one sequence per GPU (the asked GBS
+    need not suit this layout; patched_plan writes it in).  PlannerError where the rules refuse the model."""
+    template = space.Candidate().recipe(replace(s, gbs=s.gpus))
+    try:
+        return comp.compile(template)
+    except CompileError:
+        raise PlannerError(f"{s.model} on {s.platform} cannot be planned: the rules refuse it before any layout "
+                           f"is chosen: {_document_errors(comp, template)}") from None
 
 
 def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progress: bool = False) -> Result:
     comp = Compiler(s)
     try:
-        # the template the candidates are patched into: DP = all GPUs, so its GBS is one sequence per GPU (the
-        # asked GBS need not suit this layout; patched_plan writes it in)
-        template = space.Candidate().recipe(replace(s, gbs=s.gpus))
-        try:
-            base = comp.compile(template)
-        except CompileError:
-            raise PlannerError(f"{s.model} on {s.platform} cannot be planned: the rules refuse it before any layout "
-                               f"is chosen: {_document_errors(comp, template)}") from None
+        base = base_plan(comp, s)
         bar = _progress_bar(progress)
         try:
             kept, rejected, considered = analytic(s, base, bar)
@@ -326,7 +363,10 @@ def evaluate_recipe(recipe: str) -> Evaluated:
     lay = Layout.from_plan(plan["layout"])
     tc, tr = plan["transformer_config"], plan["training"]
     mods = tuple(tc.get("recompute_modules") or ()) if tc.get("recompute_granularity") == "selective" else ()
-    cand = space.Candidate(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, etp=lay.expert_tp,
+    counted = [n for n in ("embedding", "loss") if tc.get(f"account_for_{n}_in_pipeline_split")]
+    split = tc.get("pipeline_model_parallel_layout") or ("account" if len(counted) == 2 else
+                                                           f"account ({counted[0]})" if counted else "even")
+    cand = space.Candidate(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, etp=lay.expert_tp, split=split,
                            mbs=tr["micro_batch_size"], dispatcher=tc.get("moe_token_dispatcher_type") or "alltoall",
                            backend=tc.get("moe_flex_dispatcher_backend")
                            if tc.get("moe_token_dispatcher_type") == "flex" else None,

@@ -3,8 +3,10 @@
 A candidate is built as the recipe it stands for (Candidate.recipe), so the legality check, the
 emitted file and the estimate all see the same document.  Only arithmetic prunes here (sizes that
 do not fold: compiler/knobs/layout.py LayoutError; a batch that does not split into micro-batches or into the
-interleaved schedule's groups, a sequence that does not split over TP: asked of the catalogue's own
-rules, BATCH_RULES); legality is the rule catalogue's, through the pipeline (search.py).
+interleaved schedule's groups, a sequence that does not split over TP, EP overlap without VPP under
+PP or with full recompute: asked of the catalogue's own rules, BATCH_RULES and VARIANT_RULES);
+legality is the rule catalogue's, through the pipeline (search.py).  How the layers split over a
+pipeline is splits.py's.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from compiler.rules import BY_ID
 from compiler.rules.expr import evaluate
 from compiler.knobs.versions import version_int
 from compiler.rules.precision import PERMUTE_FUSION_TE
+from compiler.planner import splits
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MBS = (1, 2, 4)
@@ -94,6 +97,11 @@ class Candidate:
         text = f"TP{self.tp} PP{self.pp}" + (f" VP{self.vpp}" if self.vpp else "") + f" CP{self.cp} EP{self.ep}"
         return text + f" ETP{self.etp} MBS{self.mbs}"
 
+    def split_text(self) -> str:
+        """How the layers split over the pipeline: '-' without one, 'even', 'account' (embedding and loss
+        counted as layers) or the pipeline layout."""
+        return self.split if self.pp > 1 else "-"
+
     def dispatcher_text(self) -> str:
         return self.dispatcher + (f"/{self.backend}" if self.backend else "")
 
@@ -118,8 +126,8 @@ class Candidate:
             par.update(account_for_embedding=True, account_for_loss=True)
         elif self.split != "even":
             par["pipeline_layout"] = self.split
-        moe = {"dispatcher": self.dispatcher, "flex_backend": self.backend,
-               "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}}
+        variant = self.variant_doc()
+        moe = variant["moe"]
         software = s.plat.get("software") or {}
         if software.get("grouped_gemm"):
             moe["grouped_gemm"] = True   # TE grouped GEMM where the platform ships it (Megatron-Bridge MoE default)
@@ -142,33 +150,64 @@ class Candidate:
                # Megatron-Bridge's training settings for these models (perf_recipes/_common.py): the distributed
                # optimizer, gradients reduced in bf16, DP communication overlapped with compute
                "optimizer": dict(TRAINING_DEFAULTS["optimizer"]), "overlap": dict(TRAINING_DEFAULTS["overlap"])}
+        if self.vpp:
+            # the interleaved schedule's P2P overlapped, as Megatron-Bridge sets it with VPP (CommOverlapConfig:
+            # PP > 1 and VP > 1 -> overlap_p2p_comm; shared/reference/megatron-overlap-rules.md) and as the solver
+            # prefers it (PREFER_P2P_OVERLAP_WITH_VPP); stated, so that the analytic pass, which patches this
+            # document into a plan compiled without VPP, prices what the confirmation compiles
+            doc["overlap"]["p2p"] = True
+        if "recompute" in variant:
+            doc["recompute"] = variant["recompute"]
+        doc["training"] = dict(variant["training"], global_batch_size=s.gbs, seq_length=s.seq)
+        return doc
+
+    def variant_doc(self) -> dict:
+        """The recipe's values that a layout's variants change (dispatcher, overlap, recompute, micro-batch)."""
+        doc = {"moe": {"dispatcher": self.dispatcher, "flex_backend": self.backend,
+                       "overlap": {"ep_comm": self.ep_overlap, "delay_wgrad": self.delay_wgrad}},
+               "training": {"micro_batch_size": self.mbs}}
         if self.recompute == "full":
             doc["recompute"] = {"granularity": "full", "method": "uniform", "num_layers": 1}
         elif self.recompute == "selective":
             doc["recompute"] = {"granularity": "selective", "modules": list(self.modules)}
-        doc["training"] = {"micro_batch_size": self.mbs, "global_batch_size": s.gbs, "seq_length": s.seq}
         return doc
 
-    def patched_plan(self, base: dict, s: Setting, lay: Layout) -> dict:
+    def patched_plan(self, base: dict, s: Setting, lay: Layout, memo: dict | None = None) -> dict:
         """A compiled plan with this candidate's recipe values written in, through the knob table
-        (compiler/knobs/table.py), for the fast analytic estimate; the best are compiled for real."""
+        (compiler/knobs/table.py), for the fast analytic estimate; the best are compiled for real.  ``memo``: the
+        layout's part of the transformer config, kept per layout for its variants (variant_doc)."""
         plan = dict(base)
-        tc = dict(base["transformer_config"])
-        for key in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers",
-                    "pipeline_model_parallel_layout"):
-            tc.pop(key, None)
-        doc = self.recipe(s)
-        for path, value in _flat(doc).items():
-            knob = K.BY_PATH.get(path)
-            if knob is not None and knob.section == "tc":
-                tc[knob.field] = copy.copy(value)
-        tc["expert_tensor_parallel_size"] = self.etp
-        tc["virtual_pipeline_model_parallel_size"] = self.vpp
+        key = (self.tp, self.pp, self.vpp, self.cp, self.ep, self.etp, self.split)
+        layout_tc = None if memo is None else memo.get(key)
+        if layout_tc is None:
+            layout_tc = dict(base["transformer_config"])
+            for name in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers",
+                         "pipeline_model_parallel_layout"):
+                layout_tc.pop(name, None)
+            _write(layout_tc, replace(self, **VARIANT_DEFAULTS).recipe(s))
+            layout_tc["expert_tensor_parallel_size"] = self.etp
+            layout_tc["virtual_pipeline_model_parallel_size"] = self.vpp
+            if memo is not None:
+                memo[key] = layout_tc
+        tc = dict(layout_tc)
+        _write(tc, self.variant_doc())
         plan["transformer_config"] = tc
         plan["layout"] = lay.plan_section()
         plan["training"] = dict(base["training"], micro_batch_size=self.mbs, global_batch_size=s.gbs,
                                 num_microbatches=s.gbs // (self.mbs * lay.dp))
         return plan
+
+
+VARIANT_DEFAULTS = {"dispatcher": "alltoall", "backend": None, "ep_overlap": False, "delay_wgrad": False,
+                    "recompute": None, "modules": (), "mbs": 1}
+
+
+def _write(tc: dict, doc: dict) -> None:
+    """The transformer-config fields of a recipe document's values, written into ``tc`` through the knob table."""
+    for path, value in _flat(doc).items():
+        knob = K.BY_PATH.get(path)
+        if knob is not None and knob.section == "tc":
+            tc[knob.field] = copy.copy(value)
 
 
 def _flat(doc: dict, prefix: str = "") -> dict:
@@ -182,30 +221,6 @@ def _flat(doc: dict, prefix: str = "") -> dict:
 
 
 # ------------------------------------------------------------------------ enumeration
-def pipeline_split(arch: dict, pp: int, vpp: int | None) -> str | None:
-    """How num_layers splits over pp x vpp virtual stages: evenly; with the embedding and the loss
-    counted as one layer each (Megatron-Bridge's account_for_* for Qwen3-235B: 94 + 2 = 96); or an
-    explicit pipeline layout where E, every t, every m and L take one slot each (DeepSeek-V3: 61 + E
-    + m + L = 64 slots, Megatron-Bridge set_deepseek_v3_pipeline_model_parallel_layout).  None: no
-    split of equal stages exists."""
-    n, stages = arch["num_layers"], pp * (vpp or 1)
-    mtp = arch.get("mtp_num_layers") or 0
-    if pp == 1:
-        return "even" if vpp is None else None
-    if n % stages == 0:
-        return "even"      # MTP, where the model has it, goes on the last stage
-    if (n + 2) % stages == 0:
-        return "account"
-    slots = ["E"] + ["t"] * n + ["m"] * mtp + ["L"]
-    if len(slots) % stages:
-        return None
-    per = len(slots) // stages
-    parts = ["".join(slots[i:i + per]) for i in range(0, len(slots), per)]
-    if any("t" not in p and "m" not in p for p in parts):
-        return None
-    return "|".join(parts)
-
-
 def _tp_options(s: Setting) -> list[int]:
     a = s.arch
     heads = [a["num_attention_heads"], a.get("num_query_groups") or a["num_attention_heads"]]
@@ -252,30 +267,43 @@ def batch_runs(s: Setting, cand: Candidate, lay: Layout) -> bool:
     return all(evaluate(r.when, env) is False or evaluate(r.require, env) is True for r in BATCH_RULES)
 
 
-def layouts(s: Setting):
+# The rules about EP overlap that a layout and its recompute option decide (it needs VPP under pipeline parallelism
+# and refuses full recompute): asked of each candidate before pricing, so that the confirmation's compiles are not
+# spent on variants the rules refuse (DeepSeek-V3 on 64 B200 spent all 150 of them so and ranked 9 layouts).
+VARIANT_RULES = tuple(BY_ID[r] for r in ("EP_OVERLAP_NEEDS_VPP", "EP_OVERLAP_NO_FULL_RECOMPUTE"))
+
+
+def variant_runs(cand: Candidate) -> bool:
+    """Whether VARIANT_RULES hold for this candidate's EP overlap, pipeline and recompute option."""
+    env = {"overlap_moe_expert_parallel_comm": cand.ep_overlap, "pipeline_model_parallel_size": cand.pp,
+           "virtual_pipeline_model_parallel_size": cand.vpp, "recompute_granularity": cand.recompute}
+    return all(evaluate(r.when, env) is False or evaluate(r.require, env) is True for r in VARIANT_RULES)
+
+
+def layouts(s: Setting, weights: splits.Weights):
     """(Candidate with the layout fields set, its Layout) for every size combination that folds and
     splits the batch.  PP and EP take every size that divides the GPU count (EP also the expert count),
     not powers of two alone: a 72-GPU NVL72 rack folds with PP 3 or 9; TP and CP stay powers of two
-    (head counts and sequence halves)."""
+    (head counts and sequence halves).  Each pp x vpp takes the pipeline splits of splits.options
+    (``weights``: the model's layers as the step-time model prices them)."""
     experts = s.arch.get("num_experts") or 1
     for tp in _tp_options(s):
         for cp in _cp_options(s):
             for pp in (p for p in divisors(s.gpus) if p <= s.arch["num_layers"]):
                 for vpp in (None,) + (VPP if pp > 1 else ()):
-                    split = pipeline_split(s.arch, pp, vpp)
-                    if split is None:
-                        continue
-                    for ep in divisors(math.gcd(experts, s.gpus)):
-                        for etp in sorted({1, tp}):
-                            for mbs in MBS:
-                                cand = Candidate(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, split=split)
-                                try:
-                                    lay = cand.layout(s)
-                                except LayoutError:
-                                    continue
-                                if not batch_runs(s, cand, lay):
-                                    continue
-                                yield cand, lay
+                    for split, _, _ in splits.options(s.arch, weights, pp, vpp):
+                        for ep in divisors(math.gcd(experts, s.gpus)):
+                            for etp in sorted({1, tp}):
+                                for mbs in MBS:
+                                    cand = Candidate(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
+                                                     split=split)
+                                    try:
+                                        lay = cand.layout(s)
+                                    except LayoutError:
+                                        continue
+                                    if not batch_runs(s, cand, lay):
+                                        continue
+                                    yield cand, lay
 
 
 def recompute_options(s: Setting) -> list[tuple[str | None, tuple]]:

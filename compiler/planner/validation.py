@@ -14,14 +14,14 @@ import sys
 
 from compiler.diagnostics import CompileError
 from compiler.knobs.layout import LayoutError
-from compiler.planner import search, space
+from compiler.planner import search, space, splits
 
 RANK_LIMIT = 10       # issue 15: "rank it in its top 10
 RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
 
 
 def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
-    split = row.get("pipeline_split") or space.pipeline_split(s.arch, row["pp"], row["vpp"]) or "even"
+    split = row.get("pipeline_split") or splits.conventional(s.arch, row["pp"], row["vpp"]) or "even"
     return space.Candidate(tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
                            mbs=row["mbs"], split=split, dispatcher=row["dispatcher"], backend=row["flex_backend"],
                            ep_overlap=row["ep_overlap"], delay_wgrad=row["delay_wgrad"], recompute=row["recompute"],
@@ -45,8 +45,10 @@ def tuned_plan(row: dict) -> dict:
         comp.close()
 
 
-def validate(row: dict) -> dict:
-    """rank (1 + analytic candidates estimated faster: an upper bound), the tuned and best estimates."""
+def validate(row: dict, searched=None) -> dict:
+    """rank (1 + analytic candidates estimated faster: an upper bound), the tuned and best estimates
+    (``searched``: the search of a setting, search.search(s, top=1) unless given, so that a caller asking for
+    the same searches again can keep them)."""
     s = row_setting(row)
     cand = tuned_candidate(row, s)
     out = {"row": f"{row['model']} {row['gpu']} x{row['ngpu']}", "layout": cand.describe(), "legal": False,
@@ -62,7 +64,7 @@ def validate(row: dict) -> dict:
         out["reasons"] = search.reasons_of(exc)
         return out
     ev = search.measure(search.Evaluated(cand, lay), plan, s.capacity_gb)
-    result = search.search(s, top=1)
+    result = (searched or (lambda setting: search.search(setting, top=1)))(s)
     best = min([e.step_s for e in result.ranked[:1]] + [ev.step_s])
     out.update(legal=True, within_memory=ev.feasible, reasons=ev.reasons, tuned_s=ev.step_s, best_s=best,
                ratio=ev.step_s / best, memory_gb=ev.memory_gb,

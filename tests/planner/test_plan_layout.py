@@ -14,8 +14,7 @@ import yaml
 
 from compiler.cli import main
 from compiler.diagnostics import CompileError
-from compiler.knobs import pipeline_layout
-from compiler.planner import report, search, space
+from compiler.planner import report, search, space, splits
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {"layout", "dispatcher", "overlap", "recompute", "memory_gb", "step_time_s", "mfu", "feasible", "reasons"}
@@ -316,25 +315,19 @@ def test_usage_errors_exit_2():
     assert rc == 0 and "usage: moeforge plan-layout" in out
 
 
-def test_pipeline_split_matches_megatron_bridge():
-    """DeepSeek-V3 PP8 x VP4: the slot split is Megatron-Bridge's layout 'Et|(tt|)*30mL'; Qwen3-235B PP8 counts
-    the embedding and the loss (94 + 2 = 96); Qwen3-30B splits evenly."""
-    ds = search.setting("deepseek-v3", "h100", 64).arch
-    assert space.pipeline_split(ds, 8, 4).split("|") == pipeline_layout.stages("Et|(tt|)*30mL")
-    assert space.pipeline_split(search.setting("qwen3-235b-a22b", "h100", 64).arch, 8, None) == "account"
-    assert space.pipeline_split(search.setting("qwen3-30b-a3b", "h100", 64).arch, 4, 2) == "even"
-    assert space.pipeline_split(ds, 1, 2) is None
-
-
 def test_a_rack_of_72_folds_with_every_pipeline_and_expert_size_that_divides_it():
     """PP and EP range over the divisors of the GPU count, not powers of two alone: DeepSeek-V3 on one GB200 NVL72
-    rack fits only with PP 9 (61 layers + embedding + loss = 63 = 9 x 7) and EP 8; the search said that no layout
-    fits when PP stopped at 8."""
+    rack fits only with PP 9 and EP 8; the search said that no layout fits when PP stopped at 8."""
     s = search.setting("deepseek-v3", "gb200-nvl72", 72)
-    sizes = {(c.pp, c.ep) for c, lay in space.layouts(s)}
-    # 61 layers + embedding + loss = 63 = 3 x 21 = 9 x 7; with the MTP layer, 64 slots for 2, 4 and 8 stages; 6, 12,
-    # 18, 24 and 36 divide 72 but split none of these evenly
-    assert {p for p, _ in sizes} == {1, 2, 3, 4, 8, 9}
+    comp = search.Compiler(s)
+    try:
+        weights = splits.Weights.of(search.base_plan(comp, s))
+    finally:
+        comp.close()
+    sizes = {(c.pp, c.ep) for c, lay in space.layouts(s, weights)}
+    # every divisor of 72 up to the 61 layers: an uneven pipeline layout splits the layers where no even split does
+    # (6, 12, 18, 24 and 36 stages divide none of 61, 63 and 64)
+    assert {p for p, _ in sizes} == {1, 2, 3, 4, 6, 8, 9, 12, 18, 24, 36}
     assert {e for _, e in sizes} == {1, 2, 4, 8}                             # 256 experts, 72 GPUs: gcd 8
     rc, out, err = run("plan-layout", "deepseek-v3", "--platform", "gb200-nvl72", "--gpus", "72", "--top", "3",
                        "--format", "json")

@@ -3,7 +3,7 @@ bridge_tuned_layouts.json, from shared/reference/bridge-perf-configs-subset.md),
 same model, GPU type and count, sequence length and GBS must (a) find the tuned layout legal and within
 memory and (b) rank it in its top 10 or estimate it within 15 % of its own best.
 
-(a) is asserted on every row whose layout folds.  (b) holds on 18 of the 20; the other two are
+(a) is asserted on every row whose layout folds.  (b) holds on 17 of the 20; the other three are
 listed in KNOWN_MISSES with what the model says, and asserted to still miss: a row that starts
 passing fails here until it leaves the list, so the list (and the README's table) stays the truth.
 """
@@ -25,14 +25,20 @@ RESULTS: dict = {}
 # (a measured GPT-OSS pair supports that price, tests/compiler/test_estimate_measured.py).  Megatron-Bridge
 # measured the B200 layout in MXFP8 only: slower than the model's BF16 estimate of it, at half the tokens/s
 # of the GB200 layout that passes (test_estimate_measured.py, fp8 rows; docs/layout-model.md, section 7).
+# GPT-OSS's tuned PP4 splits its layers evenly under a wide output layer, which the model charges.
 KNOWN_MISSES = {
     "qwen3-next-80b-a3b-b200-x64": "the tuned EP64 crosses 8 nodes without EP overlap: its all-to-all (DeepEP, 49 "
-                                   "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.5x the best (EP16 MBS2 "
+                                   "MoE layers x 16 micro-batches, 6.8 s) costs the model 2.6x the best (EP16 "
                                    "with EP overlap); measured on GPT-OSS, EP64 across 8 B200 nodes ran at 0.59x "
                                    "the tokens/s of EP8 inside one; Megatron-Bridge's B200 recipe is its B300 one "
                                    "(\"same layout as B300 BF16\"), made for B300's 800 Gb/s NICs",
     "qwen3-next-80b-a3b-h100-x128": "the tuned EP128 crosses 16 nodes without EP overlap: its all-to-all (6.2 s) "
                                     "costs the model 2.2x the best (EP32 with EP overlap)",
+    # since issue 40 the search splits pipelines by the model and prices interleaved layouts with their P2P overlap
+    "gpt-oss-120b-h100-x64": "the tuned PP4 splits the 36 layers evenly, so its last stage holds 9 layers and the "
+                             "201088-word output layer: 15.57 s (Megatron-Bridge measured 14.07 s); the best is PP2 "
+                             "VP8 EP8 with a balanced split (13.37 s: 1.16x), and the tuned sizes split by the model "
+                             "('Et*8|(t*10|)*2t*8L') take 14.53 s",
 }
 
 
@@ -41,8 +47,8 @@ def _id(row):
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_tuned_layout_is_found(row):
-    v = RESULTS[_id(row)] = validation.validate(row)
+def test_tuned_layout_is_found(row, planned):
+    v = RESULTS[_id(row)] = validation.validate(row, planned)
     if _id(row) == "deepseek-v3-h100-x64":
         # the reference row itself does not fold: EP64 x PP8 = 512 ranks > 64 GPUs
         s = search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"])
