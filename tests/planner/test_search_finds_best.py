@@ -19,8 +19,8 @@ from compiler.driver import load
 from compiler.planner import search, space, splits
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted(str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in (ROOT / "recipes").glob("*/*.yaml")
-                 if p.parent.name not in ("models", "platforms"))
+MODELS = {p.stem for p in (ROOT / "recipes" / "models").glob("*.yaml")}
+RECIPES = sorted(f"{p.parent.name}/{p.stem}" for p in (ROOT / "recipes").glob("*/*.yaml") if p.parent.name in MODELS)
 # Recipes that may beat the search because they use a setting the search does not vary (recipe: (setting,
 # why)).  None does today: the search varies every setting of the catalogue recipes that the step-time model prices
 # (cuda_graph, flex_num_sms and shared-expert overlap are set by some, priced by none).
