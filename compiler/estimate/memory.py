@@ -23,6 +23,7 @@ from compiler.knobs.layout import Layout
 from compiler.targets.plan import megatron_core_release
 from compiler.knobs.versions import version_int
 from compiler.estimate import activations as A
+from compiler.estimate import calibration as calib
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -395,17 +396,29 @@ def rank_states(plan: dict, lay: Layout, pp_rank: int, te: bool | None = None) -
 
 
 def estimate(plan: dict, lay: Layout | None = None, pp_rank: int = 0, te: bool | None = None,
-             state: tuple | None = None) -> Estimate:
+             state: tuple | None = None, calibration: calib.Calibration | None = None) -> Estimate:
     """One rank's memory for a compiled plan (its layout unless ``lay`` is given; its layer spec unless
-    ``te`` says which one was built; ``state``: its rank_states, when already known)."""
+    ``te`` says which one was built; ``state``: its rank_states, when already known; ``calibration``: the
+    activation scale and allowance fitted to measured peaks, else the active one, else the fixed terms)."""
     lay = lay or Layout.from_plan(plan["layout"])
     counts, weights, grads, opt, formulas = state or rank_states(plan, lay, pp_rank, te)
     activations, per_mb, activation_formula = activation_bytes(plan, lay, pp_rank)
-    formulas = {**formulas, "activations": activation_formula, "allowance": ALLOWANCE_FORMULA}
-    return Estimate(counts, weights, grads, opt, activations, ALLOWANCE_BYTES, formulas, per_mb)
+    cal = calib.resolve(plan, calibration)
+    allowance, allowance_formula = ALLOWANCE_BYTES, ALLOWANCE_FORMULA
+    if cal is not None and cal.memory:
+        k = calib.memory_constants(cal, ALLOWANCE_BYTES)
+        if k["activation_scale"] != 1.0:
+            activation_formula = f"{k['activation_scale']:.4g} x ({activation_formula}) ({cal.source})"
+            activations = int(activations * k["activation_scale"])
+        if k["allowance_bytes"] != ALLOWANCE_BYTES:
+            allowance = int(k["allowance_bytes"])
+            allowance_formula = f"{allowance / GIB:.3g} GiB fitted to measured peaks ({cal.source})"
+    formulas = {**formulas, "activations": activation_formula, "allowance": allowance_formula}
+    return Estimate(counts, weights, grads, opt, activations, allowance, formulas, per_mb)
 
 
-def peak(plan: dict, lay: Layout | None = None, states_by_rank: dict | None = None) -> tuple[Estimate, int]:
+def peak(plan: dict, lay: Layout | None = None, states_by_rank: dict | None = None,
+         calibration: calib.Calibration | None = None) -> tuple[Estimate, int]:
     """The largest per-rank estimate over pipeline stages, and its stage (ranks of one stage hold the
     same shard up to TP/EP symmetry): what must fit on every GPU.  ``states_by_rank``: pipeline rank ->
     rank_states, filled as computed; the planner shares one across the candidates of a layout."""
@@ -414,5 +427,6 @@ def peak(plan: dict, lay: Layout | None = None, states_by_rank: dict | None = No
     for r in range(lay.pp):
         if r not in states_by_rank:
             states_by_rank[r] = rank_states(plan, lay, r)
-    return max(((estimate(plan, lay, r, state=states_by_rank[r]), r) for r in range(lay.pp)),
+    return max(((estimate(plan, lay, r, state=states_by_rank[r], calibration=calibration), r)
+                for r in range(lay.pp)),
                key=lambda e: e[0].total)

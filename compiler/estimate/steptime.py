@@ -14,6 +14,8 @@ The model (docs/layout-model.md writes it out with every assumption):
               micro-batch's forward) hide
   optimizer   the Adam update, memory-bound over the rank's optimizer shard
   overhead    costs of the EP-overlap schedule and of delayed weight gradients
+  host        host overhead: a per-step and a per-layer-per-micro-batch cost (zero unless a
+              calibration sets them: compiler/estimate/calibration.py)
 
 The exposed items sum to the step time.  Pure Python over a compiled plan: no torch, no megatron.
 """
@@ -28,11 +30,13 @@ from compiler.estimate.activations import heads
 from compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
 from compiler.estimate.steptime_constants import OUTPUT_LAYER_FRACTION
 from compiler.estimate.steptime_terms import assemble, expert_gemm_efficiency
+from compiler.estimate import calibration as calib
 
-ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead")
+ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead",
+         "host")
 DOMINANT_NAMES = {"compute": "compute", "tp_comm": "TP comm", "cp_comm": "CP comm", "ep_a2a": "EP all-to-all",
                   "pp_bubble": "PP bubble", "pp_p2p": "PP p2p", "dp_reduce": "DP reduce", "optimizer": "optimizer",
-                  "overhead": "overhead"}
+                  "overhead": "overhead", "host": "host overhead"}
 PERFORMANCE_FIELDS = ("bf16_dense_tflops", "achievable_fraction", "hbm_gbps", "nvlink_gbps", "internode_gbps",
                       "collective_efficiency", "a2a_efficiency")
 
@@ -40,16 +44,19 @@ class PerformanceError(ValueError):
     """A platform without the fields the step-time model needs."""
 
 
-def performance(plan: dict) -> dict:
-    """The platform's performance block, every field present, or a one-line error naming the file."""
+def performance(plan: dict, cal: calib.Calibration | None = None) -> dict:
+    """Every constant the step time reads (the platform's performance block, the calibration's values over
+    it, the fixed ones elsewhere), or a one-line error naming the file that lacks a field.  ``cal``: the
+    calibration to use; None: the active one for the plan's platform (calibration.using), if any."""
     platform = plan.get("platform") or {}
-    perf = platform.get("performance") or {}
+    perf = calib.time_constants(plan, calib.resolve(plan, cal))
     missing = [f for f in PERFORMANCE_FIELDS if perf.get(f) is None]
     if missing:
         name = platform.get("name", "?")
         raise PerformanceError(f"platform {name!r} has no performance.{missing[0]}: add a performance block "
                                f"to recipes/platforms/{name}.yaml (fields: {', '.join(PERFORMANCE_FIELDS)}; "
-                               "see schemas/platform.v1.json)")
+                               "see schemas/platform.v1.json), or calibrate it from measured runs "
+                               "(moeforge calibrate --assume)")
     return perf
 
 
@@ -178,10 +185,12 @@ def stage_facts(plan: dict, lay: Layout, ranks: list[dict] | None = None) -> dic
             "flops_per_token": sum(model_flops_per_token(tc, model, plan["training"]["seq_length"]).values())}
 
 
-def estimate(plan: dict, lay: Layout | None = None, facts: dict | None = None) -> StepTime:
+def estimate(plan: dict, lay: Layout | None = None, facts: dict | None = None,
+             calibration: calib.Calibration | None = None) -> StepTime:
     """The step time of a compiled plan (its layout unless ``lay`` is given; ``facts``: its
-    stage_facts, when already known)."""
-    perf = performance(plan)
+    stage_facts, when already known; ``calibration``: constants fitted to measured runs, else the
+    active one for the platform, else the fixed constants)."""
+    perf = performance(plan, calibration)
     lay = lay or Layout.from_plan(plan["layout"])
     tc, tr = plan["transformer_config"], plan["training"]
     seq, mbs, gbs = tr["seq_length"], tr["micro_batch_size"], tr["global_batch_size"]

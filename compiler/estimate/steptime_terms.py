@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from compiler.estimate import comm
 from compiler.estimate.memory import state_bytes_per_param
-from compiler.estimate.steptime_constants import (ADAM_BYTES_PER_PARAM, DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, FP32_STATE_BYTES,
-                                 OUTPUT_LAYER_FRACTION)
+from compiler.estimate.steptime_constants import ADAM_BYTES_PER_PARAM, FP32_STATE_BYTES
 
 
 def _fmt(x: float) -> str:
@@ -24,7 +23,8 @@ def _compute(ctx: dict) -> dict:
     total = sum(f.values()) * share
     grouped = expert_gemm_efficiency(ctx)
     experts = (f["experts"] + f["recompute_experts"]) * share / (ctx["rate"] * grouped)
-    output = (f["logits"] + f["mtp"]) * share / (ctx["peak"] * OUTPUT_LAYER_FRACTION)
+    olf = ctx["perf"]["output_layer_fraction"]
+    output = (f["logits"] + f["mtp"]) * share / (ctx["peak"] * olf)
     layers_s = (total - (f["experts"] + f["recompute_experts"] + f["logits"] + f["mtp"]) * share) / ctx["rate"]
     sec = layers_s + experts + output
     attn = (f["attention"] + f["core_attention"]) * share / ctx["rate"]
@@ -39,7 +39,7 @@ def _compute(ctx: dict) -> dict:
                         f"{_fmt(share)} tok / ({_fmt(ctx['peak'])} x {ctx['perf']['achievable_fraction']}), "
                         f"expert GEMMs {_fmt(f['experts'] + f['recompute_experts'])} of them at x{grouped:.3f} "
                         f"({_fmt(expert_tokens(ctx))} tokens per local expert per micro-batch), output layer "
-                        f"{_fmt(f['logits'] + f['mtp'])} of them at {OUTPUT_LAYER_FRACTION} of peak ({_fmt(output)} s)")}
+                        f"{_fmt(f['logits'] + f['mtp'])} of them at {olf:.4g} of peak ({_fmt(output)} s)")}
 
 
 def expert_tokens(ctx: dict) -> float:
@@ -146,14 +146,14 @@ def _ep(ctx: dict, c: dict) -> tuple[float, float, float, str, dict]:
         windows = [e / 3 if dwg else 2 * e / 3, 2 * e / 3 if dwg else e / 3, 2 * a / 3, a / 3]
         overlapped = m - 1  # the first forward and the last backward have no partner
         hid = sum(min(one, w) for w in windows) * moe * overlapped
-        slow = EP_OVERLAP_SLOWDOWN * c["s"] * overlapped / m * moe / max(1, ctx["stage"]["layers"])
+        slow = ctx["perf"]["ep_overlap_slowdown"] * c["s"] * overlapped / m * moe / max(1, ctx["stage"]["layers"])
         overhead += slow
         details["ep_overlap_slowdown_s"] = slow
         formula += (f"; EP overlap hides min(a2a, window) per layer-mb for windows expert "
                     f"{_fmt(windows[0] * 1e3)}/{_fmt(windows[1] * 1e3)} ms, attention {_fmt(windows[2] * 1e3)}/"
                     f"{_fmt(windows[3] * 1e3)} ms over {overlapped} overlapped mb")
         if dwg:
-            launches = DWG_LAUNCH_S * (tc["num_moe_experts"] // lay.ep) * moe * m
+            launches = ctx["perf"]["delay_wgrad_launch_s"] * (tc["num_moe_experts"] // lay.ep) * moe * m
             overhead += launches
             details["delay_wgrad_launch_s"] = launches
     return total, hid, overhead, formula, details
@@ -210,6 +210,15 @@ def _optimizer(ctx: dict) -> tuple[float, str]:
     return shard * per_param / (hbm * 1e9), f"{_fmt(shard)} params x {per_param} B / {hbm} GB/s"
 
 
+def _host(ctx: dict) -> tuple[float, str]:
+    """Host overhead: a per-step cost and a per-layer-per-micro-batch cost on the stage's layers (launches,
+    Python, the dispatcher's host-side work); zero unless a calibration sets them."""
+    perf, layers, m = ctx["perf"], max(1, ctx["stage"]["layers"]), ctx["microbatches"]
+    step, per = perf["host_step_s"], perf["host_layer_microbatch_s"]
+    return step + per * layers * m, (f"{_fmt(step)} s per step + {_fmt(per)} s x {layers} layers x {m} mb"
+                                     if step or per else "no host term (no calibration sets one)")
+
+
 def assemble(ctx: dict) -> tuple[dict, dict, dict, dict]:
     c = _compute(ctx)
     items, hidden, formulas = {"compute": c["s"]}, {}, {"compute": c["formula"]}
@@ -221,7 +230,8 @@ def assemble(ctx: dict) -> tuple[dict, dict, dict, dict]:
     items["overhead"] = overhead
     formulas["overhead"] = (f"EP-overlap schedule {_fmt(details.get('ep_overlap_slowdown_s', 0.0))} s + delayed-wgrad "
                             f"launches {_fmt(details.get('delay_wgrad_launch_s', 0.0))} s")
-    busy = items["compute"] + items["tp_comm"] + items["cp_comm"] + items["ep_a2a"] + overhead
+    items["host"], formulas["host"] = _host(ctx)
+    busy = items["compute"] + items["tp_comm"] + items["cp_comm"] + items["ep_a2a"] + overhead + items["host"]
     items["pp_bubble"], p2p, p2p_hid, formulas["pp_bubble"], formulas["pp_p2p"] = _pp(ctx, busy)
     items["pp_p2p"], hidden["pp_p2p"] = p2p - p2p_hid, p2p_hid
     total, hid, formulas["dp_reduce"] = _dp(ctx, c)

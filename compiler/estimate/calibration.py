@@ -1,0 +1,212 @@
+"""A platform's calibration, as the estimates use it: the constants `moeforge calibrate` fitted to a
+team's measured runs, over the fixed ones, and which calibration an estimate used.
+
+Why here and light: steptime.py and memory.py read their constants through ``time_constants`` and
+``memory_constants`` whether or not a calibration exists, so one code path prices every layout; the
+fitting itself (scipy) lives in compiler/calibrate/ and is imported only by `moeforge calibrate`.
+
+A calibration document (schemas/calibration.v1.json) sits beside its platform:
+``recipes/platforms/<name>.calibration.yaml``.  Commands that estimate (plan-layout, explain, dryrun,
+results, diagnose) find it with ``find`` and either pass it to the estimates or make it the active one
+for a platform (``using``), so code that estimates many plans (the planner's search) needs no argument.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
+
+SCHEMA = "moeforge/calibration/v1"
+SUFFIX = ".calibration.yaml"
+GIB = 2 ** 30
+# The step-time constants a calibration may set.  Each: where the fixed value comes from (the platform's
+# performance block, or steptime_constants.py) and the fixed fallback when the platform has none.
+# host_step_s and host_layer_microbatch_s price the host: a per-step cost (optimizer launch, Python,
+# the schedule's bookkeeping) and a per-layer-per-micro-batch one (kernel launches, the dispatcher's
+# host-side preprocess).  Zero for every catalogue platform: the seeds' and Megatron-Bridge's
+# measurements are GPU-bound at those sizes and do not separate them, so today's estimates stand.
+TIME_FIXED = {
+    "achievable_fraction": ("platform", None),
+    "output_layer_fraction": ("steptime_constants.OUTPUT_LAYER_FRACTION", OUTPUT_LAYER_FRACTION),
+    "collective_efficiency": ("platform", None),
+    "a2a_efficiency": ("platform", None),
+    "ep_overlap_slowdown": ("steptime_constants.EP_OVERLAP_SLOWDOWN", EP_OVERLAP_SLOWDOWN),
+    "delay_wgrad_launch_s": ("steptime_constants.DWG_LAUNCH_S", DWG_LAUNCH_S),
+    "host_step_s": ("fixed: 0 (no host term)", 0.0),
+    "host_layer_microbatch_s": ("fixed: 0 (no host term)", 0.0),
+}
+# The datasheet figures the model reads; a calibration of a platform without a performance block (the
+# cpu platform) states them as assumptions (`moeforge calibrate --assume`).
+DATASHEET = ("bf16_dense_tflops", "hbm_gbps", "nvlink_gbps", "internode_gbps")
+# Memory: the activations' scale and the allowance (what the allocator, the CUDA context or the
+# process holds beyond weights, gradients, optimizer state and activations; docs/memory-model.md).
+MEMORY_FIXED = {"activation_scale": 1.0, "allowance_bytes": None}  # None: memory.ALLOWANCE_BYTES
+
+
+class CalibrationError(ValueError):
+    """A calibration document that cannot be used: one line naming the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration sets; ``source`` says where it came from (a path, or what made it)."""
+
+    platform: str
+    time: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    assumed: dict = field(default_factory=dict)   # datasheet fields the platform lacks
+    source: str = ""
+    runs: int = 0
+    digest: str = ""
+
+    def describe(self) -> str:
+        fitted = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted({**self.time, **self.memory}.items()))
+        return (f"calibration {self.source} ({self.runs} run{'s' if self.runs != 1 else ''}, "
+                f"sha256 {self.digest[:12]}): {fitted or 'no constant'}")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def time_constants(plan: dict, cal: Calibration | None) -> dict:
+    """Every step-time constant and datasheet field, the calibration's over the platform's over the fixed."""
+    perf = dict((plan.get("platform") or {}).get("performance") or {})
+    if cal is not None:
+        perf.update({k: v for k, v in cal.assumed.items() if perf.get(k) is None})
+    out = {k: perf.get(k) for k in DATASHEET}
+    for name, (_, fixed) in TIME_FIXED.items():
+        out[name] = perf.get(name, fixed)
+    if cal is not None:
+        out.update(cal.time)
+    return out
+
+
+def memory_constants(cal: Calibration | None, allowance_bytes: int) -> dict:
+    out = {"activation_scale": 1.0, "allowance_bytes": allowance_bytes}
+    if cal is not None:
+        out.update(cal.memory)
+    return out
+
+
+# ------------------------------------------------------------------------ the active calibration
+_ACTIVE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("moeforge_calibration", default=None)
+
+
+@contextlib.contextmanager
+def using(cal: Calibration | None):
+    """Make ``cal`` the calibration of its platform for every estimate inside the block."""
+    if cal is None:
+        yield
+        return
+    token = _ACTIVE.set({**(_ACTIVE.get() or {}), cal.platform: cal})
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active(plan: dict) -> Calibration | None:
+    """The active calibration of the plan's platform, if any (``using``)."""
+    table = _ACTIVE.get()
+    return table.get((plan.get("platform") or {}).get("name")) if table else None
+
+
+def resolve(plan: dict, cal: Calibration | None) -> Calibration | None:
+    return cal if cal is not None else active(plan)
+
+
+# ------------------------------------------------------------------------ finding and reading
+def path_beside(platform_file: Path) -> Path:
+    return platform_file.with_name(platform_file.name[:-len(".yaml")] + SUFFIX)
+
+
+def find(platform: str, platform_file: Path | None = None) -> Path | None:
+    """The calibration of a platform: the project's recipes/platforms/<name>.calibration.yaml (where
+    `moeforge calibrate` writes it, whether the platform file is the project's or built in), else the one
+    beside the platform file that wins (``platform_file``: the project's, else the built-in one), or None."""
+    from compiler import project
+    from compiler.resources import BUILTIN_RECIPES
+
+    if platform_file is None:
+        platform_file = next((top / "platforms" / f"{platform}.yaml" for top in (project.recipes(), BUILTIN_RECIPES)
+                              if (top / "platforms" / f"{platform}.yaml").is_file()), None)
+    candidates = [project.recipes() / "platforms" / f"{platform}{SUFFIX}"]
+    if platform_file is not None:
+        candidates.append(path_beside(Path(platform_file)))
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
+    """A calibration document, schema-checked; CalibrationError with one line on anything wrong."""
+    import json
+
+    import jsonschema
+    import yaml
+
+    from compiler.resources import SCHEMAS
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        doc = yaml.safe_load(text)
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise CalibrationError(f"{path}{where}: not YAML ({getattr(exc, 'problem', exc)}): "
+                               "rewrite it with `moeforge calibrate`") from None
+    schema = json.loads((SCHEMAS / "calibration.v1.json").read_text())
+    error = next(iter(sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: e.path)), None)
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "the document"
+        raise CalibrationError(f"{path}: {where}: {error.message} (schemas/calibration.v1.json): "
+                               "rewrite it with `moeforge calibrate`")
+    if expect_platform and doc["platform"] != expect_platform:
+        raise CalibrationError(f"{path}: calibrates platform {doc['platform']!r}, not {expect_platform!r}: "
+                               f"name it {doc['platform']}{SUFFIX}, or calibrate {expect_platform}")
+    time = {k: v["value"] for k, v in (doc.get("time") or {}).get("constants", {}).items()}
+    fitted = {k: v["value"] for k, v in (doc.get("memory") or {}).get("constants", {}).items()}
+    memory = {k: v for k, v in fitted.items() if k == "activation_scale"}
+    if "allowance_gib" in fitted:  # allocated_offset_gib is what max_memory_allocated saw: not an allowance
+        memory["allowance_bytes"] = int(fitted["allowance_gib"] * GIB)
+    return Calibration(doc["platform"], time, memory, dict(doc.get("assumed") or {}), _display(path),
+                       len(doc.get("runs") or ()), hashlib.sha256(text.encode()).hexdigest())
+
+
+def _display(path: Path) -> str:
+    try:
+        from compiler import project
+
+        return str(path.resolve().relative_to(project.root().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def for_platform(platform: str, choice: str | None = None, platform_file: Path | None = None) -> Calibration | None:
+    """The calibration a command uses: ``choice`` "none" for the fixed constants, a path, or (None) the
+    one beside the platform."""
+    if choice == "none":
+        return None
+    path = Path(choice) if choice else find(platform, platform_file)
+    return load(path, platform) if path else None
+
+
+def record(cal: Calibration | None) -> dict | None:
+    """The calibration as JSON output names it (None: the fixed constants)."""
+    if cal is None:
+        return None
+    return {"source": cal.source, "sha256": cal.digest, "runs": cal.runs, "time": dict(cal.time),
+            "memory": dict(cal.memory), "assumed": dict(cal.assumed)}
+
+
+def note(cal: Calibration | None) -> str:
+    """The line every estimating command prints: which calibration it used."""
+    if cal is None:
+        return "calibration: none (fixed constants: docs/layout-model.md, section 6)"
+    return cal.describe()
