@@ -1,0 +1,206 @@
+"""`moeforge calibrate`: fit a platform's constants to measured runs and write them beside the platform.
+
+Exit codes as moeforge's: 0 written (or printed with --dry-run), 1 the runs cannot determine the fit or
+an input is unusable (one line each, naming the constant or the file and the fix), 2 usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..estimate import calibration as calib
+from ..estimate.steptime import PERFORMANCE_FIELDS
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="moeforge calibrate",
+        description="Fit a platform's step-time and memory constants (docs/layout-model.md, section 9) to measured "
+                    "runs and write recipes/platforms/<platform>.calibration.yaml: every run's estimate before and "
+                    "after, and left out of the fit.")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="report.json files, directories holding them (a sweep's builds), or a sweep's results.json")
+    p.add_argument("--log", nargs=2, action="append", default=[], metavar=("LOG", "SOURCE"),
+                   help="a Megatron-LM training log (the last rank's) and what it ran: a launch script, command line or "
+                        "args file (read as `moeforge import` reads it), a recipe, or a plan.json (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with a recipe SOURCE: override a recipe value (repeatable)")
+    p.add_argument("--platform", help="calibrate this platform (default: the one the runs ran on)")
+    p.add_argument("--fit", help="comma-separated step-time constants to fit (default: all of "
+                                 f"{', '.join(calib.TIME_FIXED)})")
+    p.add_argument("--fix", default="", help="comma-separated constants to keep at their fixed values "
+                                             "(time constants, or activation_scale)")
+    p.add_argument("--assume", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a performance field the platform file lacks (the cpu platform has no datasheet): "
+                        f"{', '.join(PERFORMANCE_FIELDS)}")
+    p.add_argument("--only", choices=("time", "memory"), help="fit only the step time or only the memory terms")
+    p.add_argument("--output", metavar="FILE", help="where to write (default: recipes/platforms/<platform>"
+                                                     f"{calib.SUFFIX} in the project)")
+    p.add_argument("--dry-run", action="store_true", help="print the report and write nothing")
+    p.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or the document as json")
+    return p
+
+
+class Refused(Exception):
+    """One or more lines for the user, exit 1."""
+
+
+def main(argv) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    from .runs import RunError
+    from .megatron_log import LogError
+
+    try:
+        return run(args)
+    except (Refused, RunError, LogError, calib.CalibrationError) as exc:
+        for line in str(exc).split("\n"):
+            print(f"moeforge calibrate: error: {line}", file=sys.stderr)
+        return 1
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _assumed(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in PERFORMANCE_FIELDS:
+            raise Refused(f"--assume {item}: expected FIELD=VALUE with FIELD one of {', '.join(PERFORMANCE_FIELDS)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise Refused(f"--assume {item}: {value!r} is not a number") from None
+    return out
+
+
+def gather(args) -> tuple[list, list[str]]:
+    from . import runs as R
+
+    runs, skipped = R.collect(args.runs)
+    for log, source in args.log:
+        plan, label = R.plan_for(source, args.overrides, args.platform)
+        run = R.from_log(Path(log), plan, label)
+        if all(r.digest != run.digest for r in runs):
+            runs.append(run)
+    return runs, skipped
+
+
+def _need_scipy() -> None:
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        raise Refused("the fit needs scipy, which is not installed here: pip install 'moeforge[calibrate]' "
+                      "(scipy==1.17.1)") from None
+
+
+def run(args) -> int:
+    _need_scipy()
+    if not args.runs and not args.log:
+        raise Refused("no runs: give report.json files or directories, or --log LOG SOURCE")
+    runs, skipped = gather(args)
+    platforms = sorted({r.platform for r in runs})
+    platform = args.platform or (platforms[0] if len(platforms) == 1 else None)
+    if platform is None:
+        raise Refused(f"the runs ran on {', '.join(platforms) or 'no platform'}: calibrate one at a time "
+                      "with --platform NAME")
+    others = [r for r in runs if r.platform != platform]
+    runs = [r for r in runs if r.platform == platform]
+    skipped += [f"{r.origin}: ran on {r.platform}, not {platform}" for r in others]
+    if not runs:
+        raise Refused(f"no run on platform {platform!r}")
+    platform_file = _platform_file(platform)
+    assumed, fixed = _starting_point(runs[0].plan, _assumed(args.assume))
+    fix = _names(args.fix)
+    unknown = [n for n in fix + _names(args.fit) if n not in calib.TIME_FIXED and n != "activation_scale"]
+    if unknown:
+        raise Refused(f"unknown constant {unknown[0]!r}: the step-time constants are {', '.join(calib.TIME_FIXED)}; "
+                      "the memory one is activation_scale")
+    names = [n for n in (_names(args.fit) or list(calib.TIME_FIXED)) if n not in fix]
+    missing = [k for k in PERFORMANCE_FIELDS if fixed.get(k) is None and k not in names]
+    if missing:
+        raise Refused(f"platform {platform!r} has no performance.{missing[0]}: state it with --assume "
+                      f"{missing[0]}=VALUE (or fit it: --fit), or add a performance block to its file")
+    time_fit = mem_fit = None
+    notes = []
+    if args.only != "memory":
+        time_fit = _fit_time(runs, names, platform, assumed, fixed, not args.no_loo)
+    if args.only != "time":
+        measured = [r for r in runs if r.peak_bytes]
+        if len(measured) < 1:
+            notes.append("memory: no run measured its peak memory, so the memory terms keep their fixed values")
+        else:
+            mem_fit = _fit_memory(measured, "activation_scale" in fix, not args.no_loo)
+    from . import document
+
+    command = "moeforge calibrate " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["calibrate"] else [])
+    doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed)
+    if args.format == "json":
+        print(json.dumps(doc, indent=2))
+    else:
+        print(document.report(runs, time_fit, mem_fit, skipped, notes))
+    if args.dry_run:
+        return 0
+    out = Path(args.output) if args.output else _default_output(platform)
+    from ..emit import write_file_atomically
+
+    write_file_atomically(out, document.render(doc, command.strip()))
+    calib.load(out, platform)  # what was written reads back through the schema
+    print(f"wrote {out}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 0
+
+
+def _fit_time(runs, names, platform, assumed, fixed, loo):
+    from .fit import UnderDetermined, fit_time
+
+    if not [r for r in runs if r.step_s]:
+        raise Refused("no run has a step time (runtime.megatron reports from before step times were recorded "
+                      "have none: pass its log with --log), so the step-time constants cannot be fitted; "
+                      "--only memory fits the memory terms alone")
+    try:
+        return fit_time(runs, names, platform, assumed, fixed, loo)
+    except UnderDetermined as exc:
+        raise Refused("\n".join(f"cannot determine {line}" for line in exc.lines)) from None
+
+
+def _fit_memory(runs, fix_scale, loo):
+    from .memory_fit import fit_memory, problems
+
+    lines = problems(runs, fix_scale)
+    if lines:
+        raise Refused("\n".join(f"cannot determine {line} (or --only time)" for line in lines))
+    return fit_memory(runs, fix_scale, loo)
+
+
+def _starting_point(plan: dict, assumed: dict) -> tuple[dict, dict]:
+    """(the assumptions the calibration records, every constant's fixed value): the platform's performance
+    block, the assumptions over its gaps, the fixed constants elsewhere; a fitted constant the platform lacks
+    starts from 0.5 of a peak."""
+    perf = (plan.get("platform") or {}).get("performance") or {}
+    stated = {k: v for k, v in assumed.items() if perf.get(k) is None}
+    fixed = calib.time_constants({"platform": {"performance": {**perf, **stated}}}, None)
+    return stated, fixed
+
+
+def _platform_file(platform: str) -> Path | None:
+    from .. import project
+    from ..resources import BUILTIN_RECIPES
+
+    for top in (project.recipes(), BUILTIN_RECIPES):
+        path = top / "platforms" / f"{platform}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
+def _default_output(platform: str) -> Path:
+    from .. import project
+
+    return project.recipes() / "platforms" / f"{platform}{calib.SUFFIX}"

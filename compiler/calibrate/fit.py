@@ -1,0 +1,212 @@
+"""Fitting the step-time constants to measured runs: nonlinear least squares on log(estimate / measured)
+(scipy.optimize.least_squares, bounded), after checking that the runs determine every constant asked for.
+
+The step-time model (compiler/estimate/steptime.py) is evaluated as it is, with the candidate constants
+passed as a calibration: the fit cannot drift from what plan-layout computes.  Identifiability is read
+from the Jacobian of the residuals in scaled units (each column: how much of each run's step one
+constant moves): a column that no run moves is a constant no run exercises; a small singular value of the
+column-normalised Jacobian is a combination the runs cannot separate.  For each, the fit is refused with
+the constant named and a run that would settle it: one of the given runs with one `--set` changed
+(micro-batches, layers, EP overlap, ...), found by adding that run's Jacobian row and asking again.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..estimate import calibration as calib
+from ..estimate import steptime
+from ..layout import Layout
+from . import probes
+
+# bounds in natural units; fractions and efficiencies are of a peak, so at most 1
+BOUNDS = {"achievable_fraction": (1e-4, 1.0), "output_layer_fraction": (1e-4, 1.0),
+          "collective_efficiency": (1e-4, 1.0), "a2a_efficiency": (1e-4, 1.0),
+          "ep_overlap_slowdown": (0.0, 5.0), "delay_wgrad_launch_s": (0.0, 1e-2),
+          "host_step_s": (0.0, 1e3), "host_layer_microbatch_s": (0.0, 10.0)}
+# where a constant the platform has no value for starts (a fraction of a peak)
+START = {"achievable_fraction": 0.5, "output_layer_fraction": 0.5, "collective_efficiency": 0.5, "a2a_efficiency": 0.5}
+CONDITION_LIMIT = 1e3      # largest/smallest singular value of the normalised Jacobian a fit accepts
+EXERCISED = 1e-4           # a constant moving no run's log step time by more than this is not exercised
+
+
+class UnderDetermined(ValueError):
+    """The runs cannot determine some constants: one line per constant, each with what would settle it."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+@dataclass
+class TimeFit:
+    names: list
+    values: dict                  # fitted constants
+    fixed: dict                   # what they replace (the platform's or the fixed fallback)
+    stderr: dict                  # None where the runs give exactly as many equations as constants
+    before: list                  # estimate with the fixed constants, per run (s)
+    after: list                   # with the fitted ones
+    loo: list                     # leave-one-out estimate per run (None: the others do not determine the fit)
+    measured: list
+    kept: dict = field(default_factory=dict)   # constants not fitted, at their values
+
+    @staticmethod
+    def error(est: list, measured: list) -> list:
+        return [None if e is None else e / m - 1 for e, m in zip(est, measured)]
+
+
+class Model:
+    """Step times of the runs' plans for given constants (stage facts computed once per run)."""
+
+    def __init__(self, runs: list, platform: str, assumed: dict, base: dict):
+        self.runs, self.platform, self.assumed, self.base = runs, platform, assumed, base
+        self.lays = [Layout.from_plan(r.plan["layout"]) for r in runs]
+        self.facts = [steptime.stage_facts(r.plan, lay) for r, lay in zip(runs, self.lays)]
+
+    def cal(self, values: dict) -> calib.Calibration:
+        return calib.Calibration(self.platform, time={**self.base, **values}, assumed=self.assumed)
+
+    def times(self, values: dict, indices=None) -> list[float]:
+        c = self.cal(values)
+        idx = range(len(self.runs)) if indices is None else indices
+        return [steptime.estimate(self.runs[i].plan, self.lays[i], self.facts[i], calibration=c).total_s for i in idx]
+
+    def time_of(self, plan: dict, values: dict, facts: dict | None = None) -> float:
+        return steptime.estimate(plan, facts=facts, calibration=self.cal(values)).total_s
+
+
+def scales(names: list, start: dict, runs: list) -> dict:
+    """Typical magnitudes: the starting value, or for constants that start at 0 a share of the step."""
+    step = sorted(r.step_s for r in runs)[len(runs) // 2]
+    out = {}
+    for n in names:
+        if start.get(n):
+            out[n] = abs(start[n])
+        elif n == "host_step_s":
+            out[n] = 0.1 * step
+        elif n == "host_layer_microbatch_s":
+            lm = sorted(max(1, r.plan["transformer_config"]["num_layers"]) * r.plan["training"]["num_microbatches"]
+                        for r in runs)[len(runs) // 2]
+            out[n] = 0.1 * step / lm
+        elif n == "ep_overlap_slowdown":
+            out[n] = 0.1
+        else:
+            out[n] = 1e-6
+    return out
+
+
+def _residuals(model: Model, names, scale, x, indices, measured) -> list[float]:
+    values = {n: x[i] * scale[n] for i, n in enumerate(names)}
+    return [math.log(max(t, 1e-30) / m) for t, m in zip(model.times(values, indices), measured)]
+
+
+def jacobian_rows(model: Model, names, scale, point: dict, plans: list) -> list[list[float]]:
+    """d log(estimate) / d (constant / scale) for each plan, by central differences."""
+    rows = []
+    for plan in plans:
+        row = []
+        facts = steptime.stage_facts(plan, Layout.from_plan(plan["layout"]))
+        for n in names:
+            h = 1e-3 * scale[n]
+            lo = max(BOUNDS[n][0], point[n] - h)
+            hi = min(BOUNDS[n][1], point[n] + h)
+            t_hi, t_lo = model.time_of(plan, {**point, n: hi}, facts), model.time_of(plan, {**point, n: lo}, facts)
+            row.append((math.log(t_hi) - math.log(t_lo)) / ((hi - lo) / scale[n]))
+        rows.append(row)
+    return rows
+
+
+def undetermined(rows: list, names: list) -> list[tuple[str, list[str]]]:
+    """The constants the rows cannot determine, each with the constants it is entangled with: (name, [])
+    for one no row moves; (name, partners) for one whose column lies (nearly) in the span of the others'
+    (its component in a right singular vector of a small singular value of the column-normalised matrix)."""
+    import numpy as np
+
+    J = np.array(rows, dtype=float).reshape(len(rows), len(names))
+    norms = np.abs(J).max(axis=0) if len(rows) else np.zeros(len(names))
+    out = [(n, []) for n, v in zip(names, norms) if v < EXERCISED]
+    live = [i for i, v in enumerate(norms) if v >= EXERCISED]
+    if not live:
+        return out
+    A = J[:, live] / np.linalg.norm(J[:, live], axis=0)
+    if A.shape[0] < A.shape[1]:  # fewer runs than constants: pad so the SVD shows the missing directions
+        A = np.vstack([A, np.zeros((A.shape[1] - A.shape[0], A.shape[1]))])
+    _, s, vt = np.linalg.svd(A)
+    null = vt[[k for k, sv in enumerate(s) if sv * CONDITION_LIMIT < s[0]]]
+    if not len(null):
+        return out
+    weight = np.sqrt((null ** 2).sum(axis=0))
+    for i in np.argsort(-weight):
+        if weight[i] > 0.1:
+            row = null[np.argmax(np.abs(null[:, i]))]
+            partners = [names[live[j]] for j in np.argsort(-np.abs(row)) if j != i and abs(row[j]) > 0.2]
+            out.append((names[live[i]], partners))
+    return out
+
+
+def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
+    """One line per undetermined constant with the run that would settle it; [] if none."""
+    rows = jacobian_rows(model, names, scale, point, [r.plan for r in model.runs])
+    lines = []
+    short = len(rows) < len(names)
+    for name, partners in undetermined(rows, names):
+        settle = probes.settling_run(model, names, scale, point, rows, name, undetermined)
+        what = (f"{name}: no run exercises it ({probes.WHAT_EXERCISES[name]})" if not partners
+                else f"{name}: the runs move it together with {', '.join(partners)}, so they cannot be told apart")
+        if short:
+            what += f" ({len(rows)} timed run(s) for {len(names)} constants)"
+        lines.append(what + (f"; {settle}" if settle else "; no single changed run among the given ones settles "
+                             "it") + f"; or keep its fixed value: --fix {name}")
+    return lines
+
+
+def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict, loo: bool = True) -> TimeFit:
+    """Fit ``names`` (the other constants stay at ``fixed``); UnderDetermined when the runs cannot."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    timed = [r for r in runs if r.step_s]
+    kept = {k: v for k, v in fixed.items() if k not in names}
+    model = Model(timed, platform, assumed, kept)
+    start = {n: min(max(fixed[n] if fixed.get(n) is not None else START.get(n, 0.0), BOUNDS[n][0]), BOUNDS[n][1])
+             for n in names}
+    scale = scales(names, start, timed)
+    lines = check(model, names, start, scale)
+    if lines:
+        raise UnderDetermined(lines)
+    measured = [r.step_s for r in timed]
+
+    def solve(indices: list[int]) -> tuple[dict, object]:
+        lo = [BOUNDS[n][0] / scale[n] for n in names]
+        hi = [BOUNDS[n][1] / scale[n] for n in names]
+        x0 = [min(max(start[n] / scale[n], lo[i] + 1e-9), hi[i] - 1e-9) for i, n in enumerate(names)]
+        meas = [measured[i] for i in indices]
+        res = least_squares(lambda x: _residuals(model, names, scale, x, indices, meas), x0,
+                            bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=1e-4)
+        return {n: float(res.x[i] * scale[n]) for i, n in enumerate(names)}, res
+
+    everything = list(range(len(timed)))
+    values, res = solve(everything)
+    stderr = dict.fromkeys(names)
+    dof = len(timed) - len(names)
+    if dof > 0:
+        J = np.asarray(res.jac)
+        sigma2 = float(np.sum(res.fun ** 2)) / dof
+        try:
+            cov = np.linalg.inv(J.T @ J) * sigma2
+            stderr = {n: float(math.sqrt(max(cov[i, i], 0.0)) * scale[n]) for i, n in enumerate(names)}
+        except np.linalg.LinAlgError:
+            pass
+    out_loo = []
+    if loo:
+        for i in everything:
+            others = [j for j in everything if j != i]
+            sub = Model([timed[j] for j in others], platform, assumed, kept)
+            if not others or check(sub, names, start, scale):
+                out_loo.append(None)
+                continue
+            fitted, _ = solve(others)
+            out_loo.append(model.times(fitted, [i])[0])
+    before = model.times({n: start[n] for n in names})
+    return TimeFit(list(names), values, {n: fixed.get(n) for n in names}, stderr, before, model.times(values),
+                   out_loo, measured, kept)

@@ -1,0 +1,268 @@
+"""Measured runs, from wherever a team has them: report.json files (runtime.train, runtime.megatron), a
+directory of them (a sweep's builds: every report.json with its plan.json), a sweep's results.json, and
+Megatron-LM logs of runs made without moeforge with the launch or recipe they came from.
+
+A Run is a compiled plan with what was measured on it: the steady step time and the peak memory per
+rank (with how it was measured: ``allocated`` as torch.cuda.max_memory_allocated sees it, ``reserved``
+or ``rss`` for all the memory a rank held), named by the sha256 of its measurement and its plan, so a
+calibration says exactly which runs it came from.  A source that cannot be read is one line, never a
+traceback; a run without a step time still calibrates memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import megatron_log
+
+
+class RunError(ValueError):
+    """A run that cannot be used: one line naming the file and the fix."""
+
+
+@dataclass
+class Run:
+    name: str
+    origin: str               # the file the measurement came from
+    digest: str               # sha256 of the measurement and the plan
+    plan: dict
+    kind: str                 # "report" | "megatron-log"
+    step_s: float | None = None
+    step_samples: int = 0     # steps (or printed log lines) the step time is the median of
+    peak_bytes: int | None = None
+    peak_source: str | None = None   # "allocated" | "reserved" | "rss"
+    profile: dict | None = None      # report.json's profile section (diagnose reads the trace)
+    report: dict | None = None
+
+    @property
+    def platform(self) -> str:
+        return self.plan["platform"]["name"]
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()
+
+
+def _canonical(plan: dict) -> bytes:
+    return json.dumps(plan, sort_keys=True, separators=(",", ":")).encode()
+
+
+def peak_kind(source: str | None) -> str | None:
+    """How a report's peak memory was measured, from its peak_memory_source text."""
+    if not source:
+        return None
+    if "ru_maxrss" in source or "RSS" in source:
+        return "rss"
+    if "reserved" in source:
+        return "reserved"
+    if "allocated" in source:
+        return "allocated"
+    return None
+
+
+# ------------------------------------------------------------------------ report.json
+def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
+    beside = report_path.with_name("plan.json")
+    named = Path(report["plan"]) if report.get("plan") else None
+    for candidate in (beside, named, report_path.parent / named if named else None):
+        if candidate is not None and candidate.is_file():
+            try:
+                return candidate, json.loads(candidate.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise RunError(f"{candidate}: not a readable plan.json ({exc}): compile the recipe again") from None
+    raise RunError(f"{report_path}: its plan.json is neither beside it nor at {report.get('plan')!r}: "
+                   "keep the report in its build directory")
+
+
+def from_report(path: Path) -> Run:
+    """One report.json (runtime/report.py writes it) with its plan."""
+    try:
+        raw = path.read_bytes()
+        report = json.loads(raw)
+    except OSError as exc:
+        raise RunError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg}): is the run still writing it?") from None
+    if not isinstance(report, dict) or "steps" not in report:
+        raise RunError(f"{path}: not a moeforge run report (no 'steps'): runtime.train and runtime.megatron write one")
+    if report.get("status") not in (None, "ok"):
+        raise RunError(f"{path}: the run ended {report.get('status')!r}: only finished runs calibrate")
+    plan_path, plan = _plan_of(path, report)
+    steady = report.get("steady_state") or {}
+    step_s = steady.get("median_s")
+    samples = steady.get("steps", 0)
+    if step_s is None:
+        times = [s["time_s"] for s in report["steps"] if s.get("time_s") is not None][1:]
+        if times:
+            times.sort()
+            step_s, samples = times[len(times) // 2], len(times)
+    peak = report.get("peak_memory_bytes_max") or report.get("peak_memory_bytes_rank0")
+    kind = peak_kind(report.get("peak_memory_source"))
+    name = _name(path)
+    return Run(name, str(path), _sha(raw, _canonical(plan)), plan, "report", step_s, samples,
+               int(peak) if peak and kind else None, kind if peak else None, report.get("profile"), report)
+
+
+def _name(path: Path) -> str:
+    """A short label: the build directory's path below the nearest build/ or runs/ folder."""
+    parts = path.parent.parts
+    for marker in ("build", "runs", "builds"):
+        if marker in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):]) or path.parent.name
+    return "/".join(parts[-2:])
+
+
+def walk(directory: Path) -> list[Path]:
+    """Every report.json under ``directory`` (a sweep's builds, a folder of runs), sorted."""
+    found = []
+    for here, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if "report.json" in files:
+            found.append(Path(here) / "report.json")
+    return sorted(found)
+
+
+def from_results(path: Path) -> list[Path]:
+    """The report.json of every point of a sweep's results.json (schemas/results.v1.json: each point names
+    its build directory); a point without a report is left out.  Falls back to walking its folder."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunError(f"{path}: not a readable results.json ({exc})") from None
+    found = []
+    for point in doc.get("points") or []:
+        for key in ("report", "report_json"):
+            if isinstance(point.get(key), str):
+                found.append((path.parent / point[key]).resolve())
+        for key in ("build_dir", "build", "run_dir"):
+            if isinstance(point.get(key), str):
+                found.extend(walk((path.parent / point[key]).resolve()))
+    return sorted(set(p for p in found if p.is_file())) or walk(path.parent)
+
+
+def collect(sources: list[str]) -> tuple[list[Run], list[str]]:
+    """Runs from report.json files, directories and results.json files; (runs, one line per source left out)."""
+    runs, skipped, seen = [], [], set()
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            reports = walk(path)
+            if not reports:
+                skipped.append(f"{path}: no report.json under it (runs write theirs into their build directory)")
+        elif path.is_file() and path.name != "report.json" and path.suffix == ".json" and _is_results(path):
+            reports = from_results(path)
+        elif path.is_file():
+            reports = [path]
+        else:
+            raise RunError(f"{path}: no such file or directory")
+        for report in reports:
+            try:
+                run = from_report(report)
+            except RunError as exc:
+                skipped.append(str(exc))
+                continue
+            if run.digest not in seen:
+                seen.add(run.digest)
+                runs.append(run)
+    return runs, skipped
+
+
+def _is_results(path: Path) -> bool:
+    try:
+        head = path.read_text()[:4096]
+    except OSError:
+        return False
+    return '"moeforge/results' in head or '"points"' in head
+
+
+# ------------------------------------------------------------------------ Megatron-LM logs
+def from_log(log_path: Path, plan: dict, origin_of_plan: str) -> Run:
+    """A Megatron-LM training log with the plan of the launch or recipe it came from."""
+    log = megatron_log.read(log_path)
+    step_s, samples = log.step_time_s()
+    gbs = log.global_batch_size()
+    planned = plan["training"]["global_batch_size"]
+    if gbs is not None and gbs != planned:
+        raise RunError(f"{log_path}: the log trains global batch size {gbs}, {origin_of_plan} says {planned}: "
+                       "pair the log with the launch that wrote it")
+    peak = log.peak_memory()
+    kind, value = (("reserved", peak["max_reserved"]) if peak and peak.get("max_reserved") else
+                   ("allocated", peak["max_allocated"]) if peak and peak.get("max_allocated") else (None, None))
+    return Run(f"{log_path.name} ({origin_of_plan})", str(log_path), _sha(log.digest.encode(), _canonical(plan)),
+               plan, "megatron-log", step_s, samples, value, kind)
+
+
+def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[dict, str]:
+    """The compiled plan of what a log came from: a plan.json, a build directory, a recipe (id, path or
+    builtin:ID, with ``overrides``), or a Megatron-LM launch (script, command line, args file: read by
+    `moeforge import`, never executed).  (plan, label)."""
+    from ..diagnostics import CompileError, render_all
+    from ..launch_text import ImportError_
+
+    path = Path(source)
+    if path.is_dir() and (path / "plan.json").is_file():
+        path = path / "plan.json"
+    if path.is_file() and path.suffix == ".json":
+        try:
+            return json.loads(path.read_text()), str(path)
+        except json.JSONDecodeError as exc:
+            raise RunError(f"{path}: not a plan.json ({exc.msg})") from None
+    try:
+        if _is_recipe(path, source):
+            from .. import plan as plan_mod
+            from ..pipeline import load, resolve
+
+            return plan_mod.build(resolve(load(source, list(overrides)))), source
+        return _imported_plan(path, platform), f"{path.name} (imported)"
+    except CompileError as exc:
+        first = render_all(exc.diagnostics, "text").splitlines()[0]
+        raise RunError(f"{source}: does not compile: {first}") from None
+    except ImportError_ as exc:
+        raise RunError(f"{source}: {exc}") from None
+
+
+def _is_recipe(path: Path, source: str) -> bool:
+    if not path.is_file():
+        return True  # a recipe id (tiny-moe/cpu) or builtin:ID; the pipeline says when it is not one
+    try:
+        head = path.read_text(errors="replace")[:2048]
+    except OSError:
+        return False
+    return "moeforge/recipe/" in head
+
+
+def _imported_plan(path: Path, platform: str | None) -> dict:
+    """A launch's plan, through `moeforge import` in a scratch project (nothing written to the user's)."""
+    import shutil
+    import tempfile
+
+    import yaml
+
+    from .. import plan as plan_mod
+    from .. import project
+    from ..importer import import_text
+    from ..pipeline import load, resolve
+    from ..resources import BUILTIN_RECIPES
+
+    imp = import_text(path.read_text(), str(path), platform)
+    scratch = Path(tempfile.mkdtemp(prefix="moeforge-calibrate-"))
+    try:
+        for kind, name, doc in (("models", imp.model["name"], imp.model), ("imported", imp.recipe["name"], imp.recipe)):
+            (scratch / kind).mkdir(exist_ok=True)
+            (scratch / kind / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        (scratch / "platforms").mkdir()
+        for top in (project.recipes(), BUILTIN_RECIPES):
+            candidate = top / "platforms" / f"{imp.platform}.yaml"
+            if candidate.is_file():
+                shutil.copyfile(candidate, scratch / "platforms" / candidate.name)
+                break
+        recipe = scratch / "imported" / f"{imp.recipe['name']}.yaml"
+        return plan_mod.build(resolve(load(recipe, (), scratch)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
