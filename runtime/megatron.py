@@ -32,6 +32,7 @@ from . import checkpoint_guard, cpu_support, gate, inputs, launch_env, megatron_
 from . import plan as plan_mod
 from .errors import (EXIT_SAVED_ON_SIGNAL, BackendMissing, ConfigRejected, PlanError, RealisedMismatch,
                      RuntimeFailure, ScheduleMismatch, internal, raised_at, report_and_exit, stage)
+from .profile import ProfileError, StepProfiler, parse_steps
 from .schedule_probe import ScheduleProbe
 from .train import apply_env, free_port, loss_func
 
@@ -179,6 +180,7 @@ class Run:
         self.probe = ScheduleProbe()
         self.steps_run = 0
         self.step_times: dict[int, float] = {}
+        self.profiler: StepProfiler | None = None  # --profile: a torch.profiler trace of the asked iterations
 
     def model_provider(self, pre_process=True, post_process=True, vp_stage=None, config=None,
                        pg_collection=None):
@@ -211,10 +213,11 @@ class Run:
             from megatron.training import get_args
 
             started = time.perf_counter()
-            with stage(f"training step {get_args().curr_iteration + 1}"):
+            step = get_args().curr_iteration + 1
+            with stage(f"training step {step}"), (self.profiler.step(step) if self.profiler else _nothing()):
                 result = original(*args, **kwargs)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
             seconds = time.perf_counter() - started
             self.steps_run += 1
             if self.steps_run == 1:
@@ -234,6 +237,12 @@ class Run:
             return result
 
         training_module.train_step = train_step
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def gathered_losses(run: Run, device) -> dict[int, float]:
@@ -293,7 +302,8 @@ def megatron_lm_arguments(plan, argv: list[str], strict: bool):
     return args, changed
 
 
-def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dict:
+def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict,
+          profile: tuple[int, int] | None = None) -> dict:
     import torch
 
     cpu = cpu_support.install()
@@ -319,6 +329,7 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     training.save_checkpoint_and_time = checkpoint_guard.pruning_after_each_save(
         training.save_checkpoint_and_time, plan, args, pruned)
     run = Run(plan)
+    run.profiler = StepProfiler(profile, out_dir, int(os.environ.get("RANK", "0"))) if profile else None
     run.wrap_train_step(training)
     saved_on_signal = False
     with cpu_support.device_scope():
@@ -337,9 +348,14 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
     peaks, peak_how = report.peak_memory_per_rank(device)
     where = launch_env.placement()
     rank = torch.distributed.get_rank()
-    times = [run.step_times[it] for it in sorted(run.step_times)]
+    if run.profiler is not None:
+        run.profiler.finish()  # a run stopped before the last profiled step still leaves its trace
+    its = sorted(run.step_times)
+    times = [run.step_times[it] for it in its]
     tokens_per_step = plan.training["global_batch_size"] * plan.training["seq_length"]
-    steady = report.steady_state(times, [min(2, len(times)), len(times)]) if times else None
+    profiled = [i + 1 for i, it in enumerate(its) if profile and profile[0] <= it <= profile[1]]
+    steady = report.steady_state(times, [min(2, len(times)), len(times)],
+                                 skip=(profiled[0], profiled[-1]) if profiled else None) if times else None
     result = {
         "status": "preempted" if saved_on_signal else "ok",
         "entrypoint": "megatron-lm",
@@ -347,12 +363,14 @@ def train(plan, out_dir: Path, extra: list[str], strict: bool, env: dict) -> dic
         "world_size": torch.distributed.get_world_size(), "layout": plan.layout, "placement": where,
         "device": device.type, "cpu_stand_ins": cpu_support.active(),
         "steps": [{"step": it, "loss": loss, "grad_norm": run.grad_norms.get(it),
-                   **({"time_s": run.step_times[it]} if it in run.step_times else {})}
+                   **({"time_s": run.step_times[it]} if it in run.step_times else {}),
+                   **({"profiled": True} if profile and profile[0] <= it <= profile[1] else {})}
                   for it, loss in sorted(losses.items())],
         "steady_state": steady, "tokens_per_step": tokens_per_step,
         "tokens_per_s": tokens_per_step / steady["mean_s"] if steady else None,
         "peak_memory_bytes_rank0": peaks[0], "peak_memory_bytes_max": max(peaks),
         "peak_memory_bytes_per_rank": peaks, "peak_memory_source": peak_how,
+        **({"profile": run.profiler.summary(torch.distributed.get_world_size())} if run.profiler else {}),
         "iteration": args.iteration if hasattr(args, "iteration") else None,
         "megatron_lm_rewrites": changed,
         "realised": run.realised,
@@ -406,6 +424,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")
     parser.add_argument("--strict", action="store_true",
                         help="exit non-zero when Megatron-LM rewrites a value the plan states")
+    parser.add_argument("--profile", metavar="STEPS", help="write a torch.profiler trace of iteration N or "
+                                                           "iterations A-B (profile/rank<R>.trace.json beside report.json)")
     opts = parser.parse_args(argv)
     launch_env.rank_environment()
     report.echo(launch_env.rank_line())
@@ -413,6 +433,10 @@ def main(argv=None) -> int:
     try:
         plan = plan_mod.load(opts.plan)
         require_megatron_training()
+        try:
+            profile = parse_steps(opts.profile, plan.training["train_iters"])
+        except ProfileError as exc:
+            parser.error(str(exc))
         env = apply_env(plan)
         gate.check(plan)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "MASTER_PORT" not in os.environ:
@@ -420,7 +444,7 @@ def main(argv=None) -> int:
                             "(torchrun.sh and launch.sbatch set it)")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
-        result = train(plan, Path(opts.out) if opts.out else plan.path.parent, extra, opts.strict, env)
+        result = train(plan, Path(opts.out) if opts.out else plan.path.parent, extra, opts.strict, env, profile)
     except RuntimeFailure as err:
         report_and_exit(err, prog=f"runtime.megatron[rank {rank}]")
     except Exception as exc:  # noqa: BLE001 - one line, exit 7

@@ -58,12 +58,15 @@ def versions() -> dict:
     }
 
 
-def steady_state(step_times: list[float], window: list[int]) -> dict:
-    """Mean/median/min/max step time over the 1-based inclusive ``window``."""
+def steady_state(step_times: list[float], window: list[int], skip: tuple[int, int] | None = None) -> dict:
+    """Mean/median/min/max step time over the 1-based inclusive ``window``, leaving out the steps ``skip``
+    (first, last) names: profiled steps run slower."""
     first, last = window
-    sample = step_times[first - 1:last]
+    sample = [t for i, t in enumerate(step_times[first - 1:last], first)
+              if skip is None or not skip[0] <= i <= skip[1]] or step_times[first - 1:last]
     return {
         "window": [first, last],
+        **({"left_out_profiled": list(skip)} if skip else {}),
         "steps": len(sample),
         "mean_s": statistics.fmean(sample),
         "median_s": statistics.median(sample),

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from . import cpu_support, data, gate, launch_env, model, realised, report
+from .profile import ProfileError, StepProfiler, parse_steps
 from . import plan as plan_mod
 from .errors import PlanError, RuntimeFailure, ScheduleMismatch, internal, report_and_exit, stage
 from .schedule_probe import ScheduleProbe
@@ -169,7 +170,7 @@ def micro_batch_losses(losses_reduced: list, num_mb: int, device) -> list[float]
     return (buf[:, 0] / buf[:, 1].clamp(min=1)).tolist()
 
 
-def train(plan, out_dir: Path, env: dict | None = None) -> dict:
+def train(plan, out_dir: Path, env: dict | None = None, profile: tuple[int, int] | None = None) -> dict:
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -195,6 +196,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
     probe.note_function(fwd_bwd)
     tokens_per_step = tr["global_batch_size"] * tr["seq_length"]
     steps, step_times = [], []
+    profiler = StepProfiler(profile, out_dir, rank)
     for step in range(1, tr["train_iters"] + 1):
         batches = data.step_batches(tr, plan.model["vocab_size"], step, dp_rank, device, cp_slice,
                                     plan.section("data")["kind"])
@@ -203,7 +205,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
             m.zero_grad_buffer()
         optimizer.zero_grad()
         t0 = time.perf_counter()
-        with cpu_support.device_scope(), stage(f"training step {step}"):
+        with cpu_support.device_scope(), stage(f"training step {step}"), profiler.step(step):
             losses_reduced = fwd_bwd(
                 forward_step_func=forward_step, data_iterator=iters,
                 model=wrapped if len(wrapped) > 1 else wrapped[0],
@@ -218,7 +220,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
         step_times.append(seconds)
         steps.append({"step": step, "loss": step_loss, "micro_batch_losses": mb_losses,
                       "time_s": seconds, "grad_norm": _float(grad_norm),
-                      "update_successful": bool(ok)})
+                      "update_successful": bool(ok), **({"profiled": True} if profiler.wanted(step) else {})})
         if step == 1 and probe.schedule_taken() != plan.runtime["schedule"]:
             raise ScheduleMismatch(
                 f"the plan expects schedule {plan.runtime['schedule']!r} but megatron-core ran "
@@ -228,7 +230,8 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
                                          tokens_per_step, _float(grad_norm)))
 
     peaks, peak_how = report.peak_memory_per_rank(device)
-    steady = report.steady_state(step_times, tr.get("report_window", [1, tr["train_iters"]]))
+    steady = report.steady_state(step_times, tr.get("report_window", [1, tr["train_iters"]]),
+                                 skip=profile)
     result = {
         "status": "ok",
         "plan": str(plan.path), "recipe": plan.raw.get("recipe"),
@@ -246,6 +249,7 @@ def train(plan, out_dir: Path, env: dict | None = None) -> dict:
         "peak_memory_bytes_rank0": peaks[0], "peak_memory_bytes_max": max(peaks),
         "peak_memory_bytes_per_rank": peaks, "peak_memory_source": peak_how,
         "realised": checked, "ignored_plan_fields": ignored, "env": env or {},
+        **({"profile": profiler.summary(world)} if profile else {}),
         "versions": report.versions(),
     }
     if rank == 0:
@@ -269,13 +273,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__)
     parser.add_argument("plan", help="build/<recipe>/plan.json")
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")
+    parser.add_argument("--profile", metavar="STEPS", help="write a torch.profiler trace of step N or steps A-B "
+                                                           "(profile/rank<R>.trace.json beside report.json)")
     args = parser.parse_args(argv)
     report.echo(launch_env.rank_line())
     try:
         plan = plan_mod.load(args.plan)
+        try:
+            profile = parse_steps(args.profile, plan.training["train_iters"])
+        except ProfileError as exc:
+            parser.error(str(exc))
         env = apply_env(plan)
         gate.check(plan)  # before megatron-core is imported or any model is built
-        train(plan, Path(args.out) if args.out else plan.path.parent, env)
+        train(plan, Path(args.out) if args.out else plan.path.parent, env, profile)
     except RuntimeFailure as err:
         report_and_exit(err, prog=f"runtime.train[rank {os.environ.get('RANK', '0')}]")
     except Exception as exc:  # noqa: BLE001 - one line, exit 7
