@@ -1,0 +1,115 @@
+"""`moeforge diagnose RUN`: which wall a run hit, the numbers behind it, and the fixes that compile.
+
+RUN is a report.json (runtime.train or runtime.megatron) or the directory holding it; its plan.json is
+read beside it, its profiler trace (runtime --profile) from the report's profile section.  Exit codes as
+moeforge's: 0 a diagnosis, 1 an unusable run (one line), 2 usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..estimate import calibration as calib
+from ..estimate import memory, steptime
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moeforge diagnose",
+                                description="Attribute a run's step to the four walls (memory, communication, host "
+                                            "overhead, compute), name the dominant one, and list the domain documents' "
+                                            "fixes for it as --set values that compile, each with the calibrated "
+                                            "planner's estimate.")
+    p.add_argument("run", help="report.json, or the build directory holding it")
+    p.add_argument("--trace", help="a torch.profiler Chrome trace (default: rank 0's from the report's profile section)")
+    p.add_argument("--calibration", metavar="FILE|none",
+                   help="the calibration to estimate with (default: the one beside the platform, if any)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    return p
+
+
+def main(argv) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    from ..calibrate.runs import RunError
+    from .trace import TraceError
+
+    try:
+        return run(args)
+    except (RunError, TraceError, calib.CalibrationError, steptime.PerformanceError) as exc:
+        print(f"moeforge diagnose: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def diagnose(report_path: Path, trace_path: str | None = None, choice: str | None = None) -> dict:
+    """The diagnosis as a dict (what --format json prints)."""
+    from ..calibrate.runs import RunError, from_report
+    from . import fixes, trace, walls
+
+    run = from_report(report_path)
+    if not run.step_s:
+        raise RunError(f"{report_path}: no step times in the report (runtime.megatron records them from this "
+                       "version on): run it again")
+    plan = run.plan
+    cal = calib.for_platform(plan["platform"]["name"], choice)
+    if trace_path is None and run.profile and run.profile.get("traces"):
+        candidate = report_path.parent / run.profile["traces"][0]
+        trace_path = str(candidate) if candidate.is_file() else None
+    split = trace.split(trace_path) if trace_path else None
+    w = walls.attribute(run.report, plan, run.step_s, cal, split)
+    recipe = plan["recipe"].get("path") or plan["recipe"]["id"]
+    found = fixes.verify(w.dominant, plan, recipe, plan["recipe"].get("overrides", []), cal,
+                         run.peak_bytes if run.peak_source != "allocated" else None)
+    try:
+        current = steptime.estimate(plan, calibration=cal).total_s
+    except steptime.PerformanceError:
+        current = None
+    return {"run": str(report_path), "step_s": run.step_s, "peak_memory_bytes": run.peak_bytes,
+            "calibration": calib.record(cal), "calibration_note": calib.note(cal), "source": w.source,
+            "walls": {k: {"seconds": round(w.seconds[k], 6), "share": round(w.seconds[k] / w.step_s, 4),
+                          "numbers": w.numbers.get(k, [])} for k in walls.WALLS},
+            "dominant": w.dominant, "why": w.why, "estimate_step_s": current,
+            "fixes": [{"fix": f.what, "set": f.sets, "compiles": f.compiled, "refused": f.refused,
+                       "estimate_step_s": f.step_s, "estimate_peak_gib": f.peak_gib, "fits": f.fits,
+                       "notes": f.notes} for f in found]}
+
+
+def run(args) -> int:
+    path = Path(args.run)
+    if path.is_dir():
+        path = path / "report.json"
+    d = diagnose(path, args.trace, args.calibration)
+    print(json.dumps(d, indent=2) if args.format == "json" else text(d))
+    return 0
+
+
+def text(d: dict) -> str:
+    lines = [f"{d['run']}: {d['step_s'] * 1e3:.1f} ms per step"
+             + (f", peak {d['peak_memory_bytes'] / memory.GIB:.3f} GiB per rank" if d["peak_memory_bytes"] else ""),
+             f"  walls from the {d['source']}", f"  {d['calibration_note']}", ""]
+    for name, wall in d["walls"].items():
+        mark = "  <- dominant" if name == d["dominant"] else ""
+        lines.append(f"{name:<14} {wall['seconds'] * 1e3:9.1f} ms  {wall['share']:6.1%}{mark}")
+        lines += [f"    {n}" for n in wall["numbers"]]
+    lines += ["", f"dominant wall: {d['dominant']} ({d['why']})", "",
+              f"fixes for the {d['dominant']} wall (seeds, Phase 3), each compiled:"]
+    now = d["estimate_step_s"]
+    for f in d["fixes"]:
+        sets = " ".join(f"--set {s}" for s in f["set"])
+        if f["compiles"]:
+            est = []
+            if f["estimate_step_s"] is not None:
+                est.append(f"step {f['estimate_step_s'] * 1e3:.1f} ms"
+                           + (f" ({f['estimate_step_s'] / now - 1:+.0%})" if now else ""))
+            if f["estimate_peak_gib"] is not None:
+                est.append(f"peak {f['estimate_peak_gib']:.3f} GiB" + ("" if f["fits"] is None else
+                                                                     " (fits)" if f["fits"] else " (over capacity)"))
+            lines.append(f"  {f['fix']}: {sets}  [compiles; {', '.join(est + f['notes'])}]")
+        elif f["refused"]:
+            lines.append(f"  {f['fix']}: {sets}  [refused: {f['refused']}]")
+        else:
+            lines.append(f"  {f['fix']}  [{', '.join(f['notes'])}]")
+    return "\n".join(lines)
