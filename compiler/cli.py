@@ -1,5 +1,5 @@
-"""`moeforge`: compile, check, explain, rules, lint-config, plan-layout, diff, matrix, migrate, launch, dryrun, init, new,
-import, data prepare, sweep check|launch, results.
+"""`moeforge`: compile, check, explain, rules, lint-config, plan-layout, calibrate, diagnose, diff, matrix,
+migrate, launch, dryrun, init, new, import, data prepare, sweep check|launch, results.
 
 The project root (recipes/, build/) is found from the current directory upward (a moeforge.toml
 or a recipes/ folder, compiler/project.py); the global option `--root DIR` names it.
@@ -53,6 +53,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     output_opts(c)
     c = recipe_cmd("explain", "print every decision and why")
     c.add_argument("--changed", action="store_true", help="only the values that differ from megatron-core's defaults")
+    c.add_argument("--calibration", metavar="FILE|none", help="estimate with this calibration (default: the one "
+                                                               "beside the platform, if any; none: fixed constants)")
     c = sub.add_parser("check", help="validate and solve every recipe under PATHS (default: recipes/); "
                                      "a file in recipes/platforms/ or recipes/models/ is checked against its schema")
     c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
@@ -69,6 +71,12 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c = sub.add_parser("plan-layout", help="rank the layouts for MODEL on N GPUs of a platform; see "
                                            "moeforge plan-layout --help")
     c.add_argument("rest", nargs=argparse.REMAINDER, help="MODEL --platform P --gpus N and plan-layout's own options")
+    c = sub.add_parser("calibrate", help="fit a platform's constants to measured runs (report.json, sweeps, "
+                                         "Megatron-LM logs); see moeforge calibrate --help")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="RUN... and calibrate's own options")
+    c = sub.add_parser("diagnose", help="name a run's dominant wall (memory, communication, host, compute) and "
+                                        "the fixes that compile; see moeforge diagnose --help")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help="RUN and diagnose's own options")
     c = sub.add_parser("diff", help="what differs between two recipes or two plans, with provenance "
                                     "(exit 1 when they differ, as diff(1) does)")
     c.add_argument("a", help="recipe id or path, build/<recipe> directory, or plan.json")
@@ -99,6 +107,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--local-spec", action="store_true",
                    help="map what only Transformer Engine/DeepEP/HybridEP/APEX builds onto the local spec (listed)")
     c.add_argument("--out", help="also write the JSON report to this file")
+    c.add_argument("--calibration", metavar="FILE|none", help="the memory estimate's calibration (default: the one "
+                                                               "beside the platform, if any; none: fixed terms)")
     c = sub.add_parser("init", help="make this directory a moeforge project: moeforge.toml, recipes/, "
                                     "a pre-commit config and a GitHub workflow (never overwrites)")
     c.add_argument("dir", nargs="?", default=None, help="the directory (default: --root, else the current one)")
@@ -204,6 +214,12 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["plan-layout"]:  # its options are its own
         from compiler.planner.cli import main as plan_layout
         return plan_layout(argv[1:])
+    if argv[:1] == ["calibrate"]:  # its options are its own
+        from compiler.calibrate.cli import main as calibrate
+        return calibrate(argv[1:])
+    if argv[:1] == ["diagnose"]:
+        from compiler.diagnose.cli import main as diagnose
+        return diagnose(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
         return cmd_data_prepare(argv[2:])
     args = _plain_check(argv)
@@ -291,11 +307,19 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from compiler.targets.explain import explain
+    from compiler.targets.explain import estimate, explain
     from compiler.driver import load, resolve
 
+    from compiler.estimate.calibration import CalibrationError
+
     fmt = "json" if args.format == "json" else "text"
-    print(explain(resolve(load(args.recipe, args.overrides), args.strict), fmt, args.changed))
+    resolved = resolve(load(args.recipe, args.overrides), args.strict)
+    try:
+        estimated = estimate(resolved, args.calibration)
+    except CalibrationError as exc:
+        print(f"moeforge explain: error: {exc}", file=sys.stderr)
+        return 1
+    print(explain(resolved, fmt, args.changed, estimated))
     return 0
 
 

@@ -12,33 +12,35 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.estimate import memory
+from compiler.estimate import calibration, memory
 from compiler.knobs.layout import Layout
 
 
-def estimate_for(result: dict, plan: dict) -> dict:
+def estimate_for(result: dict, plan: dict, choice: str | None = None) -> dict:
     """The memory estimate of one dry-run rank result, in bytes with formulas."""
     lay = Layout.from_plan(plan["layout"])
     # the layer spec the dry run built: --local-spec maps Transformer Engine's onto megatron-core's local one
     local = any(s["field"] == "runtime.transformer_impl" and s["used"] == "local"
                 for s in result.get("substitutions") or ())
-    est = memory.estimate(plan, lay, result["coordinates"]["pp"], te=False if local else None)
+    cal = calibration.for_platform(plan["platform"]["name"], choice)
+    est = memory.estimate(plan, lay, result["coordinates"]["pp"], te=False if local else None, calibration=cal)
     out = {"weights_bytes": est.weights, "gradients_bytes": est.gradients, "optimizer_bytes": est.optimizer,
            "activation_bytes": est.activations, "allowance_bytes": est.allowance, "total_bytes": est.total,
            "total_gib": round(est.total / memory.GIB, 3), "formulas": dict(est.formulas),
            "parameters_match": est.parameters["total"] == result["parameters"]["total"],
-           "source": "compiler/estimate/memory.py (docs/memory-model.md)"}
+           "source": "compiler/estimate/memory.py (docs/memory-model.md)",
+           "calibration": calibration.record(cal), "calibration_note": calibration.note(cal)}
     return out
 
 
-def with_estimates(report: dict) -> dict:
+def with_estimates(report: dict, choice: str | None = None) -> dict:
     """The runtime's JSON (one rank, {"ranks": [...]}, or {"plans": [...]}) with memory_estimate added to
     every rank result; failed plans are left as they are."""
     if "plans" in report:
-        return {**report, "plans": [with_estimates(p) for p in report["plans"]]}
+        return {**report, "plans": [with_estimates(p, choice) for p in report["plans"]]}
     if "error" in report:
         return report
     plan = json.loads(Path(report["plan"]).read_text())
     if "ranks" in report:
-        return {**report, "ranks": [{**r, "memory_estimate": estimate_for(r, plan)} for r in report["ranks"]]}
-    return {**report, "memory_estimate": estimate_for(report, plan)}
+        return {**report, "ranks": [{**r, "memory_estimate": estimate_for(r, plan, choice)} for r in report["ranks"]]}
+    return {**report, "memory_estimate": estimate_for(report, plan, choice)}

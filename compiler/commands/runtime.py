@@ -34,7 +34,8 @@ def cmd_dryrun(args) -> int:
         rc = _run_runtime("runtime.dryrun", rest, "moeforge dryrun", quiet=True)
         if not raw.is_file():
             return rc
-        text = json.dumps(with_estimates(json.loads(raw.read_text())), indent=2) + "\n"
+        text = json.dumps(with_estimates(json.loads(raw.read_text()), getattr(args, "calibration", None)),
+                          indent=2) + "\n"
     if args.out:
         from compiler.targets.emit import write_file_atomically
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from compiler.diagnostics import CompileError
+from compiler.estimate import calibration
 from compiler.planner import emit, report, search
 
 
@@ -33,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="with --emit: replace FILE even if plan-layout did not "
                                                          "write it")
     p.add_argument("--evaluate", metavar="RECIPE", help="estimate one given recipe instead of searching")
+    p.add_argument("--calibration", metavar="FILE|none",
+                   help="the calibration to estimate with (default: recipes/platforms/<platform>.calibration.yaml "
+                        "when there is one; none: the fixed constants)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
     return p
 
@@ -44,6 +48,9 @@ def main(argv) -> int:
         return 0 if exc.code == 0 else 2
     try:
         return _run(args)
+    except calibration.CalibrationError as exc:
+        print(f"moeforge plan-layout: error: {exc}", file=sys.stderr)
+        return 1
     except search.PlannerError as exc:
         print(f"moeforge plan-layout: error: {exc}", file=sys.stderr)
         return 1
@@ -72,6 +79,12 @@ def _run(args) -> int:
         raise search.PlannerError(f"--top must be at least 1, got {args.top}")
     if args.emit:
         emit.may_replace(args.emit, args.force)
+    cal = calibration.for_platform(args.platform, args.calibration)
+    with calibration.using(cal):
+        return _search(args, cal)
+
+
+def _search(args, cal) -> int:
     s = search.setting(args.model, args.platform, args.gpus, args.seq, args.gbs, args.force_load_balancing)
     result = search.search(s, top=args.top, keep_rejected=args.all, progress=True)
     if not result.considered:  # the all-DP layout always folds: only the batch can rule out every layout
@@ -82,11 +95,11 @@ def _run(args) -> int:
                f"{result.kept} of {result.considered} candidates fit in memory, none of those tried passed the rules")
         if args.all:  # the reasons the message points to: the rejected layouts, the nearest to fitting first
             result.rejected.sort(key=lambda e: (e.mem is None, e.mem.total if e.mem else 0, e.cand.key()))
-            _print(result, args.format)
+            _print(result, args.format, cal)
         raise search.PlannerError(f"no feasible layout for {s.model} on {s.gpus} x {s.platform} (seq {s.seq}, GBS "
                                   f"{s.gbs}): {why}; try more GPUs or a shorter --seq"
                                   + ("" if args.all else ", and --all for the reasons"))
-    _print(result, args.format)
+    _print(result, args.format, cal)
     if args.explain is not None:
         if not 1 <= args.explain <= len(result.ranked):
             raise search.PlannerError(f"--explain {args.explain}: there are {len(result.ranked)} ranked layouts")
@@ -99,8 +112,15 @@ def _run(args) -> int:
 
 
 def _evaluate(args) -> int:
+    from compiler.targets import plan as plan_mod
+    from compiler.driver import load, resolve
+
     try:
-        ev = search.evaluate_recipe(args.evaluate)
+        composed = load(args.evaluate)
+        cal = calibration.for_platform(composed.data["platform"]["name"], args.calibration,
+                                       composed.files.get("platform"))
+        with calibration.using(cal):
+            ev = search.evaluate_recipe(args.evaluate)
     except CompileError as exc:
         from compiler.diagnostics import render_all
 
@@ -110,11 +130,16 @@ def _evaluate(args) -> int:
     if args.format == "json":
         import json
 
-        print(json.dumps(report.record(ev, cap), indent=2))
+        print(json.dumps({**report.record(ev, cap), "calibration": calibration.record(cal)}, indent=2))
     else:
-        print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE)
+        print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE + "\n" + calibration.note(cal))
     return 0
 
 
-def _print(result: search.Result, fmt: str) -> None:
-    print(report.as_json(result) if fmt == "json" else report.table(result))
+def _print(result: search.Result, fmt: str, cal) -> None:
+    if fmt == "json":
+        import json
+
+        print(json.dumps({**json.loads(report.as_json(result)), "calibration": calibration.record(cal)}, indent=2))
+    else:
+        print(report.table(result) + "\n" + calibration.note(cal))

@@ -28,10 +28,39 @@ def why(d) -> str:
     return d.where or d.reason or ""
 
 
-def explain(r: Resolved, fmt: str = "text", only_changed: bool = False) -> str:
+def estimate(r: Resolved, calibration_choice: str | None = None) -> dict:
+    """The planner's estimate of the recipe (compiler/estimate/), with the calibration beside its platform
+    (or the one chosen; "none": the fixed constants), and which one that was."""
+    from compiler.targets import plan as plan_mod
+    from compiler.estimate import calibration, memory, steptime
+
+    plan = plan_mod.build(r)
+    name = plan["platform"]["name"]
+    cal = calibration.for_platform(name, calibration_choice, r.composed.files.get("platform"))
+    mem, pp_rank = memory.peak(plan, calibration=cal)
+    out = {"calibration": calibration.record(cal), "calibration_note": calibration.note(cal),
+           "peak_memory_gib": round(mem.total / memory.GIB, 3), "pp_rank": pp_rank, "step_time_s": None,
+           "dominant": None, "step_time_missing": None}
+    try:
+        t = steptime.estimate(plan, calibration=cal)
+        out.update(step_time_s=round(t.total_s, 6), dominant=t.dominant,
+                   tokens_per_s_per_gpu=round(t.tokens_per_s_per_gpu, 1))
+    except steptime.PerformanceError as exc:
+        out["step_time_missing"] = str(exc)
+    return out
+
+
+def _estimate_line(e: dict) -> str:
+    time = (f"step {e['step_time_s']:.4g} s ({e['dominant']})" if e["step_time_s"] is not None
+            else "no step time (the platform has no performance block and no calibration)")
+    return f"estimate: {time}, peak memory {e['peak_memory_gib']:.3g} GiB per rank; {e['calibration_note']}"
+
+
+def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimated: dict | None = None) -> str:
     chosen = decisions(r, only_changed)
     if fmt == "json":
         return json.dumps({"recipe": r.composed.recipe_id, "file": r.composed.file, "changed_only": only_changed,
+                           **({"estimate": estimated} if estimated is not None else {}),
                            "decisions": [{"knob": K.display(d.field), "field": d.field, "value": d.value,
                                           "source": d.source, "rule": d.rule, "where": d.where, "reason": d.reason,
                                           "default": K.BY_FIELD[d.field].default, "auto": d.field in r.auto}
@@ -39,7 +68,8 @@ def explain(r: Resolved, fmt: str = "text", only_changed: bool = False) -> str:
                            "diagnostics": [d.to_json() for d in r.diagnostics]}, indent=2, default=str)
     rows = [(K.display(d.field), _show(d.value), d.source, why(d)) for d in chosen]
     width = [max([len(row[i]) for row in rows] or [0]) for i in range(3)]
-    lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r), LEGEND, ""]
+    lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r),
+             *([_estimate_line(estimated)] if estimated is not None else []), LEGEND, ""]
     if only_changed:
         lines[-1:] = ["only the values that differ from megatron-core's defaults (--changed)", ""]
     lines += [f"{a:<{width[0]}}  {b:<{width[1]}}  {c:<{width[2]}}  {d}".rstrip() for a, b, c, d in rows]

@@ -53,11 +53,13 @@ def _build(r: Resolved) -> dict:
         "schema": "moeforge/plan/v1",
         "moeforge_version": __version__,
         "recipe": {"id": r.composed.recipe_id, "name": data.get("name", r.composed.recipe_id.replace("/", "-")),
-                   "path": r.composed.file, "revision": data.get("revision")},
+                   "path": r.composed.file, "revision": data.get("revision"), **_overrides(r)},
         "platform": {**{k: platform.get(k) for k in ("name", "device", "gpu", "gpus_per_node", "nvlink_domain",
                                                      "distributed_backend", "software", "container_image")},
                      # the step-time model's inputs (compiler/estimate/steptime.py), where the platform has them
-                     **({"performance": platform["performance"]} if platform.get("performance") else {})},
+                     **({"performance": platform["performance"]} if platform.get("performance") else {}),
+                     # the memory a rank may use (moeforge diagnose), where the platform states one
+                     **({"memory_budget_gb": platform["memory_budget_gb"]} if platform.get("memory_budget_gb") else {})},
         "layout": layout,
         "transformer_config": tc,
         "model": sections["model"],
@@ -225,6 +227,13 @@ def config_fields(mcore: int) -> frozenset | None:
         if version_int(name) <= mcore:
             chosen = fields
     return chosen if chosen is not None else (versions[0][1] if versions else None)
+
+
+def _overrides(r) -> dict:
+    """The --set values the plan was compiled with, as given (what `moeforge diagnose` compiles its fixes on)."""
+    texts = list(dict.fromkeys(p.file[len("--set "):] for p in r.composed.origins.values()
+                               if p.file.startswith("--set ")))
+    return {"overrides": texts} if texts else {}
 
 
 def megatron_core_release(plan: dict) -> str | None:
