@@ -62,6 +62,33 @@ def test_twenty_steps_on_a_prepared_corpus_the_loss_falls(trained):
     assert list((build.parents[2] / "tb").glob("events.out.tfevents.*")), "no TensorBoard events written"
 
 
+def test_its_log_and_report_calibrate(trained):
+    """The log Megatron-LM's loop wrote (the last rank prints the iteration lines; logging.interval 1) reads
+    back through compiler/calibrate/megatron_log.py: every iteration, its loss as the report has it, the step
+    time; the report itself carries per-step times and the steady state `moeforge calibrate` reads."""
+    from compiler.calibrate import megatron_log, runs
+
+    build, _, ranks = trained
+    log = megatron_log.read(build / "ranks.log")
+    plan = json.loads((build / "plan.json").read_text())
+    assert [it.iteration for it in log.iterations] == list(range(1, 21))
+    assert all(it.train_iters == 20 and it.values["elapsed_ms"] > 0 for it in log.iterations)
+    assert log.global_batch_size() == plan["training"]["global_batch_size"] and log.finished
+    assert log.peak_memory() is None  # the CPU stand-ins report zeros: no measurement
+    reported = mt.losses(ranks.report)
+    for it in log.iterations:
+        assert it.losses["lm loss"] == pytest.approx(reported[it.iteration], rel=1e-5)
+    step_s, lines = log.step_time_s()
+    assert lines == 18 and step_s > 0
+    from_log = runs.from_log(build / "ranks.log", plan, "tiny-moe/cpu")
+    assert from_log.step_s == step_s and from_log.kind == "megatron-log"
+    report = ranks.report
+    assert all(s["time_s"] > 0 for s in report["steps"]) and report["steady_state"]["steps"] == 19
+    assert report["peak_memory_bytes_max"] > 0 and "ru_maxrss" in report["peak_memory_source"]
+    run = runs.from_report(build / "report.json")
+    assert run.step_s == report["steady_state"]["median_s"] and run.peak_source == "rss"
+
+
 def test_resume_is_exact(tmp_path, corpus):
     """12 steps straight vs 6 steps, stop, resume to 12: identical losses for steps 7-12."""
     straight = mt.compile_tiny(tmp_path / "a", *indexed(corpus, tmp_path / "ck-a", 12, 6))
