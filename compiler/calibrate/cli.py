@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..estimate import calibration as calib
-from ..estimate.steptime import PERFORMANCE_FIELDS
+from compiler.estimate import calibration as calib
+from compiler.estimate.steptime import PERFORMANCE_FIELDS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,8 +53,8 @@ def main(argv) -> int:
         args = parser().parse_args(list(argv))
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    from .runs import RunError
-    from .megatron_log import LogError
+    from compiler.calibrate.runs import RunError
+    from compiler.calibrate.megatron_log import LogError
 
     try:
         return run(args)
@@ -82,7 +82,7 @@ def _assumed(items: list[str]) -> dict:
 
 
 def gather(args) -> tuple[list, list[str]]:
-    from . import runs as R
+    from compiler.calibrate import runs as R
 
     runs, skipped = R.collect(args.runs)
     for log, source in args.log:
@@ -138,7 +138,7 @@ def run(args) -> int:
             notes.append("memory: no run measured its peak memory, so the memory terms keep their fixed values")
         else:
             mem_fit = _fit_memory(measured, "activation_scale" in fix, not args.no_loo)
-    from . import document
+    from compiler.calibrate import document
 
     command = "moeforge calibrate " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["calibrate"] else [])
     doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed)
@@ -149,7 +149,7 @@ def run(args) -> int:
     if args.dry_run:
         return 0
     out = Path(args.output) if args.output else _default_output(platform)
-    from ..emit import write_file_atomically
+    from compiler.targets.emit import write_file_atomically
 
     write_file_atomically(out, document.render(doc, command.strip()))
     calib.load(out, platform)  # what was written reads back through the schema
@@ -158,7 +158,7 @@ def run(args) -> int:
 
 
 def _fit_time(runs, names, platform, assumed, fixed, loo):
-    from .fit import UnderDetermined, fit_time
+    from compiler.calibrate.fit import UnderDetermined, fit_time
 
     if not [r for r in runs if r.step_s]:
         raise Refused("no run has a step time (runtime.megatron reports from before step times were recorded "
@@ -171,7 +171,7 @@ def _fit_time(runs, names, platform, assumed, fixed, loo):
 
 
 def _fit_memory(runs, fix_scale, loo):
-    from .memory_fit import fit_memory, problems
+    from compiler.calibrate.memory_fit import fit_memory, problems
 
     lines = problems(runs, fix_scale)
     if lines:
@@ -190,8 +190,8 @@ def _starting_point(plan: dict, assumed: dict) -> tuple[dict, dict]:
 
 
 def _platform_file(platform: str) -> Path | None:
-    from .. import project
-    from ..resources import BUILTIN_RECIPES
+    from compiler import project
+    from compiler.resources import BUILTIN_RECIPES
 
     for top in (project.recipes(), BUILTIN_RECIPES):
         path = top / "platforms" / f"{platform}.yaml"
@@ -201,6 +201,6 @@ def _platform_file(platform: str) -> Path | None:
 
 
 def _default_output(platform: str) -> Path:
-    from .. import project
+    from compiler import project
 
     return project.recipes() / "platforms" / f"{platform}{calib.SUFFIX}"

@@ -10,8 +10,8 @@ import hashlib
 import statistics
 from pathlib import Path
 
-from .. import __version__
-from ..estimate.calibration import GIB, SCHEMA, TIME_FIXED
+from compiler import __version__
+from compiler.estimate.calibration import GIB, SCHEMA, TIME_FIXED
 
 
 def _err(est: list, measured: list) -> dict:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..estimate import calibration as calib
-from ..estimate import steptime
-from ..layout import Layout
-from . import probes
+from compiler.estimate import calibration as calib
+from compiler.estimate import steptime
+from compiler.knobs.layout import Layout
+from compiler.calibrate import probes
 
 # bounds in natural units; fractions and efficiencies are of a peak, so at most 1
 BOUNDS = {"achievable_fraction": (1e-4, 1.0), "output_layer_fraction": (1e-4, 1.0),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate import memory
-from ..layout import Layout
+from compiler.estimate import memory
+from compiler.knobs.layout import Layout
 
 SEES_ALLOWANCE = {"reserved": True, "rss": True, "allocated": False}
 CONDITION_LIMIT = 1e3

@@ -85,7 +85,7 @@ PROBES = (_gbs, _layers, _ep_overlap, _delay_wgrad, _seq, _hidden)
 
 def settling_run(model, names, scale, point, rows, name, undetermined) -> str | None:
     """'a run like NAME with --set ... would settle it', or None when no single probe of a given run does."""
-    from .fit import jacobian_rows
+    from compiler.calibrate.fit import jacobian_rows
 
     for run in model.runs:
         for probe in PROBES:

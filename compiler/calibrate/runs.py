@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import megatron_log
+from compiler.calibrate import megatron_log
 
 
 class RunError(ValueError):
@@ -202,8 +202,8 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
     """The compiled plan of what a log came from: a plan.json, a build directory, a recipe (id, path or
     builtin:ID, with ``overrides``), or a Megatron-LM launch (script, command line, args file: read by
     `moeforge import`, never executed).  (plan, label)."""
-    from ..diagnostics import CompileError, render_all
-    from ..launch_text import ImportError_
+    from compiler.diagnostics import CompileError, render_all
+    from compiler.launch_reader.text import ImportError_
 
     path = Path(source)
     if path.is_dir() and (path / "plan.json").is_file():
@@ -215,8 +215,8 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
             raise RunError(f"{path}: not a plan.json ({exc.msg})") from None
     try:
         if _is_recipe(path, source):
-            from .. import plan as plan_mod
-            from ..pipeline import load, resolve
+            from compiler.targets import plan as plan_mod
+            from compiler.driver import load, resolve
 
             return plan_mod.build(resolve(load(source, list(overrides)))), source
         return _imported_plan(path, platform), f"{path.name} (imported)"
@@ -244,11 +244,11 @@ def _imported_plan(path: Path, platform: str | None) -> dict:
 
     import yaml
 
-    from .. import plan as plan_mod
-    from .. import project
-    from ..importer import import_text
-    from ..pipeline import load, resolve
-    from ..resources import BUILTIN_RECIPES
+    from compiler.targets import plan as plan_mod
+    from compiler import project
+    from compiler.importer.launch import import_text
+    from compiler.driver import load, resolve
+    from compiler.resources import BUILTIN_RECIPES
 
     imp = import_text(path.read_text(), str(path), platform)
     scratch = Path(tempfile.mkdtemp(prefix="moeforge-calibrate-"))

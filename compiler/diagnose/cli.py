@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..estimate import calibration as calib
-from ..estimate import memory, steptime
+from compiler.estimate import calibration as calib
+from compiler.estimate import memory, steptime
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,8 +34,8 @@ def main(argv) -> int:
         args = parser().parse_args(list(argv))
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    from ..calibrate.runs import RunError
-    from .trace import TraceError
+    from compiler.calibrate.runs import RunError
+    from compiler.diagnose.trace import TraceError
 
     try:
         return run(args)
@@ -46,8 +46,8 @@ def main(argv) -> int:
 
 def diagnose(report_path: Path, trace_path: str | None = None, choice: str | None = None) -> dict:
     """The diagnosis as a dict (what --format json prints)."""
-    from ..calibrate.runs import RunError, from_report
-    from . import fixes, trace, walls
+    from compiler.calibrate.runs import RunError, from_report
+    from compiler.diagnose import fixes, trace, walls
 
     run = from_report(report_path)
     if not run.step_s:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..diagnostics import CompileError
-from ..estimate import memory, steptime
-from ..estimate.calibration import Calibration
-from .walls import capacity_bytes
+from compiler.diagnostics import CompileError
+from compiler.estimate import memory, steptime
+from compiler.estimate.calibration import Calibration
+from compiler.diagnose.walls import capacity_bytes
 
 
 @dataclass
@@ -111,8 +111,8 @@ def verify(wall: str, plan: dict, recipe: str, overrides: list[str], cal: Calibr
     """Every candidate compiled on the run's recipe (with its own overrides) and priced.  With a measured peak
     (all the memory a rank held), a fix's peak is the measured one moved by the memory model's difference, so
     a term the model lacks on this machine (a CPU process's own memory) cancels."""
-    from .. import plan as plan_mod
-    from ..pipeline import load, resolve
+    from compiler.targets import plan as plan_mod
+    from compiler.driver import load, resolve
 
     cap = capacity_bytes(plan)
     base = memory.peak(plan, calibration=cal)[0].total

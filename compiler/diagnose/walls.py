@@ -19,9 +19,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from ..estimate import memory, steptime
-from ..estimate.calibration import Calibration
-from ..layout import Layout
+from compiler.estimate import memory, steptime
+from compiler.estimate.calibration import Calibration
+from compiler.knobs.layout import Layout
 
 WALLS = ("memory", "communication", "host overhead", "compute")
 NEAR_CAPACITY = 0.9

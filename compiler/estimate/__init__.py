@@ -1,6 +1,7 @@
 """Analytic estimates for the layout planner: per-rank parameters and memory (memory.py, with the
 activation terms and the pipeline schedule in activations.py; docs/memory-model.md), and the step
-time (steptime.py, with flops.py, comm.py, steptime_terms.py, steptime_constants.py; docs/layout-model.md).
+time (steptime.py, with flops.py, comm.py, steptime_terms.py, steptime_constants.py; docs/layout-model.md),
+with the constants a platform's calibration sets (calibration.py; the fitting is compiler/calibrate/).
 
 Pure Python over a compiled plan's transformer_config/model sections and a compiler/knobs/layout.py
 Layout; never imports torch or megatron.  Parameter counts are checked against what

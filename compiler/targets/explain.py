@@ -29,25 +29,12 @@ def why(d) -> str:
 
 
 def estimate(r: Resolved, calibration_choice: str | None = None) -> dict:
-    """The planner's estimate of the recipe (compiler/estimate/), with the calibration beside its platform
-    (or the one chosen; "none": the fixed constants), and which one that was."""
+    """The planner's estimate of the recipe, with the calibration beside its platform (or the one chosen;
+    "none": the fixed constants), and which one that was (compiler/estimate/summary.py)."""
+    from compiler.estimate import summary
     from compiler.targets import plan as plan_mod
-    from compiler.estimate import calibration, memory, steptime
 
-    plan = plan_mod.build(r)
-    name = plan["platform"]["name"]
-    cal = calibration.for_platform(name, calibration_choice, r.composed.files.get("platform"))
-    mem, pp_rank = memory.peak(plan, calibration=cal)
-    out = {"calibration": calibration.record(cal), "calibration_note": calibration.note(cal),
-           "peak_memory_gib": round(mem.total / memory.GIB, 3), "pp_rank": pp_rank, "step_time_s": None,
-           "dominant": None, "step_time_missing": None}
-    try:
-        t = steptime.estimate(plan, calibration=cal)
-        out.update(step_time_s=round(t.total_s, 6), dominant=t.dominant,
-                   tokens_per_s_per_gpu=round(t.tokens_per_s_per_gpu, 1))
-    except steptime.PerformanceError as exc:
-        out["step_time_missing"] = str(exc)
-    return out
+    return summary.of_plan(plan_mod.build(r), calibration_choice, r.composed.files.get("platform"))
 
 
 def _estimate_line(e: dict) -> str:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import plan as plan_mod
+from compiler.targets import plan as plan_mod
 from compiler.calibrate import fit, memory_fit
 from compiler.calibrate.runs import Run, collect
 from compiler.estimate import calibration as calib
 from compiler.estimate import memory, steptime
-from compiler.pipeline import load, resolve
+from compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap"
@@ -186,7 +186,8 @@ def test_calibrate_writes_the_platform_calibration_that_the_commands_use(project
 
 
 def test_dryrun_estimate_names_its_calibration(project, tmp_path):
-    from compiler import dryrun_report, project as proj
+    from compiler import project as proj
+    from compiler.commands import dryrun_report
 
     plan = plan_mod.build(resolve(load("qwen3-30b-a3b/h100-bf16")))
     out = project / "recipes" / "platforms" / "h100.calibration.yaml"
