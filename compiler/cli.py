@@ -307,10 +307,9 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from compiler.targets.explain import estimate, explain
     from compiler.driver import load, resolve
-
     from compiler.estimate.calibration import CalibrationError
+    from compiler.targets.explain import estimate, explain
 
     fmt = "json" if args.format == "json" else "text"
     resolved = resolve(load(args.recipe, args.overrides), args.strict)

@@ -100,7 +100,8 @@ def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str]) 
             lines.append(f"{n:<24}  {'-' if fixed is None else f'{fixed:.4g}':>10}  {time_fit.values[n]:>10.4g}  "
                          f"{'exact' if err is None else f'{err:.2g}':>10}")
         for k, v in sorted(time_fit.kept.items()):
-            lines.append(f"{k:<24}  {'-' if v is None else f'{v:.4g}':>10}  (kept: --fix)")
+            if k in TIME_FIXED:
+                lines.append(f"{k:<24}  {'-' if v is None else f'{v:.4g}':>10}  (not fitted)")
     if mem_fit is not None:
         width = max(len(n) for n in mem_fit.names)
         lines += ["", "peak memory (MiB)".ljust(width) + "  measured    before        after      leave-one-out"]

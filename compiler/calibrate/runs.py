@@ -80,8 +80,8 @@ def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
                    "keep the report in its build directory")
 
 
-def from_report(path: Path) -> Run:
-    """One report.json (runtime/report.py writes it) with its plan."""
+def from_report(path: Path, name: str | None = None) -> Run:
+    """One report.json (runtime/report.py writes it) with its plan; ``name``: its label (default: from its path)."""
     try:
         raw = path.read_bytes()
         report = json.loads(raw)
@@ -104,7 +104,7 @@ def from_report(path: Path) -> Run:
             step_s, samples = times[len(times) // 2], len(times)
     peak = report.get("peak_memory_bytes_max") or report.get("peak_memory_bytes_rank0")
     kind = peak_kind(report.get("peak_memory_source"))
-    name = _name(path)
+    name = name or _name(path)
     return Run(name, str(path), _sha(raw, _canonical(plan)), plan, "report", step_s, samples,
                int(peak) if peak and kind else None, kind if peak else None, report.get("profile"), report)
 
@@ -116,6 +116,16 @@ def _name(path: Path) -> str:
         if marker in parts:
             return "/".join(parts[len(parts) - parts[::-1].index(marker):]) or path.parent.name
     return "/".join(parts[-2:])
+
+
+def _label(report: Path, source: Path) -> str:
+    """A run's label: its directory below the directory it was found in (a sweep point's name)."""
+    if source.is_dir():
+        try:
+            return str(report.parent.relative_to(source)) or source.name
+        except ValueError:
+            pass
+    return _name(report)
 
 
 def walk(directory: Path) -> list[Path]:
@@ -163,7 +173,7 @@ def collect(sources: list[str]) -> tuple[list[Run], list[str]]:
             raise RunError(f"{path}: no such file or directory")
         for report in reports:
             try:
-                run = from_report(report)
+                run = from_report(report, _label(report, path))
             except RunError as exc:
                 skipped.append(str(exc))
                 continue

@@ -116,6 +116,10 @@ def verify(wall: str, plan: dict, recipe: str, overrides: list[str], cal: Calibr
 
     cap = capacity_bytes(plan)
     base = memory.peak(plan, calibration=cal)[0].total
+    try:
+        now = steptime.estimate(plan, calibration=cal).total_s
+    except steptime.PerformanceError:
+        now = None
     out = []
     for what, sets in candidates(wall, plan):
         fix = Fix(what, sets)
@@ -133,6 +137,8 @@ def verify(wall: str, plan: dict, recipe: str, overrides: list[str], cal: Calibr
         fix.fits = None if cap is None else peak <= cap
         try:
             fix.step_s = steptime.estimate(fixed, calibration=cal).total_s
+            if now is not None and abs(fix.step_s - now) <= 1e-9 * now:
+                fix.notes.append("the step-time model does not price this change (docs/layout-model.md, section 8)")
         except steptime.PerformanceError:
             fix.notes.append("no step-time model for the platform (calibrate it)")
         out.append(fix)

@@ -112,8 +112,7 @@ def _search(args, cal) -> int:
 
 
 def _evaluate(args) -> int:
-    from compiler.targets import plan as plan_mod
-    from compiler.driver import load, resolve
+    from compiler.driver import load
 
     try:
         composed = load(args.evaluate)
