@@ -226,3 +226,20 @@ def render_all(diags: Iterable[Diagnostic], fmt: str = "text") -> str:
     if fmt == "github":
         return "\n".join(d.github() for d in diags)
     return "\n".join(d.render() for d in diags)
+
+
+def command_main(prog: str, parser, run, argv, errors: tuple) -> int:
+    """A subcommand with options of its own (plan-layout, calibrate, diagnose): argparse's usage errors exit 2
+    (--help 0), each of ``errors`` is its message's lines as `PROG: error: LINE` on stderr and exit 1."""
+    import sys
+
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    try:
+        return run(args)
+    except errors as exc:
+        for line in str(exc).split("\n"):
+            print(f"{prog}: error: {line}", file=sys.stderr)
+        return 1

@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
                    help="a Megatron-LM training log (the last rank's) and what it ran: a launch script, command line or "
                         "args file (read as `moeforge import` reads it), a recipe, or a plan.json (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="with a recipe SOURCE: override a recipe value (repeatable)")
+                   help="with a recipe or launch SOURCE: override a value of what it compiles to (repeatable)")
     p.add_argument("--platform", help="calibrate this platform (default: the one the runs ran on)")
     p.add_argument("--fit", help="comma-separated step-time constants to fit (default: all of "
                                  f"{', '.join(calib.TIME_FIXED)})")
@@ -49,19 +49,13 @@ class Refused(Exception):
 
 
 def main(argv) -> int:
-    try:
-        args = parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
-    from compiler.calibrate.runs import RunError
     from compiler.calibrate.megatron_log import LogError
+    from compiler.calibrate.runs import RunError
+    from compiler.diagnostics import command_main
 
-    try:
-        return run(args)
-    except (Refused, RunError, LogError, calib.CalibrationError) as exc:
-        for line in str(exc).split("\n"):
-            print(f"moeforge calibrate: error: {line}", file=sys.stderr)
-        return 1
+    argv = list(argv)
+    return command_main("moeforge calibrate", parser(), lambda args: run(args, argv), argv,
+                        (Refused, RunError, LogError, calib.CalibrationError))
 
 
 def _names(text: str | None) -> list[str]:
@@ -101,7 +95,7 @@ def _need_scipy() -> None:
                       "(scipy==1.17.1)") from None
 
 
-def run(args) -> int:
+def run(args, argv: list[str] = ()) -> int:
     _need_scipy()
     if not args.runs and not args.log:
         raise Refused("no runs: give report.json files or directories, or --log LOG SOURCE")
@@ -140,7 +134,9 @@ def run(args) -> int:
             mem_fit = _fit_memory(measured, "activation_scale" in fix, not args.no_loo)
     from compiler.calibrate import document
 
-    command = "moeforge calibrate " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["calibrate"] else [])
+    import shlex
+
+    command = "moeforge calibrate " + shlex.join(argv)
     doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed)
     if args.format == "json":
         print(json.dumps(doc, indent=2))
@@ -151,7 +147,7 @@ def run(args) -> int:
     out = Path(args.output) if args.output else _default_output(platform)
     from compiler.targets.emit import write_file_atomically
 
-    write_file_atomically(out, document.render(doc, command.strip()))
+    write_file_atomically(out, document.render(doc, command))
     calib.load(out, platform)  # what was written reads back through the schema
     print(f"wrote {out}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0

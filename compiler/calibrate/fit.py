@@ -179,7 +179,10 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
     def solve(indices: list[int]) -> tuple[dict, object]:
         lo = [BOUNDS[n][0] / scale[n] for n in names]
         hi = [BOUNDS[n][1] / scale[n] for n in names]
-        x0 = [min(max(start[n] / scale[n], lo[i] + 1e-9), hi[i] - 1e-9) for i, n in enumerate(names)]
+        # a constant whose fixed value is 0 (the host terms) starts at its scale, a share of the step: from the
+        # bound itself the finite differences (relative to x) would not move it
+        x0 = [min(max(start[n] / scale[n] if start[n] > 0 else 1.0, lo[i] + 1e-9), hi[i] - 1e-9)
+              for i, n in enumerate(names)]
         meas = [measured[i] for i in indices]
         res = least_squares(lambda x: _residuals(model, names, scale, x, indices, meas), x0,
                             bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=1e-4)

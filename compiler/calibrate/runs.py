@@ -139,21 +139,31 @@ def walk(directory: Path) -> list[Path]:
 
 
 def from_results(path: Path) -> list[Path]:
-    """The report.json of every point of a sweep's results.json (schemas/results.v1.json: each point names
-    its build directory); a point without a report is left out.  Falls back to walking its folder."""
+    """The report.json of every point of a sweep's results.json (schemas/results.v1.json: each point names its
+    build directory and its runs' reports, relative to the project root); a point without a report is left
+    out.  Falls back to walking the results file's folder."""
+    from compiler import project
+
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise RunError(f"{path}: not a readable results.json ({exc})") from None
+
+    def located(text: str) -> Path | None:
+        for base in (Path(), project.root(), path.parent):
+            candidate = base / text
+            if candidate.exists():
+                return candidate.resolve()
+        return None
+
     found = []
     for point in doc.get("points") or []:
-        for key in ("report", "report_json"):
-            if isinstance(point.get(key), str):
-                found.append((path.parent / point[key]).resolve())
-        for key in ("build_dir", "build", "run_dir"):
-            if isinstance(point.get(key), str):
-                found.extend(walk((path.parent / point[key]).resolve()))
-    return sorted(set(p for p in found if p.is_file())) or walk(path.parent)
+        texts = [point.get("report")] + [run.get("report") for run in point.get("runs") or [] if isinstance(run, dict)]
+        found += [p for p in (located(t) for t in texts if isinstance(t, str)) if p is not None and p.is_file()]
+        build = located(point["build_dir"]) if isinstance(point.get("build_dir"), str) else None
+        if build is not None and build.is_dir():
+            found.extend(walk(build))
+    return sorted(set(found)) or walk(path.parent)
 
 
 def collect(sources: list[str]) -> tuple[list[Run], list[str]]:
@@ -229,7 +239,7 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
             from compiler.driver import load, resolve
 
             return plan_mod.build(resolve(load(source, list(overrides)))), source
-        return _imported_plan(path, platform), f"{path.name} (imported)"
+        return _imported_plan(path, platform, overrides), f"{path.name} (imported)"
     except CompileError as exc:
         first = render_all(exc.diagnostics, "text").splitlines()[0]
         raise RunError(f"{source}: does not compile: {first}") from None
@@ -247,8 +257,9 @@ def _is_recipe(path: Path, source: str) -> bool:
     return "moeforge/recipe/" in head
 
 
-def _imported_plan(path: Path, platform: str | None) -> dict:
-    """A launch's plan, through `moeforge import` in a scratch project (nothing written to the user's)."""
+def _imported_plan(path: Path, platform: str | None, overrides=()) -> dict:
+    """A launch's plan, through `moeforge import` in a scratch project (nothing written to the user's); the
+    log came from Megatron-LM's own loop, so the recipe runs it (runtime.entrypoint megatron-lm)."""
     import shutil
     import tempfile
 
@@ -261,6 +272,7 @@ def _imported_plan(path: Path, platform: str | None) -> dict:
     from compiler.resources import BUILTIN_RECIPES
 
     imp = import_text(path.read_text(), str(path), platform)
+    imp.recipe.setdefault("runtime", {})["entrypoint"] = "megatron-lm"
     scratch = Path(tempfile.mkdtemp(prefix="moeforge-calibrate-"))
     try:
         for kind, name, doc in (("models", imp.model["name"], imp.model), ("imported", imp.recipe["name"], imp.recipe)):
@@ -273,6 +285,6 @@ def _imported_plan(path: Path, platform: str | None) -> dict:
                 shutil.copyfile(candidate, scratch / "platforms" / candidate.name)
                 break
         recipe = scratch / "imported" / f"{imp.recipe['name']}.yaml"
-        return plan_mod.build(resolve(load(recipe, (), scratch)))
+        return plan_mod.build(resolve(load(recipe, list(overrides), scratch)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -30,18 +30,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
-    try:
-        args = parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
     from compiler.calibrate.runs import RunError
     from compiler.diagnose.trace import TraceError
+    from compiler.diagnostics import command_main
 
-    try:
-        return run(args)
-    except (RunError, TraceError, calib.CalibrationError, steptime.PerformanceError) as exc:
-        print(f"moeforge diagnose: error: {exc}", file=sys.stderr)
-        return 1
+    return command_main("moeforge diagnose", parser(), run, argv,
+                        (RunError, TraceError, calib.CalibrationError, steptime.PerformanceError))
 
 
 def diagnose(report_path: Path, trace_path: str | None = None, choice: str | None = None) -> dict:

@@ -42,18 +42,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
-    try:
-        args = parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return 0 if exc.code == 0 else 2
-    try:
-        return _run(args)
-    except calibration.CalibrationError as exc:
-        print(f"moeforge plan-layout: error: {exc}", file=sys.stderr)
-        return 1
-    except search.PlannerError as exc:
-        print(f"moeforge plan-layout: error: {exc}", file=sys.stderr)
-        return 1
+    from compiler.diagnostics import command_main
+
+    return command_main("moeforge plan-layout", parser(), _run, argv, (calibration.CalibrationError, search.PlannerError))
 
 
 # what a search takes and --evaluate does not (the recipe states its model, platform, GPUs and batch): flag, dest

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -51,10 +52,9 @@ def iteration_line(release: str, iteration: int, train_iters: int, elapsed_s: fl
 
 def memory_line(rank: int, iteration: int, allocated_mb: float, reserved_mb: float, device_used: bool) -> str:
     """report_memory: 0.16.1 megatron/training/utils.py:283-291, 0.19.2 utils/common_utils.py:321-334."""
-    mega_bytes = 1024.0 * 1024.0
     string = f'(after {iteration} iterations)' + ' memory (MB)'
-    string += f" | allocated: {allocated_mb * 0.8 * mega_bytes / mega_bytes:.2f}"
-    string += f" | max allocated: {allocated_mb * mega_bytes / mega_bytes:.2f}"
+    string += f" | allocated: {allocated_mb * 0.8:.2f}"  # torch.cuda.memory_allocated() / mega_bytes
+    string += f" | max allocated: {allocated_mb:.2f}"
     string += f" | reserved: {reserved_mb * 0.9:.2f}"
     string += f" | max reserved: {reserved_mb:.2f}"
     if device_used:  # --log-device-memory-used
@@ -151,10 +151,37 @@ def test_a_file_that_is_not_a_training_log_is_one_line(tmp_path):
 def test_a_log_paired_with_the_wrong_launch_is_refused(tmp_path):
     path = tmp_path / "train.log"
     write_log(path, "0.19.2")
-    plan = json.loads((__import__("pathlib").Path(__file__).parents[1] / "data" / "tiny-plan.example.json").read_text())
+    plan = json.loads((Path(__file__).parents[1] / "data" / "tiny-plan.example.json").read_text())
     with pytest.raises(runs.RunError, match="global batch size 256"):
         runs.from_log(path, plan, "tiny-moe/cpu")
     plan["training"]["global_batch_size"] = 256
     run = runs.from_log(path, plan, "tiny-moe/cpu")
     assert run.step_s == pytest.approx(1.20) and run.peak_source == "reserved"
     assert run.peak_bytes == round(52228 * 1024 * 1024) and run.kind == "megatron-log"
+
+
+def test_calibrate_takes_a_log_with_the_plan_it_ran(tmp_path):
+    """`moeforge calibrate --log LOG SOURCE`: the log's steady step time, fitted through the step-time model."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    log = tmp_path / "train.log"
+    write_log(log, "0.16.1")
+    plan = json.loads((root / "tests" / "data" / "tiny-plan.example.json").read_text())
+    plan["training"]["global_batch_size"] = 256
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    assumed = [f"--assume={k}=0.5" for k in ("achievable_fraction", "a2a_efficiency", "collective_efficiency")]
+    assumed += [f"--assume={k}=1" for k in ("bf16_dense_tflops", "hbm_gbps", "nvlink_gbps", "internode_gbps")]
+    proc = subprocess.run([sys.executable, "-m", "compiler", "calibrate", "--log", str(log), str(tmp_path / "plan.json"),
+                           "--fit", "host_step_s", "--fix", "activation_scale", *assumed, "--dry-run", "--format", "json"],
+                          cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (run,) = doc["runs"]
+    assert run["kind"] == "megatron-log" and run["measured_step_s"] == pytest.approx(1.20)
+    assert run["estimate_after_s"] == pytest.approx(1.20, rel=1e-3) and run["peak_source"] == "reserved"
+    assert doc["time"]["constants"]["host_step_s"]["value"] > 1.0
+    # one run determines the allowance alone: its max reserved (52228 MiB) less the model's states and activations
+    allowance = doc["memory"]["constants"]["allowance_gib"]["value"]
+    assert 45 < allowance < 52228 / 1024 and run["estimate_peak_after_bytes"] == pytest.approx(52228 * 2 ** 20, rel=1e-6)
