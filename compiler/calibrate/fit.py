@@ -195,11 +195,9 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
     if dof > 0:
         J = np.asarray(res.jac)
         sigma2 = float(np.sum(res.fun ** 2)) / dof
-        try:
-            cov = np.linalg.inv(J.T @ J) * sigma2
-            stderr = {n: float(math.sqrt(max(cov[i, i], 0.0)) * scale[n]) for i, n in enumerate(names)}
-        except np.linalg.LinAlgError:
-            pass
+        # pinv: a constant the fit holds at a bound (a fraction at 1, a cost at 0) has no slope there
+        cov = np.linalg.pinv(J.T @ J) * sigma2
+        stderr = {n: float(math.sqrt(max(cov[i, i], 0.0)) * scale[n]) for i, n in enumerate(names)}
     out_loo = []
     if loo:
         for i in everything:
