@@ -5,22 +5,24 @@ without a `performance` block (the cpu platform) has no step-time model: the est
 of inventing one."""
 from __future__ import annotations
 
-from compiler.estimate import flops, memory, steptime
+from compiler.estimate import calibration, flops, memory, steptime
 from compiler.knobs.layout import Layout
 
 
 def of_plan(plan: dict, repeats: int = 1) -> dict:
-    """The estimate as results.json records it (schemas/results.v1.json, `estimate`)."""
+    """The estimate as results.json records it (schemas/results.v1.json, `estimate`), with the calibration beside
+    the platform when there is one (compiler/estimate/calibration.py), which ``calibration`` names."""
     lay = Layout.from_plan(plan["layout"])
-    mem, pp_rank = memory.peak(plan, lay)
+    cal = calibration.for_platform(plan["platform"]["name"])
+    mem, pp_rank = memory.peak(plan, lay, calibration=cal)
     gpu = plan["platform"].get("gpu") or {}
     capacity = memory.capacity_bytes(plan) if gpu.get("memory_gb") else None
     out = {"peak_memory_bytes": mem.total, "allocated_bytes": mem.allocated, "pp_rank": pp_rank,
            "capacity_bytes": capacity, "fits": None if capacity is None else mem.total <= capacity,
            "step_time_s": None, "tokens_per_s_per_gpu": None, "model_tflops_per_s_per_gpu": None,
-           "gpu_hours": None, "dominant": None, "missing": None}
+           "gpu_hours": None, "dominant": None, "missing": None, "calibration": calibration.note(cal)}
     try:
-        t = steptime.estimate(plan, lay)
+        t = steptime.estimate(plan, lay, calibration=cal)
     except steptime.PerformanceError as exc:
         out["missing"] = f"no step-time estimate: {exc}"
         return out

@@ -264,6 +264,8 @@ def to_text(doc: dict) -> str:
     lines += [f"peak memory: {s}" for s in sorted(x for x in sources if x)]
     notes = {n for p in doc["points"] for n in ((p["ratio"] or {}).get("notes") or [])}
     lines += [f"estimate: {n}" for n in sorted(notes)]
+    used = {(p["estimate"] or {}).get("calibration") for p in doc["points"]} - {None}
+    lines += [f"estimates: {c}" for c in sorted(used)]
     for p in doc["points"]:
         if p["status"] not in ("ok", "duplicate", "refused") and p["error"]:
             log = next((r["log"] for r in p["runs"] if r["status"] != "ok"), None)
