@@ -76,8 +76,11 @@ def test_its_log_and_report_calibrate(trained):
     assert log.global_batch_size() == plan["training"]["global_batch_size"] and log.finished
     assert log.peak_memory() is None  # the CPU stand-ins report zeros: no measurement
     reported = mt.losses(ranks.report)
+    # the first printed line does not reset Megatron-LM's sums, so the second averages iterations 1 and 2
+    # (training.py 0.19.2:2594, should_reset = not is_first_iteration); every other line is its own iteration
+    expected = {**reported, 2: (reported[1] + reported[2]) / 2}
     for it in log.iterations:
-        assert it.losses["lm loss"] == pytest.approx(reported[it.iteration], rel=1e-5)
+        assert it.losses["lm loss"] == pytest.approx(expected[it.iteration], rel=1e-5), it.iteration
     step_s, lines = log.step_time_s()
     assert lines == 18 and step_s > 0
     from_log = runs.from_log(build / "ranks.log", plan, "tiny-moe/cpu")
