@@ -17,7 +17,7 @@ from compiler.estimate.steptime import PERFORMANCE_FIELDS
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="moeforge calibrate",
-        description="Fit a platform's step-time and memory constants (docs/layout-model.md, section 9) to measured "
+        description="Fit a platform's step-time and memory constants (docs/layout-model.md, section 10) to measured "
                     "runs and write recipes/platforms/<platform>.calibration.yaml: every run's estimate before and "
                     "after, and left out of the fit.")
     p.add_argument("runs", nargs="*", metavar="RUN",

@@ -66,7 +66,7 @@ def render(doc: dict, command: str) -> str:
 
     head = ["# yaml-language-server: $schema=../../schemas/calibration.v1.json",
             f"# Written by `{command}`: the {doc['platform']} platform's constants fitted to the measured runs",
-            "# below (docs/layout-model.md, section 9). plan-layout, explain, dryrun, results and diagnose use it.",
+            "# below (docs/layout-model.md, section 10). plan-layout, explain, dryrun, results and diagnose use it.",
             "# Fit again rather than edit: the runs are named by content hash."]
     return "\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=110)
 

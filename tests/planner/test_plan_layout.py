@@ -15,7 +15,6 @@ import yaml
 from compiler.cli import main
 from compiler.diagnostics import CompileError
 from compiler.estimate import calibration
-from compiler.knobs import pipeline_layout
 from compiler.planner import report, search, space, splits
 
 ROOT = Path(__file__).resolve().parents[2]
