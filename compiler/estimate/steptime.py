@@ -168,7 +168,15 @@ def stages(plan: dict, lay: Layout) -> list[dict]:
 
 
 def _busiest_stage(plan: dict, lay: Layout, ranks: list[dict]) -> tuple[int, dict]:
-    perf = performance(plan)
+    """The pipeline rank that takes longest at the compute item's prices.  One stage needs no prices; a
+    platform without a step-time model (cpu, uncalibrated) falls back to the rank of the most FLOPs, which
+    is what the memory and recompute facts of such a plan need."""
+    if len(ranks) == 1:
+        return 0, ranks[0]
+    try:
+        perf = performance(plan)
+    except PerformanceError:
+        return max(enumerate(ranks), key=lambda s: sum(s[1]["flops"].values()))
     grouped = expert_gemm_efficiency({"plan": plan, "lay": lay, "perf": perf})
     return max(enumerate(ranks), key=lambda s: compute_weight(s[1]["flops"], perf, grouped))
 

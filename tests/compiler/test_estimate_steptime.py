@@ -332,6 +332,17 @@ def test_platform_without_performance_is_a_one_line_error():
     assert "\n" not in msg and "recipes/platforms/cpu.yaml" in msg and "performance.bf16_dense_tflops" in msg
 
 
+@pytest.mark.parametrize("pp", [1, 2])
+def test_stage_facts_need_no_step_time_model(pp):
+    """The busiest stage is priced by time where the platform has a step-time model; without one (cpu) the
+    memory and recompute facts still come: one stage is the busiest, and of several the most FLOPs wins."""
+    plan = planmod.build(pipeline.resolve(pipeline.load("tiny-moe/cpu", [f"parallelism.pp={pp}", f"parallelism.ep={2 // pp}", "moe.overlap.ep_comm=false"])))
+    lay = Layout.from_plan(plan["layout"])
+    ranks = steptime.stages(plan, lay)
+    facts = steptime.stage_facts(plan, lay, ranks)
+    assert facts["pp_rank"] == max(range(pp), key=lambda r: sum(ranks[r]["flops"].values()))
+
+
 def test_explain_shows_every_item_and_the_numbers_add_up():
     est, _ = _case("ep16 overlap + delayed wgrad")
     lines = est.explain()
