@@ -29,6 +29,8 @@ def _plain(value):
 
 
 def _kind(action) -> str:
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return "boolean_optional"  # split per flag below: --x is store_true, --no-x store_false
     if isinstance(action, argparse._StoreTrueAction):
         return "store_true"
     if isinstance(action, argparse._StoreFalseAction):
@@ -53,7 +55,12 @@ def table() -> dict:
         if _kind(action) == "store_const":
             entry["const"] = _plain(action.const)
         for flag in action.option_strings:
-            if flag.startswith("--"):
+            if flag.startswith("--") and entry["kind"] == "boolean_optional":
+                # argparse.BooleanOptionalAction: the bare flag sets True, its --no- form False (neither takes a
+                # value; a functional-test model_config.yaml writes `--flag: true`)
+                negated = flag.startswith("--no-") and "--" + flag[5:] in action.option_strings
+                options[flag] = {**entry, "kind": "store_false" if negated else "store_true"}
+            elif flag.startswith("--"):
                 options[flag] = entry
     return {"release": package_info.__version__.split("+")[0], "options": dict(sorted(options.items()))}
 
