@@ -313,7 +313,7 @@ def import_text(text: str, name: str = "<launch>", platform: str | None = None, 
         elif kind == "functional-test":
             words, launcher = functional_test_words(text)
         else:
-            words, launcher = launch_words(text)
+            words, launcher = launch_words(text, None if name in ("-", "<launch>") else name)
         dests, bad = parse_flags(words)
     if platform is None:
         platform, reason = guess_platform(text, dests, platforms)
@@ -331,6 +331,7 @@ def import_text(text: str, name: str = "<launch>", platform: str | None = None, 
                        "moeforge's default or the solver's (not the Bridge recipe's)")
     else:
         recipe_body, model_body, decided = from_lm(dests, pdoc, notes, launcher, bad, notes.get("kind"))
+        decided += [f"shell: {n}" for n in launcher.get("notes", [])]
     if recipe_name is not None and not NAME.fullmatch(recipe_name):
         raise ImportError_(f"--name {recipe_name!r}: a recipe and model name is 1 to 64 letters, digits, '.', '_' "
                            "and '-', starting with a letter or digit")

@@ -4,8 +4,8 @@ a flag's value as a knob's value.
 Why its own module: `moeforge import` and `moeforge lint-config` both read launch scripts, args
 files, functional-test MODEL_ARGS and Bridge override lists, and both need the same words and the
 same verdict on each flag (Megatron-LM 0.19.2's parser, kept as data in
-compiler/data/megatron_lm_args.json).  The script is never executed: a small expander substitutes
-the variables and arrays the script itself assigns; any other `${VAR}` is kept literally.
+compiler/data/megatron_lm_args.json).  A script is never executed: compiler/launch_reader/shell.py evaluates
+what bash would (tree-sitter-bash parses it) and names what it cannot.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from compiler.knobs import table as K
+from compiler.launch_reader import kinds
 from compiler.targets.megatron_args import lm_parser
 from compiler.resources import BUILTIN_RECIPES
 
@@ -28,198 +29,39 @@ class ImportError_(Exception):
 
 # ----------------------------------------------------------------------- reading the source
 
-_ASSIGN = re.compile(r"^(?:export\s+|declare\s+-a\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-_BRIDGE_LINE = re.compile(r"^\+{0,2}[A-Za-z_][\w]*(\.[\w]+)+=")
-LAUNCHERS = ("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_hybrid.py")
-
-
 def detect(text: str, name: str = "") -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    if name.endswith((".yaml", ".yml")) or (lines and lines[0].startswith("MODEL_ARGS")):
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("MODEL_ARGS"), dict):
-            return "functional-test"
-    if lines and all(_BRIDGE_LINE.match(ln) or re.match(r"^[A-Za-z_]\w*=null$", ln) for ln in lines):
-        return "bridge"
-    if lines and all(ln.startswith("--") or ln.startswith("'") for ln in lines):
-        return "args"
-    return "launch"
+    """The kind of input (compiler/launch_reader/kinds.py); ImportError_ naming every expected kind when it is none."""
+    kind = kinds.detect(text, name)
+    if kind is None:
+        raise ImportError_(f"not a launch: {kinds.expected()}; {kinds.what_it_is(text, name)}")
+    return kind
 
 
-def _logical_lines(text: str) -> list[str]:
-    """Statements: continuations joined, a multi-line array assignment `A=( ... )` kept together."""
-    joined = _join_continuations(text)
-    out, pending, depth = [], "", 0
-    for line in joined.splitlines():
-        stripped = _strip_comment(line)
-        if not stripped.strip() and not pending:
-            continue
-        pending = f"{pending} {stripped}" if pending else stripped
-        depth += _parens(stripped)
-        if depth <= 0:
-            out.append(pending.strip())
-            pending, depth = "", 0
-    if pending.strip():
-        out.append(pending.strip())
-    return out
+def launch_words(text: str, path: str | Path | None = None) -> tuple[list[str], dict]:
+    """(the words after the entry point, the launch's context: `env` (what the script sets), `nnodes`,
+    `nproc_per_node`, `entry` (the script it runs), `mode` (training | inference) and `notes` (what the shell
+    reader could not evaluate)). The last command that runs an entry point is the launch."""
+    from compiler.launch_reader.shell import read_script  # tree-sitter-bash: loaded only to read a script
 
-
-def _join_continuations(text: str) -> str:
-    """The text with comments removed and backslash-newlines joined, as bash reads it: a `#` at a word start
-    outside quotes comments out the rest of its line (a trailing backslash there continues nothing), a
-    backslash-newline outside quotes or inside double quotes joins two lines, and single quotes keep both."""
-    out, quote, i, n = [], None, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and quote != "'" and i + 1 < n and text[i + 1] in "\r\n":
-            i += 3 if text[i + 1:i + 3] == "\r\n" else 2
-            out.append(" ")
-            continue
-        if c == "\\" and quote != "'":
-            out.append(text[i:i + 2])
-            i += 2
-            continue
-        if quote is None and c == "#" and (i == 0 or text[i - 1].isspace()):
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if c in "'\"" and quote in (None, c):
-            quote = None if quote == c else c
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _strip_comment(line: str) -> str:
-    """The line without a `#` comment (outside quotes, at a word start)."""
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i]
-    return line
-
-
-def _parens(line: str) -> int:
-    """Open minus closed array parentheses outside quotes (`A=(` opens; `$(`...`)` balances itself)."""
-    n, quote = 0, None
-    for ch in line:
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "(":
-            n += 1
-        elif ch == ")":
-            n -= 1
-    return n
-
-
-def _unquoted_braces(statement: str) -> str:
-    """An unquoted `${NAME}` word as `$NAME`, which Shell.words splits as bash does (Megatron-LM's examples keep
-    their flags in a string, MODEL_ARGS="--a 1 --b 2", and pass ${MODEL_ARGS}); a quoted one stays one word."""
-    out, quote, i = [], None, 0
-    while i < len(statement):
-        c = statement[i]
-        if quote is None and c == "\\":
-            out.append(statement[i:i + 2])
-            i += 2
-            continue
-        if c in "'\"" and quote in (None, c):
-            quote = None if quote == c else c
-        m = re.match(r"\$\{([A-Za-z_]\w*)\}(?=\s|;|$)", statement[i:]) if quote is None else None
-        if m and (i == 0 or statement[i - 1].isspace()):
-            out.append("$" + m.group(1))
-            i += m.end()
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-class Shell:
-    """Variables and arrays a script assigns, and expansion of words with them (no execution)."""
-
-    def __init__(self):
-        self.vars: dict[str, str] = {}
-        self.arrays: dict[str, list[str]] = {}
-
-    def words(self, statement: str) -> list[str]:
-        try:
-            raw = shlex.split(_unquoted_braces(statement), comments=False, posix=True)
-        except ValueError as exc:
-            raise ImportError_(f"cannot split shell words ({exc}): {statement[:80]}") from None
-        out: list[str] = []
-        for w in raw:
-            m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}|\$([A-Za-z_]\w*)", w)
-            name = m and (m.group(1) or m.group(2))
-            if name and name in self.arrays:
-                out += self.arrays[name]
-            elif name and name in self.vars and m.group(2):
-                out += self.vars[name].split()  # unquoted $VAR: word splitting
-            else:
-                out.append(self.expand(w))
-        return out
-
-    def expand(self, word: str) -> str:
-        def sub(m):
-            name, arr, default = m.group(1) or m.group(4), m.group(2), m.group(3)
-            if arr and name in self.arrays:
-                return " ".join(self.arrays[name])
-            if name in self.vars:
-                return self.vars[name]
-            if default is not None:
-                return self.expand(default)
-            return "${" + name + "}"  # not assigned here: kept, resolved at launch
-        return _VAR.sub(sub, word)
-
-    def run(self, statement: str) -> list[str] | None:
-        """Record an assignment (None), or return the words of a command."""
-        m = _ASSIGN.match(statement)
-        if m and " " not in statement.split("=", 1)[0].replace("export ", "").replace("declare -a ", "").strip():
-            name, plus, rest = m.group(1), m.group(2), m.group(3).strip()
-            if rest.startswith("(") and rest.endswith(")"):
-                values = self.words(rest[1:-1])
-                self.arrays[name] = (self.arrays.get(name, []) if plus else []) + values
-            else:
-                words = self.words(rest) if rest else [""]
-                value = words[0] if words else ""
-                self.vars[name] = (self.vars.get(name, "") if plus else "") + value
-            return None
-        if statement.startswith("export "):  # export A=1 B=2
-            for part in self.words(statement[7:]):
-                if "=" in part:
-                    k, v = part.split("=", 1)
-                    self.vars[k] = v
-            return None
-        return self.words(statement)
-
-
-def launch_words(text: str) -> tuple[list[str], dict]:
-    """(the words after pretrain_gpt.py, the launcher's own settings: nnodes, nproc_per_node, env)."""
-    sh = Shell()
+    script = read_script(text, path)
     command = None
-    for stmt in _logical_lines(text):
-        words = sh.run(stmt)
-        if not words:
-            continue
-        hit = next((i for i, w in enumerate(words) if w.endswith(LAUNCHERS)), None)
+    for cmd in script.commands:
+        hit = next((i for i, w in enumerate(cmd.words) if kinds.entry_point(w)), None)
         if hit is not None:
-            command = (words[:hit], words[hit + 1:])
+            command = (cmd.words[:hit], cmd.words[hit], cmd.words[hit + 1:], cmd.env)
     if command is None:
-        raise ImportError_("no pretrain_gpt.py command found (a launch script, a command line, an args file, "
-                           "a functional-test model_config.yaml or a Bridge override list)")
-    before, after = command
-    launcher = {"env": dict(sh.vars)}
+        flagged = max(script.commands, key=lambda c: sum(w.startswith("--") for w in c.words), default=None)
+        if flagged is not None and sum(w.startswith("--") for w in flagged.words) >= 5:
+            words = flagged.words
+            runs = (f"python -m {words[words.index('-m') + 1]}" if "-m" in words[:-1]
+                    else next((w for w in words if w.endswith(".py")), words[0]))
+            raise ImportError_(f"no launch command found: the command at {flagged.where}:{flagged.line} runs "
+                               f"`{runs[:80]}`, not pretrain_gpt.py or an inference entry point")
+        raise ImportError_("no launch command found: no command in it runs pretrain_gpt.py or an inference entry "
+                           "point" + kinds.fragment_hint(text))
+    before, entry, after, env = command
+    launcher = {"env": {**script.vars, **env}, "entry": Path(entry).name, "mode": kinds.entry_point(entry),
+                "notes": script.notes}
     for i, w in enumerate(before):
         for key in ("nnodes", "nproc_per_node", "nproc-per-node"):
             if w.startswith(f"--{key}"):
@@ -271,7 +113,9 @@ def functional_test_words(text: str) -> tuple[list[str], dict]:
         else:
             words += [flag, str(value).strip()]
     env = data.get("ENV_VARS") if isinstance(data.get("ENV_VARS"), dict) else {}
-    return words, {"env": {str(k): str(v) for k, v in env.items()}}
+    mode = "inference" if str(data.get("MODE", "")).lower() == "inference" else "training"
+    return words, {"env": {str(k): str(v) for k, v in env.items()}, "mode": mode,
+                   "entry": "MODE: inference" if mode == "inference" else "pretrain_gpt.py"}
 
 
 # ----------------------------------------------------------------------- flags -> dests

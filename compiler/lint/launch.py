@@ -26,10 +26,10 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
     override list; with `gpu` and `versions` from the platform the launch names, when it names one.
     None: not one of those (an ordinary YAML / JSON mapping)."""
     from compiler import project
-    from compiler.launch_reader import text as launch_text
+    from compiler.launch_reader import kinds, text as launch_text
 
-    kind = launch_text.detect(text, name)
-    if kind == "launch" and not re.search(r"pretrain_\w+\.py", text):
+    kind = kinds.detect(text, name)
+    if kind is None:
         return None
     try:
         if kind == "bridge":
@@ -51,7 +51,7 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         elif kind == "functional-test":
             words = launch_text.functional_test_words(text)[0]
         else:
-            words = launch_text.launch_words(text)[0]
+            words = launch_text.launch_words(text, None if name in ("-", "<config>") else name)[0]
         dests, bad = launch_text.parse_flags(words)
         platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()))[0]
     except launch_text.ImportError_ as exc:
