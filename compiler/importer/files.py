@@ -39,6 +39,20 @@ def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[
     return recipe_path, model_path
 
 
+def compile_verdict(recipe_path: Path, root: Path) -> list[str]:
+    """What `moeforge compile` says of the recipe just written: [] when it compiles, else its errors' first
+    lines (an import never leaves a recipe its own compile refuses without saying so)."""
+    from compiler.diagnostics import CompileError
+    from compiler.driver import load, resolve
+    from compiler.targets.plan import build
+
+    try:
+        build(resolve(load(recipe_path, (), root)))
+    except CompileError as exc:
+        return [d.render().splitlines()[0] for d in exc.diagnostics if d.is_error] or ["refused"]
+    return []
+
+
 def main(args) -> int:
     source = args.source
     if hf.config_path(source) is not None:  # a model directory
@@ -56,12 +70,20 @@ def main(args) -> int:
     except ImportError_ as exc:
         print(f"{source}: error: {exc}", file=sys.stderr)
         return 2
+    refused = compile_verdict(recipe_path, root)
+    if refused:  # said in the recipe itself too, where the next reader looks
+        imp.notes.append(f"moeforge compile refuses this recipe as imported: {refused[0]}")
+        write(imp, root, Path(source).name, force=True)
     print(f"{source}: {imp.kind}, platform {imp.platform} ({imp.platform_reason})")
     print(f"wrote {recipe_path}\nwrote {model_path}")
     for d in imp.notes:
         print(f"note: {d}")
     for text_, why in imp.unmapped:
         print(f"not imported: {text_}  ({why})")
+    if refused:
+        print(f"compile: refused ({len(refused)} error(s)); first: {refused[0]}")
+    else:
+        print("compile: ok")
     rid = recipe_path.resolve().relative_to(root.resolve()).with_suffix("")
     print(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve() else f"  (recipes root {root})"))
     return 0

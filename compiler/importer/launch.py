@@ -36,7 +36,8 @@ from compiler.recipe.compose import NAME
 from compiler.importer.bridge import from_bridge
 from compiler.importer.documents import nodes, put, put_path
 from compiler.importer.validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width,
-                                   padded_vocab, samples_as_iterations, why_no_knob)
+                                             padded_vocab, refuse_unplanned, samples_as_iterations,
+                                             validate_args_rewrites, why_no_knob)
 from compiler.launch_reader.text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
 from compiler.targets.megatron_args import lm_default
@@ -61,7 +62,8 @@ COMPOSITE = {"swiglu", "quick_geglu", "squared_relu", "bias_swiglu_fusion", "bia
              "distributed_backend", "exit_signal_handler", "exit_signal", "use_persistent_ckpt_worker", "mock_data",
              "data_path", "tokenizer_type", "null_tokenizer_eod_id", "load", "lr_warmup_iters", "lr_warmup_fraction",
              "eval_interval", "padded_vocab_size", "make_vocab_size_divisible_by", "pad_vocab_size",
-             "num_layers_per_virtual_pipeline_stage", "train_samples", "lr_decay_samples", "lr_warmup_samples"}
+             "num_layers_per_virtual_pipeline_stage", "train_samples", "lr_decay_samples", "lr_warmup_samples",
+             "lr_wsd_decay_samples"}
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "rope_type",
               "rotary_scaling_factor", "mscale", "mscale_all_dim")
 TOKENIZERS = {"NullTokenizer": None, "HuggingFaceTokenizer": "huggingface", "SentencePieceTokenizer": "sentencepiece",
@@ -75,10 +77,11 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
     mcore_text = str(platform.get("software", {}).get("megatron_core") or "0.19.2")
     mcore = version_int(mcore_text)
     flags = dict(dests.get("__flags__", {}))
-    given = as_validate_args_reads({d: v for d, v in dests.items() if d != "__flags__"}, flags, bad)
+    decided: list[str] = []
+    given = as_validate_args_reads({d: v for d, v in dests.items() if d != "__flags__"}, flags, bad, decided)
+    refuse_unplanned(given, flags, launcher.get("entry"))
     recipe: dict = {}
     model: dict = {"architecture": {}, "moe": {}}
-    decided: list[str] = []
     used: set = set()
 
     def value_of(k: K.Knob):
@@ -167,6 +170,7 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
     fusion = g(fusion_dest, lm_default(fusion_dest))
     put(recipe, "kernels.bias_activation_fusion", fusion)
     put(recipe, "kernels.persist_layer_norm", not g("no_persist_layer_norm", False))
+    validate_args_rewrites(recipe, model, decided)
     if g("group_query_attention") and g("num_query_groups") is not None:
         arch["num_query_groups"] = int(g("num_query_groups"))
     elif arch.get("num_attention_heads") is not None:
@@ -187,7 +191,7 @@ def from_lm(dests: dict, platform: dict, notes: dict, launcher: dict, bad: list,
         bad.append((flags["padded_vocab_size"], f"differs from --vocab-size {arch.get('vocab_size')}: the model "
                     "uses --vocab-size"))
     elif g("padded_vocab_size") is None:
-        padded_vocab(arch, g, recipe, decided)
+        padded_vocab(arch, g, recipe, decided, launcher.get("dirs", []))
     dtype = "bf16" if g("bf16") else "fp16" if g("fp16") else "fp32"
     put(recipe, "precision.dtype", dtype)
     # Megatron-LM validate_args: BF16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16 or
@@ -315,6 +319,7 @@ def import_text(text: str, name: str = "<launch>", platform: str | None = None, 
         else:
             words, launcher = launch_words(text, None if name in ("-", "<launch>") else name)
         dests, bad = parse_flags(words)
+        launcher["dirs"] = [Path.cwd()] if name in ("-", "<launch>") else [Path(name).resolve().parent, Path.cwd()]
     if platform is None:
         platform, reason = guess_platform(text, dests, platforms)
         if platform is None:

@@ -5,6 +5,8 @@ reads a launch as it runs."""
 from __future__ import annotations
 
 from compiler.knobs.fields import megatron_fields
+from compiler.launch_reader.text import ImportError_
+from compiler.importer import vocab
 from compiler.importer.documents import put
 from compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
 from compiler.targets.megatron_args import lm_default
@@ -23,8 +25,20 @@ REFUSED = {"batch_size": "--batch-size argument is no longer valid, use --micro-
                                      "for more control, --recompute-granularity and --recompute-method."}
 
 
-def as_validate_args_reads(given: dict, flags: dict, bad: list) -> dict:
-    """The launch's dests as validate_args leaves them: deprecated flags renamed, refused ones reported."""
+def refuse_unplanned(given: dict, flags: dict, entry: str | None) -> None:
+    """A launch moeforge cannot plan, refused before anything is written: a Mamba hybrid (its layers come from
+    --hybrid-layer-pattern, which overrides --num-layers in validate_args; pretrain_mamba.py / pretrain_hybrid.py)."""
+    pattern = given.get("hybrid_layer_pattern") or given.get("hybrid_override_pattern")
+    if pattern or (entry or "").startswith(("pretrain_mamba", "pretrain_hybrid")):
+        what = f"--hybrid-layer-pattern {pattern}" if pattern else entry
+        raise ImportError_(f"a Mamba-hybrid launch ({what}): its layers come from the pattern "
+                           f"({', '.join(sorted(set(str(pattern or '')) - set('|/ ')) or 'M, *')} layers), not "
+                           "--num-layers; moeforge plans GPT models of attention and MLP/MoE layers only")
+
+
+def as_validate_args_reads(given: dict, flags: dict, bad: list, decided: list | None = None) -> dict:
+    """The launch's dests as validate_args leaves them: deprecated flags renamed, refused ones reported, and
+    megatron-core's own rewrite of the deprecated --moe-layer-recompute (TransformerConfig.__post_init__)."""
     out = dict(given)
     for dest, why in REFUSED.items():
         if out.pop(dest, None) not in (None, False):
@@ -39,35 +53,83 @@ def as_validate_args_reads(given: dict, flags: dict, bad: list) -> dict:
             continue
         out[new] = own if value is None else value
         flags[new] = flags.get(dest, dest)
+    if out.pop("moe_layer_recompute", False):
+        text = flags.get("moe_layer_recompute", "--moe-layer-recompute")
+        if out.get("recompute_granularity") == "full":
+            bad.append((text, "megatron-core refuses it: Do not set --moe-layer-recompute with full recompute "
+                              "granularity."))
+        else:
+            modules = list(out.get("recompute_modules") or lm_default("recompute_modules") or ["core_attn"])
+            modules += [] if "moe" in modules else ["moe"]
+            out.update(recompute_granularity="selective", recompute_modules=modules)
+            flags.setdefault("recompute_granularity", text)
+            flags.setdefault("recompute_modules", text)
+            if decided is not None:
+                decided.append(f"recompute: selective, modules {modules} (megatron-core's TransformerConfig turns "
+                               "the deprecated --moe-layer-recompute into 'moe' among the recompute modules)")
     return out
 
 
-def padded_vocab(arch: dict, g, recipe: dict, decided: list) -> None:
-    """The vocabulary Megatron-LM builds without --padded-vocab-size: the tokenizer's, padded up to a multiple
-    of --make-vocab-size-divisible-by x TP (build_tokenizer.py vocab_size_with_padding). A NullTokenizer's is
-    --vocab-size; any other tokenizer's is its own, which the launch does not say."""
-    multiple = int(g("make_vocab_size_divisible_by", lm_default("make_vocab_size_divisible_by"))) * int(
-        recipe.get("parallelism", {}).get("tp") or 1)
-    tokenizer = g("tokenizer_type")
-    if tokenizer not in (None, "NullTokenizer"):
-        decided.append(f"architecture.vocab_size: the model's vocabulary is {tokenizer}'s, padded to a multiple of "
-                       f"{multiple}; the launch does not say it" + (
-                           f" (--vocab-size {arch['vocab_size']} is imported as it; check it)"
-                           if arch.get("vocab_size") else ": write it into the model file"))
+def validate_args_rewrites(recipe: dict, model: dict, decided: list) -> None:
+    """What Megatron-LM's validate_args rewrites (compiler/lint/frontends.py, the one list lint-config applies
+    too: bias-activation fusion off without linear bias, ...), applied to the imported documents and noted."""
+    from compiler.importer.documents import has_path, put_path
+    from compiler.knobs import table as K
+    from compiler.lint.frontends import validate_args_rewrites as rewrites
+
+    def get(path):
+        node = model if path.startswith("model.") else recipe
+        for part in path.split(".")[1 if path.startswith("model.") else 0:]:
+            node = node[part]
+        return node
+
+    env, given = {}, {}
+    for k in K.KNOBS:
+        if k.path and has_path(recipe, model, k.path):
+            env[k.field] = given[k.field] = get(k.path)
+        elif k.path:
+            env[k.field] = k.default_for("megatron-lm")
+    env["activation_func"], env["gated_linear_unit"] = K.mlp_activation(model.get("architecture", {})) or (
+        "gelu", False)
+    for field_, before, after, why in rewrites(env, given):
+        k = K.BY_FIELD.get(field_)
+        if k is None or not k.path or after == before:
+            continue
+        put_path(recipe, model, k.path, after)
+        decided.append(f"{k.path.removeprefix('model.')}: {str(after).lower() if isinstance(after, bool) else after}"
+                       f" ({why})")
+
+
+def padded_vocab(arch: dict, g, recipe: dict, decided: list, dirs: list) -> None:
+    """The vocabulary Megatron-LM builds without --padded-vocab-size: the tokenizer's (compiler/importer/vocab.py),
+    padded up to a multiple of --make-vocab-size-divisible-by x TP (build_tokenizer.py vocab_size_with_padding).
+    When it cannot be known here, the note says so and names the key to set."""
+    tp = int(recipe.get("parallelism", {}).get("tp") or 1)
+    size, how = vocab.tokenizer_vocab(g, dirs)
+    if size is None:
+        multiple = vocab.padded(1, g, tp)[1]
+        fix = (f"set model.{vocab.KEY} in the model file to the tokenizer's vocabulary padded up to a multiple of "
+               f"{multiple}")
+        if arch.get("vocab_size") is not None:  # the launch's own --vocab-size, which this tokenizer does not read
+            decided.append(f"{vocab.KEY}: {arch['vocab_size']} is the launch's --vocab-size, which Megatron-LM does "
+                           f"not read with this tokenizer; the model's own cannot be known here ({how}): check it, "
+                           f"or {fix}")
+        else:
+            decided.append(f"{vocab.KEY}: unknown here ({how}); {fix}")
         return
-    vocab = arch.get("vocab_size")
-    if vocab is None or not g("pad_vocab_size", True):
-        return
-    padded = -(-int(vocab) // multiple) * multiple
-    if padded != int(vocab):
-        arch["vocab_size"] = padded
-        decided.append(f"architecture.vocab_size: {padded} (Megatron-LM pads --vocab-size {vocab} to a multiple of "
-                       f"--make-vocab-size-divisible-by x TP = {multiple}); the launch's NullTokenizer ends "
-                       f"documents with id {int(vocab) - 1}, a recipe's with {padded - 1}")
+    built, multiple = vocab.padded(size, g, tp)
+    arch["vocab_size"] = built
+    padding = f", padded to a multiple of --make-vocab-size-divisible-by x TP = {multiple}" if built != size else ""
+    decided.append(f"{vocab.KEY}: {built} ({how}: {size}{padding})")
+    tok = g("tokenizer_type", lm_default("tokenizer_type"))
+    if tok == "NullTokenizer" and built != size:
+        decided.append(f"tokenizer: the launch's NullTokenizer ends documents with id {size - 1}, a recipe's with "
+                       f"{built - 1}")
 
 
 def samples_as_iterations(g, recipe: dict, decided: list) -> None:
-    """A launch counted in samples (--train-samples, --lr-decay-samples, --lr-warmup-samples) as a recipe's
+    """A launch counted in samples (--train-samples, --lr-decay-samples, --lr-warmup-samples,
+    --lr-wsd-decay-samples) as a recipe's
     iterations of --global-batch-size samples: Megatron-LM runs train_samples // global_batch_size iterations
     (training.py update_train_iters, no batch-size ramp-up) and moves its LR schedule by that many samples a
     step, so a schedule point falls within one iteration of where the launch has it."""
@@ -75,7 +137,7 @@ def samples_as_iterations(g, recipe: dict, decided: list) -> None:
     if not gbs:
         return
     for dest, path in (("train_samples", "training.train_iters"), ("lr_decay_samples", "schedule.decay_iters"),
-                       ("lr_warmup_samples", "schedule.warmup")):
+                       ("lr_warmup_samples", "schedule.warmup"), ("lr_wsd_decay_samples", "schedule.wsd_decay_iters")):
         samples = g(dest)
         if samples is None or (dest == "lr_warmup_samples" and int(samples) == 0):
             continue

@@ -184,6 +184,13 @@ KNOBS: tuple[Knob, ...] = (
          doc="megatron-core GPTModel and Megatron-LM default to learned absolute positions"),
     _gpt("rotary_base", "model.architecture.rotary_base", "opt_int", 10000),
     _gpt("rotary_percent", "model.architecture.rotary_percent", "float", 1.0),
+    # Llama-3.1 RoPE frequency scaling: GPTModel arguments (Megatron-LM gpt_config_from_args passes
+    # --use-rope-scaling and --rope-scaling-factor); unset is megatron-core's default (off), and the plan states
+    # neither then
+    _gpt("rope_scaling", "model.architecture.rope_scaling", "bool", None, lm="use_rope_scaling",
+         doc="Llama-3.1 RoPE frequency scaling (megatron-core's default: off)"),
+    _gpt("rope_scaling_factor", "model.architecture.rope_scaling_factor", "float", None,
+         doc="the factor of that scaling (megatron-core's default 8.0)"),
     # ordinary attention's YaRN: config attributes GPTModel reads (not dataclass fields)
     _K("yarn_rotary_scaling_factor", "model.architecture.yarn_rotary_scaling_factor", "float", None,
        section="yarn", bridge="model.yarn_rotary_scaling_factor", lm="rotary_scaling_factor"),

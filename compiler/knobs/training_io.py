@@ -23,6 +23,7 @@ DATA_KINDS = ("synthetic", "learnable", "mock", "indexed")
 TOKENIZERS = (None, "byte", "huggingface", "sentencepiece")
 BYTE_VOCAB, BYTE_EOD = 257, 256   # UTF-8 bytes 0..255 and one end-of-document id
 DECAY_STYLES = ("constant", "linear", "cosine", "wsd", "inverse-square-root")
+WSD_STYLES = ("exponential", "linear", "cosine", "minus_sqrt")  # Megatron-LM --lr-wsd-decay-style
 CKPT_FORMATS = ("torch_dist", "torch", "torch_dcp", "fsdp_dtensor")
 # checkpoint.scheduler -> the Megatron-LM switch it sets (match: neither, Megatron-LM's default)
 RESUME_SCHEDULERS = {"match": None, "plan": "override_opt_param_scheduler",
@@ -117,6 +118,10 @@ IO_KNOBS: tuple[Knob, ...] = (
     _io("lr_wsd_decay_iters", "schedule.wsd_decay_iters", "opt_int", None, (), "schedule", "wsd_decay_iters",
         lm="lr_wsd_decay_iters", bridge="scheduler.lr_wsd_decay_iters", unit="iterations",
         doc="decay: wsd: the iterations of the final annealing (Megatron's WSD schedule needs them)"),
+    _io("lr_wsd_decay_style", "schedule.wsd_decay_style", "enum", "exponential", WSD_STYLES, "schedule",
+        "wsd_decay_style", lm="lr_wsd_decay_style", bridge="scheduler.lr_wsd_decay_style",
+        doc="decay: wsd: the shape of the final annealing (Megatron-LM's default exponential; Megatron-Bridge's "
+        "own default minus_sqrt is never used: the plan states it)"),
     _io("log_interval", "logging.interval", "int", 100, (), "logging", "interval", lm="log_interval",
         bridge="logger.log_interval", unit="iterations"),
     _io("tensorboard_dir", "logging.tensorboard", "str", None, (), "logging", "tensorboard", lm="tensorboard_dir",

@@ -156,6 +156,12 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
     return rw
 
 
+def validate_args_rewrites(env: dict, given: dict) -> list:
+    """Megatron-LM's validate_args rewrites of a flat megatron-core env (for `moeforge import`, which reads a
+    launch as Megatron-LM runs it): [(field, before, after, why)]; env is changed in place."""
+    return _frontend_rewrites(env, given, "megatron-lm")
+
+
 def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     if frontend is not None:
         if frontend not in FRONTEND_WORDS:

@@ -49,9 +49,6 @@ BRIDGE_FIXED = (
     # Megatron-LM's defaults, whatever the recipe's scheduler holds
     ("scheduler.weight_decay_incr_style", '"constant"'),
     ("scheduler.lr_warmup_init", "0.0"),
-    # schedule.decay wsd anneals as Megatron-LM's --lr-wsd-decay-style does by default (Bridge's own default is
-    # minus_sqrt)
-    ("scheduler.lr_wsd_decay_style", '"exponential"'),
 )
 
 

@@ -29,7 +29,7 @@ PLAN_KEYS = {
     "data": ["kind", "paths", "blend", "split", "cache_dir", "env_vars"],
     "tokenizer": ["type", "path", "vocab_size", "eod_id"],
     "checkpoint": ["save", "interval", "load", "keep_last", "async", "format", "scheduler"],
-    "schedule": ["decay", "warmup_iters", "warmup_fraction", "decay_iters", "wsd_decay_iters"],
+    "schedule": ["decay", "warmup_iters", "warmup_fraction", "decay_iters", "wsd_decay_iters", "wsd_decay_style"],
     "logging": ["interval", "tensorboard", "wandb_project"],
     "eval": ["interval", "iters"],
 }
@@ -52,7 +52,7 @@ def test_defaults_keep_the_harness_recipe_as_it_was():
     assert plan["checkpoint"] == {"save": None, "interval": None, "load": "none", "keep_last": None, "async": False,
                                   "format": "torch_dist", "scheduler": "match"}
     assert plan["schedule"] == {"decay": "constant", "warmup_iters": 0, "warmup_fraction": None, "decay_iters": None,
-                                "wsd_decay_iters": None}
+                                "wsd_decay_iters": None, "wsd_decay_style": "exponential"}
     assert plan["logging"] == {"interval": 100, "tensorboard": None, "wandb_project": None}
     assert plan["eval"] == {"interval": None, "iters": 0}
     assert plan["optimizer"] == {"optimizer": "adam", "lr": 0.001, "min_lr": 0.0, "weight_decay": 0.01,
@@ -105,7 +105,8 @@ def test_the_cli_compiles_it_with_list_overrides(tmp_path):
 def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     sets = REAL[:5] + ["checkpoint.save=${CKPT_ROOT}/run", "checkpoint.interval=6", "checkpoint.keep_last=2",
                        "data.cache_dir=${SCRATCH}/cache", "schedule.warmup=0.1", "schedule.decay=wsd",
-                       "schedule.wsd_decay_iters=2", "schedule.min_lr=1e-5", "logging.tensorboard=/tb",
+                       "schedule.wsd_decay_iters=2", "schedule.wsd_decay_style=linear", "schedule.min_lr=1e-5",
+                       "logging.tensorboard=/tb",
                        "logging.wandb=moe", "logging.interval=1", "eval.interval=5", "eval.iters=2",
                        "tokenizer.type=huggingface", "tokenizer.path=${HF_HOME}/tok", "checkpoint.load=none"]
     r = resolve(load("tiny-moe/cpu", sets))
@@ -114,7 +115,7 @@ def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     plan = build(r)
     assert plan["data"]["cache_dir"] == "${SCRATCH}/cache" and plan["data"]["env_vars"] == ["SCRATCH"]
     assert plan["schedule"] == {"decay": "wsd", "warmup_iters": None, "warmup_fraction": 0.1, "decay_iters": None,
-                                "wsd_decay_iters": 2}
+                                "wsd_decay_iters": 2, "wsd_decay_style": "linear"}
     assert plan["tokenizer"] == {"type": "huggingface", "path": "${HF_HOME}/tok", "vocab_size": None, "eod_id": None}
     assert plan["logging"] == {"interval": 1, "tensorboard": "/tb", "wandb_project": "moe"}
     args, notes = arguments(plan)
@@ -123,6 +124,7 @@ def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     assert "--null-tokenizer-eod-id" not in args and "--load" not in args
     assert args["--save"] == ["${CKPT_ROOT}/run"] and args["--data-cache-path"] == ["${SCRATCH}/cache"]
     assert args["--lr-decay-style"] == ["WSD"] and args["--lr-wsd-decay-iters"] == ["2"]
+    assert args["--lr-wsd-decay-style"] == ["linear"]
     assert args["--lr-warmup-fraction"] == ["0.1"] and "--lr-warmup-iters" not in args
     assert args["--min-lr"] == ["1e-05"] and args["--log-interval"] == ["1"]
     assert args["--tensorboard-dir"] == ["/tb"] and args["--wandb-project"] == ["moe"]
@@ -131,6 +133,7 @@ def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     overrides = dict(bridge_overrides(plan)[0])
     assert overrides["checkpoint.most_recent_k"] == "2" and overrides["scheduler.lr_decay_style"] == '"WSD"'
     assert overrides["scheduler.lr_warmup_fraction"] == "0.1" and overrides["scheduler.lr_warmup_iters"] == "0"
+    assert overrides["scheduler.lr_wsd_decay_style"] == '"linear"'
     # Bridge reads a ${VAR} from the environment as OmegaConf's resolver (a bare ${VAR} is an interpolation)
     assert overrides["tokenizer.tokenizer_model"] == '"${oc.env:HF_HOME}/tok"'
     assert overrides["checkpoint.save"] == '"${oc.env:CKPT_ROOT}/run"'

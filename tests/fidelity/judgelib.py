@@ -93,7 +93,8 @@ def training_io_expected(plan: dict) -> dict:
         # the scheduler sets every step's weight decay (OptimizerParamScheduler): one constant value, the plan's,
         # from a warmup that starts at zero
         "start_weight_decay": opt["weight_decay"], "end_weight_decay": opt["weight_decay"],
-        "weight_decay_incr_style": "constant", "lr_warmup_init": 0.0, "lr_wsd_decay_style": "exponential",
+        "weight_decay_incr_style": "constant", "lr_warmup_init": 0.0,
+        "lr_wsd_decay_style": sched["wsd_decay_style"],
         "log_interval": logging_["interval"], "tensorboard_dir": logging_["tensorboard"],
         "wandb_project": logging_["wandb_project"],
         # no evaluation: Megatron-LM still divides train_iters by eval_interval; eval_iters 0 evaluates nothing

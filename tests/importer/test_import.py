@@ -268,11 +268,10 @@ def test_dropped_arguments_that_change_training_say_so(root):
     assert why["--apply-query-key-layer-scaling"].startswith("a megatron-core setting no recipe states")
     # argparse converts before it checks the choices: 0 is one of --timing-log-level's [0, 1, 2]
     assert why["--timing-log-level 0"] == "a Megatron-LM argument moeforge has no knob for (launch-only)"
-    # a Mamba hybrid's layers (Megatron-LM's ModelOpt confs of Nemotron-H): not launch-only, the model differs
-    why = dict(importer.import_text(SMALL + "--hybrid-layer-pattern M*M* --mamba-num-heads 8", "cmd.txt", "h100",
-                                    root).unmapped)
-    assert why["--hybrid-layer-pattern M*M*"].endswith("(Mamba hybrids are not planned)")
-    assert why["--mamba-num-heads 8"] == why["--hybrid-layer-pattern M*M*"]
+    # a Mamba hybrid's layers (Megatron-LM's ModelOpt confs of Nemotron-H): the model differs, so the import
+    # refuses it (compiler/importer/validate_args.py refuse_unplanned; tests/importer/test_import_derivations.py)
+    with pytest.raises(importer.ImportError_, match="a Mamba-hybrid launch"):
+        importer.import_text(SMALL + "--hybrid-layer-pattern M*M* --mamba-num-heads 8", "cmd.txt", "h100", root)
     assert "--optimizer adam" not in dict(importer.import_text(SMALL + "--optimizer adam", "cmd.txt", "h100",
                                                                root).unmapped)
 
