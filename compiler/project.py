@@ -18,6 +18,12 @@ from compiler.resources import BUILTIN_RECIPES
 
 MARKER = "moeforge.toml"
 BUILTIN_PREFIX = "builtin:"
+# The JSON Schemas of the installed moeforge, copied into a project for editors: a document's
+# `# yaml-language-server: $schema=...` line names them by a path relative to itself, which resolves
+# offline, in any editor that reads that comment (VS Code's YAML extension, vim/neovim yaml-language-server),
+# and always matches the moeforge version that checks the project (`init` writes them; `import` and `new`
+# refresh a copy that differs). moeforge's own checkout names its top-level schemas/ instead.
+SCHEMA_DIR = ".moeforge/schemas"
 
 _root: Path | None = None
 
@@ -47,6 +53,38 @@ def recipes() -> Path:
 
 def build() -> Path:
     return root() / "build"
+
+
+def schema_ref(document: Path, kind: str) -> str:
+    """The `$schema` path a document written at `document` names (see SCHEMA_DIR), relative to the document."""
+    from compiler.recipe.validate import KINDS
+    from compiler.resources import SCHEMAS
+
+    name = f"{kind}.v{KINDS[kind]}.json"
+    folder = Path(document).absolute().parent
+    top = find_root(folder)
+    own = top / "schemas" / name
+    target = own if own.is_file() and own.resolve() == (SCHEMAS / name).resolve() else install_schemas(top) / name
+    return os.path.relpath(target, folder)
+
+
+def schema_files() -> dict[str, str]:
+    """name -> text of every JSON Schema of this moeforge."""
+    from compiler.resources import SCHEMAS
+
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(SCHEMAS.glob("*.json"))}
+
+
+def install_schemas(top: Path) -> Path:
+    """Copy this moeforge's schemas into top/SCHEMA_DIR where missing or different; the folder."""
+    from compiler.targets.emit import write_file_atomically
+
+    dest = top / SCHEMA_DIR
+    for name, text in schema_files().items():
+        path = dest / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            write_file_atomically(path, text)
+    return dest
 
 
 def is_builtin(recipes_dir: Path) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compiler.knobs import table as K
 from compiler.diagnostics import CompileError, Position, error
-from compiler.project import MARKER
+from compiler.project import MARKER, SCHEMA_DIR, schema_files, schema_ref
 from compiler.resources import SCHEMAS
 from compiler.recipe.validate import KINDS
 
@@ -26,6 +26,8 @@ MOEFORGE_TOML = """\
 #   recipes/<model>/<name>.yaml   training recipes (moeforge new recipe MODEL PLATFORM)
 # Platform and model names resolve here first, then in moeforge's built-in catalogue;
 # `extends: builtin:qwen3-30b-a3b/h100-bf16` starts from a built-in recipe. Builds go to build/.
+# .moeforge/schemas/ holds this moeforge's JSON Schemas: each document's first line
+# (`# yaml-language-server: $schema=...`) names them, so editors complete and check recipes offline.
 [moeforge]
 version = 1
 """
@@ -106,6 +108,7 @@ def _write(files: dict[Path, str], root: Path) -> list[str]:
 
 def init(root: Path) -> list[str]:
     files = {root / MARKER: MOEFORGE_TOML,
+             **{root / SCHEMA_DIR / name: text for name, text in schema_files().items()},
              root / "recipes" / "platforms" / "README.md": README["platforms"],
              root / "recipes" / "models" / "README.md": README["models"],
              root / ".pre-commit-config.yaml": PRE_COMMIT,
@@ -221,9 +224,10 @@ def _lines(node: dict, schema: dict, values: dict, prefix: str, depth: int, comm
     return out
 
 
-def document(kind: str, values: dict, header: list[str]) -> str:
+def document(kind: str, values: dict, header: list[str], path: Path) -> str:
+    """The commented document of `kind` to be written at `path` (its $schema line is relative to it)."""
     schema = _schema(kind)
-    lines = [f"# yaml-language-server: $schema=../../schemas/{kind}.v{KINDS[kind]}.json", *header,
+    lines = [f"# yaml-language-server: $schema={schema_ref(path, kind)}", *header,
              "# Every key the schema allows, with its description, [allowed values] and default: uncomment",
              "# (remove the leading '# ') and edit what you need.",
              *_lines(schema, schema, values, "", 0, False)]
@@ -250,7 +254,7 @@ def new_platform(root: Path, name: str) -> list[str]:
     _check_name(name, "platform")
     path = root / "recipes" / "platforms" / f"{name}.yaml"
     text = document("platform", platform_values(name),
-                    [f"# Platform {name}: the machine recipes run on (moeforge check {_rel(path, root)})."])
+                    [f"# Platform {name}: the machine recipes run on (moeforge check {_rel(path, root)})."], path)
     return _write({path: text}, root)
 
 
@@ -263,7 +267,7 @@ def new_recipe(root: Path, model: str, platform: str) -> list[str]:
     text = document("recipe", values,
                     [f"# Recipe {model} on {platform}: moeforge check {_rel(path, root)}, then moeforge compile "
                      f"{model}/{platform}.",
-                     "# A knob left out is megatron-core's default; `auto` leaves it to the solver."])
+                     "# A knob left out is megatron-core's default; `auto` leaves it to the solver."], path)
     return _write({path: text}, root)
 
 

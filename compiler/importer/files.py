@@ -14,8 +14,8 @@ from compiler.importer.launch import Imported, import_text
 from compiler.launch_reader.text import ImportError_, read_source
 
 
-def render(imp: Imported, doc: dict, kind: str, source: str) -> str:
-    head = [f"# yaml-language-server: $schema=../../schemas/{kind}.v{3 if kind == 'recipe' else 1}.json",
+def render(imp: Imported, doc: dict, kind: str, source: str, path: Path) -> str:
+    head = [f"# yaml-language-server: $schema={project.schema_ref(path, kind)}",
             f"# Imported by `moeforge import` from {source} ({imp.kind}).",
             ]
     if kind == "recipe":
@@ -34,8 +34,8 @@ def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[
     for p in (recipe_path, model_path):
         if p.exists() and not force:
             raise ImportError_(f"{p} exists (pass --force to overwrite, or --name NAME)")
-    write_file_atomically(model_path, render(imp, imp.model, "model", source))
-    write_file_atomically(recipe_path, render(imp, imp.recipe, "recipe", source))
+    write_file_atomically(model_path, render(imp, imp.model, "model", source, model_path))
+    write_file_atomically(recipe_path, render(imp, imp.recipe, "recipe", source, recipe_path))
     return recipe_path, model_path
 
 

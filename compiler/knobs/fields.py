@@ -15,7 +15,7 @@ from compiler.resources import MEGATRON_DATA
 
 DATA = MEGATRON_DATA / "megatron_fields.json"
 LM_FLAGS = MEGATRON_DATA / "megatron_lm_flags.json"
-OWN_KEYS = ("gpu", "versions", "frontend")
+OWN_KEYS = ("gpu", "versions", "frontend", "launch")  # launch: what lint-config read off a launch (lint/launch.py)
 
 _FIELDS: dict | None = None
 

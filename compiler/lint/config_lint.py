@@ -96,7 +96,7 @@ def _default_triggered(r: Rule, cfg: Config) -> bool:
 def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False) -> list[Finding]:
     out = list(cfg.findings)
     for r in rules:
-        if not holds_for(r, cfg.frontend):
+        if not holds_for(r, cfg.frontend) or (r.training_only and cfg.inference):
             continue
         # what a front-end rewrites silently is judged on the configuration as written; everything
         # else on what megatron-core receives after the front-end's rewrites
@@ -162,6 +162,18 @@ def frontend_finding(cfg: Config) -> Finding:
                    notes=notes)
 
 
+def context_lines(cfg: Config) -> list[str]:
+    """What the launch's context changes in the verdicts (lint/launch.py context)."""
+    out = []
+    if cfg.inference:
+        out.append(f"an inference launch ({cfg.launch.get('why_mode')}): rules that only a training run checks are "
+                   "not applied")
+    if cfg.launch.get("checkpoint_args"):
+        out.append("--use-checkpoint-args: the model's arguments come from the checkpoint; rules on model fields "
+                   "the launch does not give are not judged")
+    return out
+
+
 ORIGIN_OF_FRONTEND = {"megatron-core": "megatron-core", "megatron-lm": "megatron-lm", "bridge": "megatron-bridge"}
 
 
@@ -174,6 +186,7 @@ def render_text(findings: list[Finding], name: str, cfg: Config | None = None) -
         for f, before, after, why in cfg.rewrites:
             shown = lambda v: "unknown" if v is UNKNOWN else _show(v)  # noqa: E731
             lines.append(f"  {cfg.frontend} sets {f} = {shown(after)} (was {shown(before)}): {why}")
+        lines += [f"{name}: {line}" for line in context_lines(cfg)]
     for f in findings:
         where = f"{name}:{f.line}: " if f.line else f"{name}: "
         lines.append(f"{where}{f.severity}[{f.rule}]: {f.message}")
@@ -222,7 +235,7 @@ def main_lint_config(argv) -> int:
     code = 1 if any(f.severity == "error" for f in findings) else 0
     if args.format == "json":
         head = frontend_finding(cfg).to_lint_json()
-        head.update(frontend_reason=cfg.frontend_reason, rewrites=[
+        head.update(frontend_reason=cfg.frontend_reason, context=context_lines(cfg), rewrites=[
             {"field": f, "from": None if b is UNKNOWN else b, "to": None if a is UNKNOWN else a, "why": why,
              "unknown": a is UNKNOWN} for f, b, a, why in cfg.rewrites])
         items = [f.to_lint_json() for f in findings] + [head]  # sorted by severity: info last

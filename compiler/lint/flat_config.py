@@ -52,6 +52,11 @@ class Config:
     frontend_reason: str = ""      # why (stated, --frontend, or inferred from which names)
     written: dict = field(default_factory=dict)   # env before the front-end's rewrites (silent rules)
     rewrites: list = field(default_factory=list)  # [(field, before, after, why)] the front-end applies
+    launch: dict = field(default_factory=dict)    # a launch's own context (compiler/lint/launch.py context)
+
+    @property
+    def inference(self) -> bool:
+        return self.launch.get("mode") == "inference"
 
 
 # ----------------------------------------------------------------------- reading
@@ -64,6 +69,10 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
     launch = launch_mapping(text, name)
     if launch is not None:
         return launch
+    if _shell_like(text):  # a script or fragment in which no command runs an entry point, not a mapping
+        from compiler.launch_reader.kinds import what_it_is
+
+        raise UnusableInput(f"no launch command found: {what_it_is(text, name)}")
     try:
         if name.endswith(".json"):
             data = json.loads(text)
@@ -95,6 +104,15 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
         except yaml.YAMLError:
             pass
     return data, lines
+
+
+_SHELL_LINE = re.compile(r"^\s*(#!|(export|declare|local|readonly)\s+\w|[A-Za-z_]\w*(\+?=\(|\+?=[^\s=:]|=$))", re.M)
+
+
+def _shell_like(text: str) -> bool:
+    """A shell script or fragment (a shebang, or assignments `A=1`, `export A`, `ARGS=(`), which a YAML mapping
+    of Megatron names never has at the start of a line."""
+    return _SHELL_LINE.search(text) is not None
 
 
 def _lm_flag_names(data: dict, lines: dict) -> dict:
@@ -241,12 +259,17 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             origin="megatron-lm", source="compiler/data/megatron_lm_args.json",
             line=min((lines.get(k, 0) for k in launch_only), default=0)))
 
-    # --- defaults for what was not given
+    # --- defaults for what was not given; with --use-checkpoint-args the model's are the checkpoint's: unknown here
+    launch = data.get("launch") if isinstance(data.get("launch"), dict) else {}
+    from_checkpoint = bool(launch.get("checkpoint_args"))
     for field in ("activation_func", "gated_linear_unit"):  # facts that are megatron-core fields (gelu, not gated)
         if field not in given:
-            env[field] = K.FACT_BY_FIELD[field].default
+            env[field] = UNKNOWN if from_checkpoint else K.FACT_BY_FIELD[field].default
     for k in K.KNOBS:
         if k.field in env:
+            continue
+        if from_checkpoint and (k.path or "").startswith("model."):
+            env[k.field] = UNKNOWN
             continue
         if k.field in mf["all"] or k.field in ("bf16", "fp16"):
             required = k.kind == "int" and k.default is None
@@ -268,7 +291,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
     if rewrites:
         _derive(env)
     display.update(_display(env, display))
-    return Config(env, given, lines, display, findings, frontend, frontend_reason, written, rewrites)
+    return Config(env, given, lines, display, findings, frontend, frontend_reason, written, rewrites, launch)
 
 
 def _read_field(key, value, env, given, known, findings, lines) -> bool:

@@ -172,6 +172,9 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
         if not isinstance(value, str) or value not in FRONTEND_WORDS:
             raise _bad("frontend", f"one of {', '.join(K.FRONTENDS)}", value)
         return FRONTEND_WORDS[value], "given: frontend key"
+    launch = data.get("launch")
+    if isinstance(launch, dict) and launch.get("frontend"):
+        return launch["frontend"], launch["why"]
     return infer_frontend(data)
 
 

@@ -46,12 +46,13 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
                         data[key] = raw
                     lines[key] = n
             return data, lines
+        launcher: dict = {}
         if kind == "args":
             words = launch_text.args_file_words(text)[0]
         elif kind == "functional-test":
-            words = launch_text.functional_test_words(text)[0]
+            words, launcher = launch_text.functional_test_words(text)
         else:
-            words = launch_text.launch_words(text, None if name in ("-", "<config>") else name)[0]
+            words, launcher = launch_text.launch_words(text, None if name in ("-", "<config>") else name)
         dests, bad = launch_text.parse_flags(words)
         platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()))[0]
     except launch_text.ImportError_ as exc:
@@ -76,11 +77,31 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         if key.startswith("--"):
             data.setdefault(key, None)
             lines[key] = line_of(text, key)
+    data["launch"] = context(kind, launcher, data)
     if platform is not None:
         doc = launch_text.platform_docs(project.recipes())[platform]
         data.setdefault("gpu", doc.get("gpu") and {"name": doc["gpu"]["name"]})
         data.setdefault("versions", {k: doc.get("software", {}).get(k) for k in VERSION_KEYS})
     return data, lines
+
+
+WHY_MEGATRON_LM = {"args": "an args file of Megatron-LM flags", "functional-test": "a Megatron-LM functional-test "
+                   "model_config.yaml (pretrain_gpt.py's flags)"}
+
+
+def context(kind: str, launcher: dict, dests: dict) -> dict:
+    """What the launch says about itself, beside its flags: who reads them (the entry point it runs, not which
+    names it uses: --optimizer is Megatron-LM's flag too), training or inference (an inference entry point,
+    functional-test MODE: inference, --inference-* flags), and whether the model's arguments come from the
+    checkpoint (--use-checkpoint-args)."""
+    entry = launcher.get("entry")
+    inference_flags = sorted(d for d, v in dests.items() if d.startswith("inference_") and v not in (None, False))
+    mode = "inference" if launcher.get("mode") == "inference" or inference_flags else "training"
+    why_mode = ("MODE: inference" if kind == "functional-test" else f"the launch runs {entry}") \
+        if launcher.get("mode") == "inference" else f"--{inference_flags[0].replace('_', '-')}" if inference_flags else ""
+    return {"frontend": "megatron-lm", "mode": mode, "why_mode": why_mode,
+            "why": WHY_MEGATRON_LM.get(kind) or f"the launch runs {entry} (Megatron-LM's entry point)",
+            "checkpoint_args": dests.get("use_checkpoint_args") is True}
 
 
 def line_of(text: str, word: str) -> int:

@@ -76,6 +76,9 @@ class Rule:
     also: tuple = ()
     # Only lint-config can evaluate it (it is about a field a recipe cannot set).
     lint_only: bool = False
+    # Only a training run checks it (MoELayer.forward when training, the optimizer, the DDP, training I/O): an
+    # inference launch never meets it (lint-config of a launch; a module's TRAINING_ONLY marks all its rules).
+    training_only: bool = False
 
     def applies(self, facts: dict) -> bool | None:
         """Whether the rule is in force for these software versions (None: unknown)."""
@@ -157,7 +160,8 @@ def _load():
     rules, prefs = [], []
     for name in CONCERNS:
         mod = import_module(f"{__name__}.{name}")
-        rules.extend(getattr(mod, "RULES", ()))
+        marked = getattr(mod, "TRAINING_ONLY", False)
+        rules.extend(replace(r, training_only=True) if marked else r for r in getattr(mod, "RULES", ()))
         prefs.extend(getattr(mod, "PREFERENCES", ()))
     ids = [r.id for r in rules] + [p.id for p in prefs]
     dupes = {i for i in ids if ids.count(i) > 1}

@@ -318,11 +318,12 @@ RULES = (
          "megatron-core transformer/moe/moe_layer.py MoELayer.forward (when training)",
          "set parallelism.sp: true, or parallelism.tp: 1",
          "During training, performance may degrade if MoE and tensor parallelismare enabled without also enabling "
-         "sequence parallelism."),
+         "sequence parallelism.", training_only=True),
     Rule("LAYOUT_EP_TP_WANTS_SP", "warning", (EP > 1) & (TP > 1), F("sequence_parallel") == True,  # noqa: E712
          "expert parallelism with tensor parallelism should use sequence parallelism", MPC,
          "set parallelism.sp: true",
-         "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used"),
+         "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used",
+         training_only=True),
     # Megatron-LM and Megatron-Bridge turn sequence parallelism off at TP = 1 before megatron-core
     # would refuse it (LAYOUT_SP_NEEDS_TP); lint-config only (a recipe keeps the hard rule).
     Rule("LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM", "warning", F("sequence_parallel") == True, TP > 1,  # noqa: E712

@@ -15,6 +15,8 @@ FUSED_ADAM = "Transformer Engine pytorch/optimizers/fused_adam.py FusedAdam.__in
 AWARE = F("use_precision_aware_optimizer") == True  # noqa: E712
 OFF = "or set optimizer.precision_aware: false"
 
+TRAINING_ONLY = True  # the optimizer exists only in a training run (an inference launch builds none)
+
 RULES = (
     *[Rule(f"OPTIMIZER_{name.upper()}_FP32_WITHOUT_PRECISION_AWARE", "error", F(name) != "float32", AWARE,
            f"{name} other than float32 needs the precision-aware optimizer", OPT,

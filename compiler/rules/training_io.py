@@ -27,6 +27,8 @@ SAVE, INTERVAL = IsSet(F("save")), IsSet(F("save_interval"))
 ASYNC = F("async_save") == True  # noqa: E712
 DECAY_ITERS = F("lr_decay_iters")
 
+TRAINING_ONLY = True  # data, checkpoints, schedule and evaluation of a training run
+
 RULES = (
     # --- entry point and data
     Rule("RUNTIME_MEGATRON_LM_NEEDS_MCORE_0_17", "error", MEGATRON_LM, AtLeast("megatron_core", "0.17.0"),

@@ -65,6 +65,7 @@ def test_init_new_check_compile_explain_in_a_user_directory(user, capsys):
     assert run("new", "platform", "box") == 0
     text = (user / "recipes/platforms/box.yaml").read_text()
     assert "# container_moeforge: mounted" in text and "megatron_core:" in text  # every key, from the schema
+    assert _schema_of(user / "recipes/platforms/box.yaml") == (user / ".moeforge/schemas/platform.v1.json").resolve()
     assert run("check", "recipes/platforms/box.yaml") == 0
     (user / "recipes/mine.yaml").write_text(RECIPE)
     capsys.readouterr()
@@ -80,6 +81,29 @@ def test_init_new_check_compile_explain_in_a_user_directory(user, capsys):
     assert run("new", "recipe", "tiny-moe", "box") == 0
     assert run("check", "recipes/tiny-moe/box.yaml") == 0
     assert run("new", "recipe", "tiny-moe", "box") == 1
+
+
+def _schema_of(document: Path) -> Path:
+    """The file a document's `# yaml-language-server: $schema=...` line names, resolved as editors resolve it
+    (relative to the document), which must exist and be moeforge's schema of that kind."""
+    first = document.read_text().splitlines()[0]
+    assert first.startswith("# yaml-language-server: $schema="), first
+    target = (document.parent / first.split("=", 1)[1]).resolve()
+    assert target.is_file() and target.read_text() == (SCHEMAS / target.name).read_text(), target
+    return target
+
+
+def test_import_and_new_name_schemas_that_resolve_without_init(user, capsys):
+    """A project that never ran init gets the schemas copied in by import (and a stale copy refreshed)."""
+    (user / "recipes").mkdir()
+    script = REPO / "tests" / "data" / "import" / "small_gpt_moe_h100.sh"
+    assert run("import", str(script)) == 0
+    for doc in (user / "recipes/imported").glob("*.yaml"):
+        assert _schema_of(doc).parent == (user / ".moeforge/schemas").resolve()
+    stale = user / ".moeforge/schemas/platform.v1.json"
+    stale.write_text("{}")
+    assert run("new", "platform", "box") == 0
+    assert _schema_of(user / "recipes/platforms/box.yaml") == stale.resolve()
 
 
 def test_root_option_from_elsewhere(user, tmp_path, monkeypatch, capsys):
@@ -207,6 +231,7 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     # import a launch script and plan a layout: both write into this project, and what they write compiles
     script = REPO / "tests" / "data" / "import" / "qwen3_30b_a3b_h100.sh"
     assert f"wrote {user}/recipes/imported/qwen3_30b_a3b_h100-imported.yaml" in moeforge("import", str(script))
+    _schema_of(user / "recipes/imported/qwen3_30b_a3b_h100-imported.yaml")  # the installed wheel's schemas
     moeforge("compile", "imported/qwen3_30b_a3b_h100-imported", "--quiet")
     # a Hugging Face config (the wheel carries the transformers classes' defaults it reads)
     hf = REPO / "tests" / "fidelity" / "hf_configs" / "classes" / "mixtral-8x7b.json"
