@@ -213,7 +213,7 @@ class _Reader(E.Words):
     def for_loop(self, node, ctx) -> bool | None:
         var = self.text(node.child_by_field_name("variable"), ctx)
         values = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
-        words = self.positional if not values else self.words_of(values, ctx)
+        words = self.positional if not values else self.words_of(values, ctx, keep_unknown=False)
         body = node.child_by_field_name("body")
         if words is None or len(words) > MAX_LOOP:
             if self.matters(body):

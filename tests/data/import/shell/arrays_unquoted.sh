@@ -1,0 +1,16 @@
+#!/bin/bash
+# Array elements that hold a flag and its value in one quoted string, expanded unquoted: bash splits them.
+DATA_ARGS=("--tokenizer-type NullTokenizer" "--vocab-size 32000" "--mock-data")
+TRAINING_ARGS=(
+    "--micro-batch-size 1" "--global-batch-size 64" "--train-iters 100"
+    "--lr 3e-4" "--min-lr 3e-5" "--lr-decay-style cosine" "--lr-warmup-iters 10"
+)
+TRAINING_ARGS+=("--bf16")
+torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \
+    --num-layers 8 --hidden-size 512 --num-attention-heads 8 --ffn-hidden-size 1024 \
+    --num-experts 16 --moe-router-topk 2 --moe-ffn-hidden-size 512 --moe-token-dispatcher-type alltoall \
+    --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 \
+    --expert-model-parallel-size 4 --expert-tensor-parallel-size 1 \
+    --seq-length 1024 --max-position-embeddings 1024 --position-embedding-type rope \
+    ${TRAINING_ARGS[@]} --swiglu --disable-bias-linear \
+    ${DATA_ARGS[*]}
