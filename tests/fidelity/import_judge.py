@@ -3,9 +3,10 @@
 Run under .venv312 (megatron-core 0.19.2 ships megatron/training):
     .venv312/bin/python tests/fidelity/import_judge.py SOURCE::BUILD_DIR ... [--json]
 
-SOURCE is a functional-test model_config.yaml. Its MODEL_ARGS become words the way Megatron-LM's own runner
-makes them (tests/functional_tests/shell_test_utils/_run_training.sh, written out again here so that the
-importer's reading is not judged by itself). Both argument lists, the launch's and the build's
+SOURCE is a functional-test model_config.yaml or a launch script. MODEL_ARGS become words the way Megatron-LM's own
+runner makes them (tests/functional_tests/shell_test_utils/_run_training.sh, written out again here so that the
+importer's reading is not judged by itself); a script's words are the ones bash itself hands pretrain_gpt.py
+when it runs the script with stand-in launchers (bash_capture.py). Both argument lists, the launch's and the build's
 megatron-lm.args, go through parse_args, validate_args and core_transformer_config_from_args, with the plan's
 world size and GPU (judgelib.emulate_platform). The verdict lists (`megatron`: the launch's value, `plan`: the
 import's) every TransformerConfig, DDP and optimizer
@@ -27,6 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import judgelib as jl  # noqa: E402
+from bash_capture import bash_words  # noqa: E402
 from megatron_lm_judge import gpu_facts, read_args  # noqa: E402
 
 
@@ -64,7 +66,7 @@ def configs(argv: list[str], plan: dict):
             out = {"transformer": core_transformer_config_from_args(args), "ddp": get_megatron_ddp_config(args),
                    "optimizer": get_megatron_optimizer_config(args)[0]}
             if args.padded_vocab_size is None:  # what build_tokenizer sets before the model is built
-                args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
+                args.padded_vocab_size = vocab_size_with_padding(tokenizer_vocab(args), args, logging_enabled=False)
         return args, out
     except SystemExit as exc:
         return None, f"exit {exc.code}: {stderr.getvalue()[-500:]}"
@@ -76,16 +78,52 @@ def configs(argv: list[str], plan: dict):
         sys.argv = saved_argv
 
 
+def tokenizer_vocab(args) -> int:
+    """The tokenizer's own vocabulary as Megatron-LM's build_tokenizer reads it: a Hugging Face tokenizer built by
+    Megatron-LM itself; GPT-2 BPE files by transformers' GPT-2 tokenizer (Megatron-LM's would fetch the name `gpt2`
+    from the Hub first); NullTokenizer's --vocab-size."""
+    if args.tokenizer_type == "HuggingFaceTokenizer":
+        from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
+
+        saved, args.pad_vocab_size = args.pad_vocab_size, False
+        try:
+            return build_tokenizer(args).vocab_size
+        finally:
+            args.pad_vocab_size = saved
+    if args.tokenizer_type == "GPT2BPETokenizer":
+        from transformers import GPT2TokenizerFast
+
+        # transformers 5 takes the files as `vocab` / `merges` (vocab_file= is ignored, leaving an empty tokenizer)
+        return len(GPT2TokenizerFast(vocab=args.vocab_file, merges=args.merge_file))
+    return args.vocab_size
+
+
+def source_words(source: Path) -> list[str]:
+    if source.suffix == ".sh":
+        runs = bash_words(source)
+        if not runs:
+            raise ValueError(f"bash ran no entry point in {source}")
+        return runs[-1]
+    return runner_words(source)
+
+
 def in_samples(args) -> dict:
     """Training length and LR schedule in samples, as Megatron-LM's scheduler counts them."""
     gbs = args.global_batch_size
     train = args.train_samples if args.train_samples else args.train_iters * gbs
-    decay = args.lr_decay_samples if args.lr_decay_samples else (args.lr_decay_iters or args.train_iters or 0) * gbs
+    if args.lr_decay_samples:
+        decay = args.lr_decay_samples
+    elif args.train_samples:  # training.py: a launch counted in samples decays over all of them
+        decay = args.train_samples
+    else:
+        decay = (args.lr_decay_iters or args.train_iters or 0) * gbs
     if args.lr_warmup_fraction is not None:
         warmup = args.lr_warmup_fraction * decay
     else:
         warmup = args.lr_warmup_samples if args.lr_warmup_samples else args.lr_warmup_iters * gbs
-    return {"train samples": train, "LR decay samples": decay, "LR warm-up samples": warmup}
+    wsd = args.lr_wsd_decay_samples if args.train_samples else (args.lr_wsd_decay_iters or 0) * gbs
+    return {"train samples": train, "LR decay samples": decay, "LR warm-up samples": warmup,
+            "WSD decay samples": wsd or 0}
 
 
 def judge_one(pair: str) -> dict:
@@ -95,7 +133,7 @@ def judge_one(pair: str) -> dict:
                "diffs": [], "notes": gpu_facts(plan)}
     if plan["platform"].get("software", {}).get("transformer_engine"):
         jl.te_fused_adam_signature()
-    launch, ours = configs(runner_words(source), plan), configs(read_args(build_dir / "megatron-lm.args"), plan)
+    launch, ours = configs(source_words(source), plan), configs(read_args(build_dir / "megatron-lm.args"), plan)
     for who, (args, cfgs) in (("launch", launch), ("import", ours)):
         if args is None:
             verdict["error"] = f"Megatron-LM refuses the {who}: {cfgs}"
