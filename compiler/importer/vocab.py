@@ -9,7 +9,8 @@ wins over both. What each tokenizer's size is (megatron/core/tokenizers/text/lib
 - NullTokenizer: --vocab-size itself (its end-of-document id is vocab_size - 1; the 0.19 NullTokenizer adds no
   extra EOD row, unlike the legacy megatron/training/tokenizer one, which added 1);
 - GPT2BPETokenizer: len() of the Hugging Face GPT-2 tokenizer of --vocab-file / --merge-file: the entries of
-  vocab.json (50257 for GPT-2's own files);
+  vocab.json (50257 for GPT-2's own files); so too a launch with those two files and no --tokenizer-type
+  (Megatron-LM's own MoE functional tests);
 - HuggingFaceTokenizer: len(AutoTokenizer(--tokenizer-model)): tokenizer.json's vocabulary and added tokens (and
   tokenizer_config.json's added_tokens_decoder), counted once each;
 - SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer: the .model's piece count;
@@ -33,6 +34,10 @@ def tokenizer_vocab(g, dirs: list[Path]) -> tuple[int | None, str]:
     `g(dest, default)` reads the launch's arguments; `dirs` are where a relative path may be (the script's
     directory, the current one)."""
     tok = g("tokenizer_type", lm_default("tokenizer_type"))
+    gpt2_files = tok is None and g("vocab_file") and g("merge_file")
+    if gpt2_files:  # Megatron-LM's MoE functional tests pass GPT-2's files and no type
+        size, how = _gpt2(g, dirs)
+        return size, f"no --tokenizer-type, and --vocab-file / --merge-file are GPT-2 BPE files: {how}"
     if tok in ("NullTokenizer", None):
         size = g("vocab_size")
         name = tok or "no --tokenizer-type: read as NullTokenizer"
@@ -43,14 +48,7 @@ def tokenizer_vocab(g, dirs: list[Path]) -> tuple[int | None, str]:
         return (int(size), "TikTokenizer: --vocab-size") if size is not None else (
             TIKTOKEN_DEFAULT, "TikTokenizer's default vocabulary")
     if tok == "GPT2BPETokenizer":
-        path = _find(g("vocab_file"), dirs)
-        if path is None:
-            where = f"--vocab-file {g('vocab_file')} is not reachable here" if g("vocab_file") else "no --vocab-file"
-            return GPT2_VOCAB, f"GPT-2's own vocabulary ({where}; a GPT-2 BPE vocab.json has {GPT2_VOCAB} entries)"
-        try:
-            return len(json.loads(path.read_text(encoding="utf-8"))), f"the entries of {path.name} (--vocab-file)"
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            return None, f"--vocab-file {path} cannot be read ({exc.__class__.__name__})"
+        return _gpt2(g, dirs)
     model = g("tokenizer_model")
     if tok == "HuggingFaceTokenizer":
         return _huggingface(model, dirs)
@@ -74,6 +72,17 @@ def padded(size: int, g, tp: int) -> tuple[int, int]:
     if not g("pad_vocab_size", True):
         return size, 1
     return -(-size // multiple) * multiple, multiple
+
+
+def _gpt2(g, dirs: list[Path]) -> tuple[int | None, str]:
+    path = _find(g("vocab_file"), dirs)
+    if path is None:
+        where = f"--vocab-file {g('vocab_file')} is not reachable here" if g("vocab_file") else "no --vocab-file"
+        return GPT2_VOCAB, f"GPT-2's own vocabulary ({where}; a GPT-2 BPE vocab.json has {GPT2_VOCAB} entries)"
+    try:
+        return len(json.loads(path.read_text(encoding="utf-8"))), f"the entries of {path.name} (--vocab-file)"
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return None, f"--vocab-file {path} cannot be read ({exc.__class__.__name__})"
 
 
 def _find(name, dirs: list[Path]) -> Path | None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ SECTIONS = ("transformer_config", "model", "training", "optimizer", "ddp_config"
 # Fields that cannot round-trip through megatron-lm.args, each with its reason: none.
 CANNOT_ROUND_TRIP: dict[str, str] = {}
 CATALOGUE = recipe_ids(RECIPES)
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("recipes")
-    shutil.copytree(RECIPES / "platforms", top / "platforms")
-    (top / "models").mkdir()
-    return top
 
 
 def _compile(path, root):

@@ -5,7 +5,6 @@ launches through Megatron-LM's own parse_args and validate_args."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,12 @@ from compiler.importer import files as import_files, launch as importer
 from compiler.importer.vocab import sentencepiece_pieces
 from compiler.launch_reader.text import parse_flags
 from compiler.lint.config_lint import lint_config, parse
-from compiler.recipe.compose import RECIPES
 
 BASE = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 8 "
         "--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 --seq-length 128 "
         "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 64 --train-iters 10 --lr 1e-4 "
         "--mock-data --bf16 ")
 NULL = "--tokenizer-type NullTokenizer --vocab-size 1000 "
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("recipes")
-    shutil.copytree(RECIPES / "platforms", top / "platforms")
-    (top / "models").mkdir()
-    return top
 
 
 def _import(text: str, root: Path, name: str = "cmd.sh"):
@@ -123,6 +113,10 @@ def test_gpt2_bpe_vocab_from_its_files_or_gpt2s_own(tmp_path, root):
     assert imp.model["architecture"]["vocab_size"] == 384
     unreachable = _import(BASE + "--tokenizer-type GPT2BPETokenizer --vocab-file /nowhere/gpt2-vocab.json", root)
     assert unreachable.model["architecture"]["vocab_size"] == 50304  # 50257 padded to 128
+    untyped = _import(BASE + "--vocab-file ${DATA}/vocab.json --merge-file ${DATA}/merges.txt", root)
+    assert untyped.model["architecture"]["vocab_size"] == 50304
+    assert "no --tokenizer-type, and --vocab-file / --merge-file are GPT-2 BPE files" in _noted(
+        untyped, "architecture.vocab_size: 50304")
     assert "is not reachable here; a GPT-2 BPE vocab.json has 50257 entries" in unreachable.notes[
         [n.startswith("architecture.vocab_size") for n in unreachable.notes].index(True)]
 

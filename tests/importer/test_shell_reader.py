@@ -9,7 +9,6 @@ naming the construct and its line.
 """
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 from compiler.importer import launch as importer
 from compiler.launch_reader.shell import read_script
 from compiler.launch_reader.text import ImportError_, launch_words
-from compiler.recipe.compose import RECIPES
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL = ROOT / "tests" / "data" / "import" / "shell"
@@ -26,14 +24,6 @@ sys.path.insert(0, str(ROOT / "tests" / "fidelity"))
 from bash_capture import bash_words  # noqa: E402
 
 CONSTRUCTS = sorted(p.name for p in SHELL.glob("*.sh") if p.name not in ("flat.sh", "sourced_common.sh"))
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("recipes")
-    shutil.copytree(RECIPES / "platforms", top / "platforms")
-    (top / "models").mkdir()
-    return top
 
 
 @pytest.fixture(scope="module")
