@@ -288,7 +288,7 @@ def new_model(root: Path, name: str) -> list[str]:
     text = document("model", model_values(name),
                     [f"# Model {name}: state the required keys (null below), then moeforge check {_rel(path, root)};",
                      f"# a recipe names it as `model: {name}`. From a Hugging Face config.json,",
-                     f"# `moeforge import config.json --name {name}` writes it with each value's source."])
+                     f"# `moeforge import config.json --name {name}` writes it with each value's source."], path)
     return _write({path: text}, root)
 
 

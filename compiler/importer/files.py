@@ -10,6 +10,7 @@ import yaml
 from compiler import project
 from compiler.targets.emit import write_file_atomically
 from compiler.importer import hf
+from compiler.launch_reader import kinds
 from compiler.importer.launch import Imported, import_text
 from compiler.launch_reader.text import ImportError_, read_source
 
@@ -61,7 +62,7 @@ def main(args) -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
-    if hf.detect(source, text):
+    if kinds.detect(text, source) == "hf-config":  # compiler/launch_reader/kinds.py: one table of input kinds
         return hf.main(args, text)
     root = Path(args.root) if args.root else project.recipes()
     try:

@@ -13,6 +13,7 @@ from typing import Callable
 
 import yaml
 
+LAUNCHES = ("functional-test", "bridge", "args", "launch")  # what lint-config reads as a launch
 # entry points: the script a command runs says what it is (Megatron-LM's own names)
 TRAINING_ENTRY = re.compile(r"(?:^|/)pretrain_(?:gpt|mamba|hybrid)\.py$")
 INFERENCE_ENTRY = re.compile(r"(?:^|/)\w*(?:inference|text_generation|generate)\w*\.py$")
@@ -62,6 +63,12 @@ def _launch(text: str, name: str) -> bool:
     return _ENTRY_TEXT.search(text) is not None
 
 
+def _hf_config(text: str, name: str) -> bool:
+    from compiler.importer.hf.config_file import detect  # the Hugging Face import's own test of its input
+
+    return detect(name, text)
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -70,6 +77,7 @@ class Kind:
 
 
 KINDS: tuple[Kind, ...] = (
+    Kind("hf-config", "a Hugging Face config.json (or a model directory holding one)", _hf_config),
     Kind("functional-test", "a Megatron-LM functional-test model_config.yaml (MODEL_ARGS:)", _functional_test),
     Kind("bridge", "a Megatron-Bridge override list (model.x=1 lines)", _bridge),
     Kind("args", "an args file (one --flag per line)", _args),

@@ -34,6 +34,8 @@ def detect(text: str, name: str = "") -> str:
     kind = kinds.detect(text, name)
     if kind is None:
         raise ImportError_(f"not a launch: {kinds.expected()}; {kinds.what_it_is(text, name)}")
+    if kind not in kinds.LAUNCHES:  # a Hugging Face config: `moeforge import` (importer/files.py) reads those
+        raise ImportError_(f"{kind}: not a launch (moeforge import reads it as a Hugging Face config)")
     return kind
 
 

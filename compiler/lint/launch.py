@@ -29,7 +29,7 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
     from compiler.launch_reader import kinds, text as launch_text
 
     kind = kinds.detect(text, name)
-    if kind is None:
+    if kind not in kinds.LAUNCHES:
         return None
     try:
         if kind == "bridge":

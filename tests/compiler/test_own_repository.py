@@ -104,6 +104,12 @@ def test_import_and_new_name_schemas_that_resolve_without_init(user, capsys):
     stale.write_text("{}")
     assert run("new", "platform", "box") == 0
     assert _schema_of(user / "recipes/platforms/box.yaml") == stale.resolve()
+    assert run("new", "model", "mine") == 0
+    assert _schema_of(user / "recipes/models/mine.yaml").name == "model.v1.json"
+    config = REPO / "tests" / "fidelity" / "hf_configs" / "qwen3-30b-a3b.json"
+    assert run("import", str(config), "--platform", "h100", "--name", "q3") == 0  # the Hugging Face import too
+    assert _schema_of(user / "recipes/models/q3.yaml").name == "model.v1.json"
+    assert _schema_of(user / "recipes/imported/q3.yaml").name == "recipe.v3.json"
 
 
 def test_root_option_from_elsewhere(user, tmp_path, monkeypatch, capsys):

@@ -81,7 +81,7 @@ def test_real_config_reads_as_the_catalogue_document(name):
 
 def test_every_value_names_its_source(tmp_path):
     imp = imported(hf("deepseek-v3"), name="dsv3")
-    text = D.render_model(imp, "config.json")
+    text = D.render_model(imp, "config.json", tmp_path / "recipes" / "models" / "dsv3.yaml")
     body = text[text.index("architecture:"):].splitlines()
     values = [line for line in body if line.startswith("  ") or line.startswith("mtp_num_layers")]
     assert values and all(" # " in line for line in values), [v for v in values if " # " not in v]

@@ -168,7 +168,7 @@ def test_an_unknown_vocabulary_names_the_key_to_set(tmp_path, root, capsys):
     ("empty.sh", "", "the file is empty"),
     ("notes.txt", "just some words\nand more\n", "no command in it runs pretrain_gpt.py"),
     ("cfg.yaml", "a: 1\nb: [2]\n", "it is a YAML mapping without MODEL_ARGS (keys: a, b)"),
-    ("list.json", "[1, 2]", "it is JSON (a list)"),
+    ("list.txt", "[1, 2]", "it is JSON (a list)"),
     ("frag.sh", 'ARGS=(--num-layers 4 --num-experts 8)\n', "ARGS holds Megatron-LM flags"),
 ])
 def test_a_file_that_is_no_input_gets_one_line_naming_what_was_expected(name, text, said, tmp_path, root, capsys):
@@ -178,7 +178,7 @@ def test_a_file_that_is_no_input_gets_one_line_naming_what_was_expected(name, te
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert "a launch script or command line running pretrain_gpt.py" in err and "args file" in err \
-        and "Bridge override list" in err and "model_config.yaml" in err
+        and "Bridge override list" in err and "model_config.yaml" in err and "Hugging Face config.json" in err
     assert said in err
 
 

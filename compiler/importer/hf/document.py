@@ -110,8 +110,8 @@ def _scalar(value) -> str:
         "...").strip()
 
 
-def render_model(imp: HfImport, source: str) -> str:
-    lines = ["# yaml-language-server: $schema=../../schemas/model.v1.json",
+def render_model(imp: HfImport, source: str, path: Path) -> str:
+    lines = [f"# yaml-language-server: $schema={project.schema_ref(path, 'model')}",
              f"# Imported by `moeforge import` from {source}: Hugging Face {imp.origin}, read as {imp.family}.",
              "# Each value's comment names the config.json key it came from (or the modelling code that fixes it)."]
     lines += [f"# note: {n}" for n in imp.notes]
@@ -135,8 +135,8 @@ def _line(text: str, source: str | None) -> str:
     return f"{text.ljust(COMMENT_COLUMN - 1)} # {source}" if source else text
 
 
-def render_recipe(imp: HfImport, source: str) -> str:
-    head = ["# yaml-language-server: $schema=../../schemas/recipe.v3.json",
+def render_recipe(imp: HfImport, source: str, path: Path) -> str:
+    head = [f"# yaml-language-server: $schema={project.schema_ref(path, 'recipe')}",
             f"# The model imported by `moeforge import` from {source}, on {imp.platform}. What is not stated here is",
             "# megatron-core's default or the solver's choice: one node, no model parallelism. precision.dtype is",
             "# config.json's torch_dtype; the router runs in FP32, as Megatron-Bridge's conversions run it.",
@@ -146,9 +146,10 @@ def render_recipe(imp: HfImport, source: str) -> str:
 
 
 def write(imp: HfImport, root: Path, source: str, force: bool = False) -> list[Path]:
-    files = {root / "models" / f"{imp.name}.yaml": render_model(imp, source)}
+    model_path, recipe_path = root / "models" / f"{imp.name}.yaml", root / "imported" / f"{imp.name}.yaml"
+    files = {model_path: render_model(imp, source, model_path)}
     if imp.recipe is not None:
-        files[root / "imported" / f"{imp.name}.yaml"] = render_recipe(imp, source)
+        files[recipe_path] = render_recipe(imp, source, recipe_path)
     for path in files:
         if path.exists() and not force:
             raise ImportError_(f"{path} exists (pass --force to overwrite, or --name NAME)")
