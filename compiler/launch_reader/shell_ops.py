@@ -1,0 +1,328 @@
+"""Bash's operators on values for compiler/launch_reader/shell_eval.py: `$((...))` in C integer arithmetic, `[ ]` /
+`[[ ]]` tests, glob pattern removal and substitution in `${X#p}` / `${X/p/r}`, and quote removal.
+
+Why apart: these are bash's own rules, each small and pure (or reading values through the reader's lookup and
+word expansion, the Operators mixin), so the expansion of words reads as words. The parser, the words being
+built (Fields) and where a node is (Ctx) are here too, shared by both.
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+from dataclasses import dataclass
+
+UNSET = object()     # a variable the script never set
+
+
+@functools.lru_cache(maxsize=1)
+def parser():
+    """tree-sitter-bash's parser (imported here, lazily: a launch is read only by import and lint-config)."""
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+@dataclass
+class Ctx:
+    """The text a node belongs to, what to call it in a note, and its first line's number minus one."""
+    src: bytes
+    where: str
+    line0: int
+
+    def line(self, node) -> int:
+        return self.line0 + node.start_point[0] + 1
+
+
+class Fields:
+    """Words being built: quoted text joins the current word, an unquoted expansion's value is split on blanks."""
+
+    def __init__(self):
+        self.words: list[str] = []
+        self.cur: str | None = None
+        self.unknown = False
+
+    def lit(self, s: str) -> None:
+        self.cur = (self.cur or "") + s
+
+    def split(self, s: str) -> None:
+        if not s:
+            return
+        parts = s.split()
+        if s[0].isspace():
+            self.end()
+        for i, p in enumerate(parts):
+            if i:
+                self.end()
+            self.lit(p)
+        if s[-1].isspace():
+            self.end()
+
+    def end(self) -> None:
+        if self.cur is not None:
+            self.words.append(self.cur)
+            self.cur = None
+
+    def result(self) -> list[str]:
+        self.end()
+        return self.words
+
+
+def to_int(text) -> int | None:
+    try:
+        return int(str(text).strip(), 0)
+    except (TypeError, ValueError):
+        return None
+
+
+class Operators:
+    """Arithmetic and tests over the reader's words (mixed into shell_eval.Words)."""
+
+    # ------------------------------------------------------------------ arithmetic
+
+    def arithmetic(self, node, ctx) -> int | None:
+        inner = [c for c in node.named_children]
+        if len(inner) != 1:
+            self.note_node(node, ctx, self.text(node, ctx), "not evaluated: kept as written")
+            return None
+        value = self.arith_node(inner[0], ctx)
+        return value
+
+    def arith_node(self, node, ctx) -> int | None:
+        t = node.type
+        if t == "number":
+            return _arith_number(self.text(node, ctx))
+        if t == "variable_name":
+            value = self.lookup(self.text(node, ctx))
+            if value is UNSET:
+                self._unset(self.text(node, ctx), node, ctx, "arith")
+                return None
+            return self._arith_value(value, ctx)
+        if t in ("simple_expansion", "expansion", "string", "concatenation", "word", "arithmetic_expansion"):
+            b = Fields()
+            self.expand(node, ctx, b, quoted=True)
+            return None if b.unknown else self._arith_value("".join(b.result()), ctx)
+        if t == "parenthesized_expression":
+            inner = node.named_children
+            return self.arith_node(inner[0], ctx) if len(inner) == 1 else None
+        if t == "unary_expression":
+            op, operand = node.children[0].type, node.named_children[-1]
+            v = self.arith_node(operand, ctx)
+            if v is None:
+                return None
+            return {"-": -v, "+": v, "!": int(not v), "~": ~v}.get(op)
+        if t == "binary_expression":
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            op = node.child_by_field_name("operator")
+            a, c = self.arith_node(left, ctx), self.arith_node(right, ctx)
+            if a is None or c is None or op is None:
+                return None
+            return _binary(op.type, a, c)
+        if t == "ternary_expression":
+            cond, *branches = node.named_children
+            v = self.arith_node(cond, ctx)
+            return None if v is None or len(branches) != 2 else self.arith_node(branches[0 if v else 1], ctx)
+        return None
+
+    def _arith_value(self, value, ctx) -> int | None:
+        if value is None or isinstance(value, list):
+            return None
+        text = str(value).strip()
+        if text == "":
+            return 0
+        if re.fullmatch(r"[A-Za-z_]\w*", text):  # bash evaluates a variable's value as an expression again
+            return self._arith_value(self.lookup(text), ctx) if self.lookup(text) is not UNSET else None
+        number = _arith_number(text)
+        if number is not None:
+            return number
+        sub = parser().parse(f"$(( {text} ))".encode())
+        node = sub.root_node
+        while node.named_children and node.type != "arithmetic_expansion":
+            node = node.named_children[0]
+        if node.type != "arithmetic_expansion" or len(node.named_children) != 1:
+            return None
+        return self.arith_node(node.named_children[0], Ctx(f"$(( {text} ))".encode(), ctx.where, ctx.line0))
+
+    # ------------------------------------------------------------------ tests
+
+    def test(self, node, ctx) -> bool | None:
+        inner = [c for c in node.named_children]
+        if len(inner) != 1:
+            return None
+        double = node.children[0].type == "[["
+        return self.test_expr(inner[0], ctx, double)
+
+    def test_expr(self, node, ctx, double: bool) -> bool | None:
+        t = node.type
+        if t == "parenthesized_expression":
+            return self.test_expr(node.named_children[0], ctx, double) if node.named_children else None
+        if t == "unary_expression":
+            op = node.children[0]
+            operand = node.named_children[-1]
+            if op.type == "!":
+                v = self.test_expr(operand, ctx, double)
+                return None if v is None else not v
+            word = self.word(operand, ctx)
+            return _unary(self.text(op, ctx), word, self)
+        if t == "binary_expression":
+            op = node.child_by_field_name("operator")
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if op is None or left is None or right is None:
+                return None
+            o = self.text(op, ctx)
+            if o in ("&&", "||", "-a", "-o"):
+                a = self.test_expr(left, ctx, double)
+                if a is not None and (a is False) == (o in ("&&", "-a")):
+                    return a
+                c = self.test_expr(right, ctx, double)
+                return c if a is not None else (c if c == (o in ("||", "-o")) else None)
+            a, c = self.word(left, ctx), self.word(right, ctx)
+            glob = double and right.type in ("extglob_pattern", "word", "concatenation") and o in ("==", "!=", "=")
+            return _binary_test(o, a, c, glob)
+        word = self.word(node, ctx)
+        return None if word is None else word != ""
+
+
+def test_words(words: list[str]) -> bool | None:
+    """`test ARGS` / `[ ARGS ]` given as words (POSIX's rules by argument count)."""
+    if len(words) == 1:
+        return words[0] != ""
+    if len(words) == 2:
+        if words[0] == "!":
+            return words[1] == ""
+        return _unary(words[0], words[1], None)
+    if len(words) == 3:
+        if words[0] == "!":
+            v = test_words(words[1:])
+            return None if v is None else not v
+        return _binary_test(words[1], words[0], words[2], False)
+    return None
+
+
+def _unary(op: str, word: str | None, reader) -> bool | None:
+    if op == "-z":
+        return None if word is None else word == ""
+    if op == "-n":
+        return None if word is None else word != ""
+    if op == "-v" and reader is not None and word is not None:
+        return word in reader.state.vars or word in reader.state.arrays
+    return None  # -f, -d, -e, ...: the file system of the machine that runs it
+
+
+def _binary_test(op: str, a: str | None, c: str | None, glob: bool) -> bool | None:
+    if a is None or c is None:
+        return None
+    if op in ("=", "=="):
+        return fnmatch.fnmatchcase(a, c) if glob else a == c
+    if op == "!=":
+        return not fnmatch.fnmatchcase(a, c) if glob else a != c
+    if op == "=~":
+        try:
+            return re.search(c, a) is not None
+        except re.error:
+            return None
+    if op in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
+        x, y = to_int(a), to_int(c)
+        if x is None or y is None:
+            return None
+        return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y, "-ge": x >= y}[op]
+    if op in ("<", ">"):
+        return a < c if op == "<" else a > c
+    return None
+
+
+def _binary(op: str, a: int, c: int) -> int | None:
+    if op in ("/", "%") and c == 0:
+        return None
+    if op == "/":
+        return abs(a) // abs(c) * (1 if (a >= 0) == (c >= 0) else -1)  # C division: toward zero
+    if op == "%":
+        return a - c * _binary("/", a, c)
+    ops = {"+": lambda: a + c, "-": lambda: a - c, "*": lambda: a * c, "**": lambda: a ** c if c >= 0 else None,
+           "<<": lambda: a << c, ">>": lambda: a >> c, "&": lambda: a & c, "|": lambda: a | c, "^": lambda: a ^ c,
+           "<": lambda: int(a < c), "<=": lambda: int(a <= c), ">": lambda: int(a > c), ">=": lambda: int(a >= c),
+           "==": lambda: int(a == c), "!=": lambda: int(a != c), "&&": lambda: int(bool(a and c)),
+           "||": lambda: int(bool(a or c))}
+    return ops[op]() if op in ops else None
+
+
+def _arith_number(text: str) -> int | None:
+    text = text.strip()
+    m = re.fullmatch(r"(\d+)#([0-9A-Za-z@_]+)", text)
+    if m:
+        try:
+            return int(m.group(2), int(m.group(1)))
+        except ValueError:
+            return None
+    if re.fullmatch(r"0[0-7]+", text):
+        return int(text, 8)
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def _remove(value: str, pattern: str, op: str) -> str:
+    """${X#p} ${X##p} ${X%p} ${X%%p}: the shortest / longest prefix / suffix matching the glob removed."""
+    n = len(value)
+    if op.startswith("#"):
+        cuts = range(n + 1) if op == "#" else range(n, -1, -1)
+        for i in cuts:
+            if fnmatch.fnmatchcase(value[:i], pattern):
+                return value[i:]
+    else:
+        cuts = range(n, -1, -1) if op == "%" else range(n + 1)
+        for i in cuts:
+            if fnmatch.fnmatchcase(value[i:], pattern):
+                return value[:i]
+    return value
+
+
+def _substitute(value: str, pattern: str, repl: str, op: str) -> str:
+    """${X/p/r} (first), ${X//p/r} (all), ${X/#p/r} (prefix), ${X/%p/r} (suffix); the longest match of the glob."""
+    n = len(value)
+    if op == "/#":
+        for i in range(n, -1, -1):
+            if fnmatch.fnmatchcase(value[:i], pattern):
+                return repl + value[i:]
+        return value
+    if op == "/%":
+        for i in range(n + 1):
+            if fnmatch.fnmatchcase(value[i:], pattern):
+                return value[:i] + repl
+        return value
+    out, i, done = [], 0, False
+    while i <= n:
+        hit = None if done else next((j for j in range(n, i, -1) if fnmatch.fnmatchcase(value[i:j], pattern)), None)
+        if hit is not None:
+            out.append(repl)
+            i = hit
+            done = op == "/"
+            continue
+        if i < n:
+            out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
+def _unescape_word(text: str) -> str:
+    """An unquoted word without its backslashes (`\\x` is x; a backslash-newline joins lines)."""
+    return re.sub(r"\\(\r?\n|.)", lambda m: "" if m.group(1).strip("\r\n") == "" and "\n" in m.group(1)
+                  else m.group(1), text, flags=re.S)
+
+
+def _unescape_dq(text: str) -> str:
+    """Double-quoted text: a backslash escapes only $ ` " \\ and a newline (which it removes)."""
+    return re.sub(r"\\(\r?\n|[$`\"\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
+
+
+def _unescape_heredoc(text: str) -> str:
+    return re.sub(r"\\(\r?\n|[$`\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
+
+
+def _ansi_c(text: str) -> str:
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return text
