@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, _ansi_c, _remove, _substitute,
-                                              _unescape_dq, _unescape_heredoc, _unescape_word, parser,
+from compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, remove_pattern, substitute_pattern,
+                                              unescape_dq, unescape_heredoc, unescape_word, parser,
                                               test_words, to_int)
 
 __all__ = ["Ctx", "Words", "parser", "test_words", "to_int"]  # what shell.py reads here
@@ -92,18 +92,18 @@ class Words(Operators):
     def expand(self, node, ctx, b: Fields, quoted: bool, unset_empty: bool = False) -> None:
         t = node.type
         if t == "word" or (not node.is_named and t not in ('"',)):
-            b.lit(_unescape_word(self.text(node, ctx)))
+            b.lit(unescape_word(self.text(node, ctx)))
         elif t in ("number", "extglob_pattern", "regex", "test_operator", "brace_expression", "variable_name",
                    "special_variable_name", "file_descriptor"):
             b.lit(self.text(node, ctx))
         elif t == "raw_string":
             b.lit(self.text(node, ctx)[1:-1])
         elif t == "ansi_c_string":
-            b.lit(_ansi_c(self.text(node, ctx)[2:-1]))
+            b.lit(ansi_c(self.text(node, ctx)[2:-1]))
         elif t in ("string", "translated_string"):
             self.string(node, ctx, b, unset_empty)
         elif t == "string_content":
-            b.lit(_unescape_dq(self.text(node, ctx)))
+            b.lit(unescape_dq(self.text(node, ctx)))
         elif t in ("concatenation", "command_name"):
             for child in node.children:
                 self.expand(child, ctx, b, quoted, unset_empty)
@@ -142,7 +142,7 @@ class Words(Operators):
         pos = node.children[0].end_byte if node.children else node.start_byte
         for child in inner:
             if child.start_byte > pos:
-                b.lit(_unescape_dq(ctx.src[pos:child.start_byte].decode("utf-8", "replace")))
+                b.lit(unescape_dq(ctx.src[pos:child.start_byte].decode("utf-8", "replace")))
             text = self.text(child, ctx)
             if text[:1].isspace():  # tree-sitter-bash puts the blanks before `$` into the `$` token
                 b.lit(text[:len(text) - len(text.lstrip())])
@@ -150,7 +150,7 @@ class Words(Operators):
             pos = child.end_byte
         end = node.children[-1].start_byte if node.children and node.children[-1].type == '"' else node.end_byte
         if end > pos:
-            b.lit(_unescape_dq(ctx.src[pos:end].decode("utf-8", "replace")))
+            b.lit(unescape_dq(ctx.src[pos:end].decode("utf-8", "replace")))
 
     def heredoc_text(self, node, ctx) -> str:
         """An unquoted here-document's text: expansions done, a backslash escaping only $ ` \\ and newline."""
@@ -158,14 +158,14 @@ class Words(Operators):
         b.lit("")
         for child in node.named_children:
             if child.start_byte > pos:
-                b.lit(_unescape_heredoc(ctx.src[pos:child.start_byte].decode("utf-8", "replace")))
+                b.lit(unescape_heredoc(ctx.src[pos:child.start_byte].decode("utf-8", "replace")))
             if child.type == "heredoc_content":
-                b.lit(_unescape_heredoc(self.text(child, ctx)))
+                b.lit(unescape_heredoc(self.text(child, ctx)))
             else:
                 self.expand(child, ctx, b, quoted=True)
             pos = child.end_byte
         if node.end_byte > pos:
-            b.lit(_unescape_heredoc(ctx.src[pos:node.end_byte].decode("utf-8", "replace")))
+            b.lit(unescape_heredoc(ctx.src[pos:node.end_byte].decode("utf-8", "replace")))
         return "".join(b.result())
 
     def _is_splat(self, node, ctx) -> bool:
@@ -298,14 +298,14 @@ class Words(Operators):
             value = ""
         if op in ("#", "##", "%", "%%"):
             pattern = operand()
-            return None if pattern is None else _remove(value, pattern, op)
+            return None if pattern is None else remove_pattern(value, pattern, op)
         if op in ("/", "//", "/#", "/%"):
             slash = [i for i, n in enumerate(operands) if not n.is_named and n.type == "/"]
             pattern = operand(operands[:slash[0]] if slash else operands)
             repl = operand(operands[slash[0] + 1:]) if slash else ""
             if pattern is None or repl is None:
                 return None
-            return _substitute(value, pattern, repl, op)
+            return substitute_pattern(value, pattern, repl, op)
         if op == ":":
             numbers = [n for n in operands if n.is_named]
             parts = [self.arith_node(n, ctx) for n in numbers]

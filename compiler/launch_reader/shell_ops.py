@@ -263,7 +263,7 @@ def _arith_number(text: str) -> int | None:
         return None
 
 
-def _remove(value: str, pattern: str, op: str) -> str:
+def remove_pattern(value: str, pattern: str, op: str) -> str:
     """${X#p} ${X##p} ${X%p} ${X%%p}: the shortest / longest prefix / suffix matching the glob removed."""
     n = len(value)
     if op.startswith("#"):
@@ -279,7 +279,7 @@ def _remove(value: str, pattern: str, op: str) -> str:
     return value
 
 
-def _substitute(value: str, pattern: str, repl: str, op: str) -> str:
+def substitute_pattern(value: str, pattern: str, repl: str, op: str) -> str:
     """${X/p/r} (first), ${X//p/r} (all), ${X/#p/r} (prefix), ${X/%p/r} (suffix); the longest match of the glob."""
     n = len(value)
     if op == "/#":
@@ -306,22 +306,22 @@ def _substitute(value: str, pattern: str, repl: str, op: str) -> str:
     return "".join(out)
 
 
-def _unescape_word(text: str) -> str:
+def unescape_word(text: str) -> str:
     """An unquoted word without its backslashes (`\\x` is x; a backslash-newline joins lines)."""
     return re.sub(r"\\(\r?\n|.)", lambda m: "" if m.group(1).strip("\r\n") == "" and "\n" in m.group(1)
                   else m.group(1), text, flags=re.S)
 
 
-def _unescape_dq(text: str) -> str:
+def unescape_dq(text: str) -> str:
     """Double-quoted text: a backslash escapes only $ ` " \\ and a newline (which it removes)."""
     return re.sub(r"\\(\r?\n|[$`\"\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
 
 
-def _unescape_heredoc(text: str) -> str:
+def unescape_heredoc(text: str) -> str:
     return re.sub(r"\\(\r?\n|[$`\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
 
 
-def _ansi_c(text: str) -> str:
+def ansi_c(text: str) -> str:
     try:
         return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
     except UnicodeDecodeError:
