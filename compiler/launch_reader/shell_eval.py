@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, remove_pattern, substitute_pattern,
-                                              unescape_dq, unescape_heredoc, unescape_word, parser,
-                                              test_words, to_int)
+from compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, parser, remove_pattern,
+                                              substitute_pattern, test_words, to_int, unescape_dq,
+                                              unescape_heredoc, unescape_word)
 
 __all__ = ["Ctx", "Words", "parser", "test_words", "to_int"]  # what shell.py reads here
 
