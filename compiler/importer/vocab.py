@@ -61,7 +61,8 @@ def tokenizer_vocab(g, dirs: list[Path]) -> tuple[int | None, str]:
         except (OSError, ValueError) as exc:
             return None, f"{tok}: {path} is not a SentencePiece model ({exc})"
         if g("special_tokens"):
-            return None, f"{tok}: {size} pieces in {path.name}, plus the --special-tokens it adds that are not among them"
+            return None, (f"{tok}: {size} pieces in {path.name}, plus the --special-tokens it adds that are not "
+                          "among them")
         return size, f"the pieces of {path.name} (--tokenizer-model)"
     return None, f"the vocabulary of {tok} is not read by moeforge"
 

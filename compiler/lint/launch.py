@@ -97,8 +97,10 @@ def context(kind: str, launcher: dict, dests: dict) -> dict:
     entry = launcher.get("entry")
     inference_flags = sorted(d for d, v in dests.items() if d.startswith("inference_") and v not in (None, False))
     mode = "inference" if launcher.get("mode") == "inference" or inference_flags else "training"
-    why_mode = ("MODE: inference" if kind == "functional-test" else f"the launch runs {entry}") \
-        if launcher.get("mode") == "inference" else f"--{inference_flags[0].replace('_', '-')}" if inference_flags else ""
+    if launcher.get("mode") == "inference":
+        why_mode = "MODE: inference" if kind == "functional-test" else f"the launch runs {entry}"
+    else:
+        why_mode = f"--{inference_flags[0].replace('_', '-')}" if inference_flags else ""
     return {"frontend": "megatron-lm", "mode": mode, "why_mode": why_mode,
             "why": WHY_MEGATRON_LM.get(kind) or f"the launch runs {entry} (Megatron-LM's entry point)",
             "checkpoint_args": dests.get("use_checkpoint_args") is True}

@@ -51,8 +51,8 @@ def bash_words(script: Path, timeout: int = 60) -> list[list[str]]:
         capture = Path(tmp) / "capture.jsonl"
         capture.touch()
         env = {"PATH": f"{stubs}:/usr/bin:/bin", "MOEFORGE_CAPTURE": str(capture), "HOME": tmp}
-        subprocess.run(["bash", str(Path(script).resolve())], cwd=tmp, env=env, timeout=timeout, capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL)
+        subprocess.run(["bash", str(Path(script).resolve())], cwd=tmp, env=env, timeout=timeout,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
         return [json.loads(line) for line in capture.read_text().splitlines() if line.strip()]
 
 

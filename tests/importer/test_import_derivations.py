@@ -159,7 +159,8 @@ def test_an_unknown_vocabulary_names_the_key_to_set(tmp_path, root, capsys):
     assert main(["import", str(script), "--root", str(root), "--platform", "h100", "--force"]) == 0
     out = capsys.readouterr().out
     assert "compile: refused (1 error(s)); first: " in out and "'vocab_size' is a required property" in out
-    assert "# note: moeforge compile refuses this recipe as imported" in (root / "imported/hub-imported.yaml").read_text()
+    header = (root / "imported/hub-imported.yaml").read_text()
+    assert "# note: moeforge compile refuses this recipe as imported" in header
 
 
 # ----------------------------------------------------------------------------- bad input
