@@ -321,7 +321,7 @@ def import_text(text: str, name: str = "<launch>", platform: str | None = None, 
         dests, bad = parse_flags(words)
         launcher["dirs"] = [Path.cwd()] if name in ("-", "<launch>") else [Path(name).resolve().parent, Path.cwd()]
     if platform is None:
-        platform, reason = guess_platform(text, dests, platforms)
+        platform, reason = guess_platform(text, dests, platforms, launcher.get("nproc_per_node"))
         if platform is None:
             raise ImportError_(f"cannot tell the platform: {reason}; pass --platform NAME "
                                f"(one of {', '.join(platforms)})")

@@ -269,12 +269,17 @@ def platform_docs(root: Path) -> dict[str, dict]:
     return out
 
 
-def guess_platform(text: str, dests: dict, platforms: dict) -> tuple[str | None, str]:
-    """The platform the launch names through GPU facts and flags, else (None, why not)."""
+def guess_platform(text: str, dests: dict, platforms: dict, per_node: str | None = None) -> tuple[str | None, str]:
+    """The platform the launch names through GPU facts and flags, else (None, why not). ``per_node``: the
+    launcher's --nproc_per_node, which tells CPU platforms apart (ranks per node)."""
     if dests.get("distributed_backend") == "gloo" or re.search(r"CUDA_VISIBLE_DEVICES=(\"\")?\s*$", text, re.M):
         cpu = [n for n, d in platforms.items() if d.get("device") == "cpu"]
+        if len(cpu) > 1 and per_node and per_node.isdigit():
+            cpu = [n for n in cpu if platforms[n].get("gpus_per_node") == int(per_node)] or cpu
         if len(cpu) == 1:
-            return cpu[0], "--distributed-backend gloo: a CPU run"
+            return cpu[0], "--distributed-backend gloo: a CPU run" + (f" of {per_node} ranks per node" if per_node else "")
+        if cpu:
+            return None, f"a CPU run, and several CPU platforms fit ({', '.join(cpu)})"
     upper = text.upper()
     nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
     found = []

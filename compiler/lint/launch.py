@@ -54,7 +54,8 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
         else:
             words, launcher = launch_text.launch_words(text, None if name in ("-", "<config>") else name)
         dests, bad = launch_text.parse_flags(words)
-        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()))[0]
+        platform = launch_text.guess_platform(text, dests, launch_text.platform_docs(project.recipes()),
+                                              launcher.get("nproc_per_node"))[0]
     except launch_text.ImportError_ as exc:
         raise UnusableInput(str(exc)) from None
     flags = dests.pop("__flags__", {})

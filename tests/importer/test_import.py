@@ -142,7 +142,9 @@ def test_other_inputs(root, tmp_path):
     cmd = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 " \
           "--vocab-size 128 --num-experts 4 --distributed-backend gloo --seq-length 32"
     imp = importer.import_text(cmd, "cmd.txt", None, root)
-    assert imp.platform == "cpu" and imp.kind == "launch"
+    assert imp.platform == "cpu" and imp.kind == "launch"   # of the CPU platforms, the one of 2 ranks per node
+    imp = importer.import_text(cmd.replace("--nproc_per_node 2", "--nnodes 2 --nproc_per_node 1"), "cmd.txt", None, root)
+    assert imp.platform == "cpu-cluster"
     bridge = "model.tensor_model_parallel_size=2\n++model.num_moe_experts=8\nmodel.num_layers=4\n" \
              "train.global_batch_size=64\nmixed_precision.bf16=true\nmodel.nonsense=1\n"
     imp = importer.import_text(bridge, "bridge.overrides", "h100", root)
