@@ -55,6 +55,10 @@ def check_one(path: Path, strict: bool) -> list[Diagnostic]:
         return old_schema_notes(composed.documents) + resolve(composed, strict).diagnostics
     except CompileError as exc:
         return exc.diagnostics
+    except (RecursionError, MemoryError, ValueError, OSError, RuntimeError) as exc:
+        # a bug in moeforge that this file triggers: said at the file, and the other files are still checked
+        return [Diagnostic("error", "E_INTERNAL", f"internal error: {type(exc).__name__}: {exc}"[:300],
+                           Position(str(path)), help="this is a moeforge bug: please report it with the file")]
 
 
 def check_document(path: Path, kind: str) -> list[Diagnostic]:
@@ -99,7 +103,9 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
     results = {}
     missing = [f for f in files if not f.exists()]
     for path in missing:
-        results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", "no such file", Position(str(path)),
+        why = "a symbolic link that leads nowhere (a loop, or a missing target)" if path.is_symlink() else \
+            "no such file"
+        results[str(path)] = [Diagnostic("error", "E_RECIPE_NOT_FOUND", why, Position(str(path)),
                                          help=RECIPE_NOT_FOUND_HELP)]
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):

@@ -109,9 +109,13 @@ def build(paths=None) -> tuple[list[str], list[str], dict]:
 def _row_name(f: Path) -> str:
     """The recipe id (tiny-moe/cpu) for a recipe of the project, else its display path."""
     try:
-        return str(f.resolve().relative_to(project.recipes().resolve()).with_suffix(""))
+        real, top = f.resolve(), project.recipes().resolve()
+    except (OSError, RuntimeError):  # a symlink loop (3.11 raises RuntimeError): named as found, its cells say why
+        real, top = f.absolute(), project.recipes().absolute()
+    try:
+        return str(real.relative_to(top).with_suffix(""))
     except ValueError:
-        return display_path(f.resolve(), project.recipes())
+        return display_path(real, project.recipes())
 
 
 def _run(jobs: list[tuple]) -> list[dict]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.load import Document, load_file
+from compiler.recipe.load import INT_MAX, INT_MIN, Document, load_file, out_of_range
 from compiler.recipe.migrate import upgrade_document
 from compiler.project import BUILTIN_PREFIX
 from compiler.resources import BUILTIN_RECIPES
@@ -143,7 +143,7 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -
         else:
             rest.append(text)
     overrides = rest
-    errors = []
+    errors = [e for e in map(_fixed_key, overrides) if e is not None]
     for key in REFERENCE_KEYS:
         ref, pos = refs.get(key, (None, None))
         if ref is None:
@@ -265,6 +265,22 @@ def _copy(value: object) -> object:
     return value
 
 
+FIXED_KEYS = {
+    "extends": "the extends chain is read from the files before any --set applies; write `extends:` in the "
+               "recipe, or compile the recipe it would extend",
+    "schema": "a document's schema version is what the file was written for, not a setting; "
+              "`moeforge migrate FILE` rewrites a document for the current one",
+}
+
+
+def _fixed_key(text: str):
+    """The error for `--set extends=...` or `--set schema=...` (which no override can change), else None."""
+    key = text.split("=", 1)[0].strip().split(".")[0]
+    if key not in FIXED_KEYS:
+        return None
+    return error("E_OVERRIDE", f"{key}: cannot be set with --set", Position(f"--set {text}"), help=FIXED_KEYS[key])
+
+
 def parse_override(text: str) -> tuple[tuple, object]:
     """`moe.dispatcher=alltoall` -> (("moe", "dispatcher"), "alltoall"); values are YAML scalars."""
     pos = Position(f"--set {text}")
@@ -288,8 +304,12 @@ def parse_override(text: str) -> tuple[tuple, object]:
         raise CompileError([error("E_OVERRIDE", f"override '{text}' must set a scalar or a flat list", pos)])
     if not isinstance(value, (str, int, float, bool, list, type(None))):
         value = raw
-    if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
+    values = value if isinstance(value, list) else [value]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
         raise CompileError([error("E_NOT_FINITE", f"override '{text}' is not a finite number", pos)])
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and not INT_MIN <= v <= INT_MAX:
+            raise CompileError([out_of_range(str(v), pos)])
     return parts, value
 
 

@@ -17,10 +17,18 @@ from compiler.diagnostics import CompileError, Position, error
 MAX_BYTES = 1 << 20          # a recipe is a page, not a data set
 MAX_NODES = 50_000           # after alias expansion
 MAX_DEPTH = 64
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1  # integers as Megatron holds them (int64)
 
 Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
 KEY = "\x00key"  # positions[path + (KEY,)] is where the key itself stands (for unknown-key errors)
-PARSER = "1"  # part of every parse-cache entry's key: bump when what load_yaml builds changes
+PARSER = "2"  # part of every parse-cache entry's key: bump when what load_yaml builds changes
+
+
+def out_of_range(text: str, pos: Position):
+    """An integer Megatron cannot take (its arguments and checkpoints hold 64-bit integers)."""
+    shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+    return error("E_INT_RANGE", f"{shown} is out of range: integers are 64-bit (at most {INT_MAX})", pos,
+                 help="write the value Megatron should get; no knob takes an integer this large")
 
 
 def __getattr__(name: str):

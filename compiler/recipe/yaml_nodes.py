@@ -12,7 +12,7 @@ import re
 import yaml
 
 from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.load import KEY, MAX_DEPTH, MAX_NODES, Document
+from compiler.recipe.load import INT_MAX, INT_MIN, KEY, MAX_DEPTH, MAX_NODES, Document, out_of_range
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}
@@ -81,6 +81,7 @@ class _Builder:
         self.positions: dict = {}
         self.errors: list = []
         self.count = 0
+        self.open: set = set()  # the nodes being built (an alias to one of them is recursive)
 
     def _pos(self, node) -> Position:
         return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
@@ -91,27 +92,40 @@ class _Builder:
             self._fail("E_YAML_TOO_MANY_NODES",
                        f"more than {MAX_NODES} values after expanding aliases (an alias bomb?)",
                        node, "remove the anchors/aliases that multiply the document")
+        if id(node) in self.open:
+            self._fail("E_YAML_RECURSIVE_ALIAS", "an alias refers to a value that contains it (a recursive alias)",
+                       node, "replace the alias with the values it should stand for")
         if depth > MAX_DEPTH:
             self.errors.append(_too_deep(self._pos(node)))
+            return None  # nothing deeper is read: the error is the answer
         self.positions.setdefault(path, self._pos(node))
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, path, depth)
-        if isinstance(node, yaml.SequenceNode):
-            if node.tag != _CORE + "seq":
-                self._bad_tag(node)
-            return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            self.open.add(id(node))
+            try:
+                if isinstance(node, yaml.MappingNode):
+                    return self._mapping(node, path, depth)
+                if node.tag != _CORE + "seq":
+                    self._bad_tag(node)
+                return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+            finally:
+                self.open.discard(id(node))
         if node.tag not in _SCALAR_TAGS:
             self._bad_tag(node)
             return None
         try:
             value = _construct.construct_object(node, deep=True)
         except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError) as exc:
+            if node.tag == _CORE + "int" and "digits" in str(exc):  # past Python's int/str conversion limit
+                self.errors.append(out_of_range(node.value, self._pos(node)))
+                return None
             self.errors.append(error("E_YAML_VALUE", f"{node.value[:40]!r} is not a valid {node.tag.rsplit(':', 1)[-1]}"
                                      f" ({type(exc).__name__})", self._pos(node)))
             return None
         if isinstance(value, float) and not math.isfinite(value):
             self.errors.append(error("E_NOT_FINITE", f"{node.value} is not a finite number", self._pos(node),
                                      help="recipes hold finite numbers only (no .nan or .inf)"))
+        elif isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+            self.errors.append(out_of_range(node.value, self._pos(node)))
         return value
 
     def _mapping(self, node, path, depth):
