@@ -57,7 +57,10 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
         diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
     if diags:
         raise CompileError(diags)
-    return composed
+    data, diags = validate.integers(composed.data, composed.pos)
+    if diags:
+        raise CompileError(diags)
+    return replace(composed, data=data) if data is not composed.data else composed
 
 
 def _kind_of(doc, root: Path) -> str:

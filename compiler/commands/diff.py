@@ -39,16 +39,22 @@ def diff(a: str, b: str) -> list[dict]:
     for field in [k.field for k in K.KNOBS] + [k.field for k in K.FACTS]:
         x, y = left.get(field), right.get(field)
         vx, vy = (x or {}).get("value"), (y or {}).get("value")
-        if vx != vy:
+        if not same(vx, vy):
             out.append({"knob": K.display(field), "field": field, "a": vx, "b": vy,
                         "a_from": _origin(x), "b_from": _origin(y)})
     for name in sorted(left_env.keys() | right_env.keys()):  # launch-time environment (plan.json's env)
         x, y = left_env.get(name), right_env.get(name)
         vx, vy = (x or {}).get("value"), (y or {}).get("value")
-        if vx != vy:
+        if not same(vx, vy):
             out.append({"knob": f"env {name}", "field": f"env.{name}", "a": vx, "b": vy,
                         "a_from": (x or {}).get("reason") or "not set", "b_from": (y or {}).get("reason") or "not set"})
     return out
+
+
+def same(a, b) -> bool:
+    """Equal as plan.json states them: 1, 1.0 and true are three values (Python's == calls them one; the
+    runtime does not: a layout size of 1.0 is no size), so are 0 and false."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _origin(d: dict | None) -> str:

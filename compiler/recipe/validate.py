@@ -10,10 +10,11 @@ from functools import lru_cache
 
 from compiler.recipe import cache
 from compiler.diagnostics import Diagnostic, Position, error
-from compiler.recipe.load import KEY
+from compiler.recipe.load import INT_MAX, INT_MIN, KEY, out_of_range
 from compiler.resources import SCHEMAS
 
 KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
+MAX_UNKNOWN_KEYS = 20  # unknown keys of one mapping reported one by one; the rest in one line
 
 
 @lru_cache(maxsize=None)
@@ -40,6 +41,90 @@ def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
     return _dedupe(out)
 
 
+# ----------------------------------------------------------------------- integers as integers
+
+def integers(data: dict, pos_of) -> tuple[dict, list[Diagnostic]]:
+    """The composed recipe (platform and model under their keys) with every integral float the schema
+    wants as an integer made one: `tp: 1.0` and `--set training.micro_batch_size=1.0` are 1 (JSON Schema
+    counts 1.0 as an integer; layout arithmetic, plan.json and Megatron's argparse do not). Normalised
+    rather than refused: the editor's schema check accepts 1.0, so check must too, and then every later
+    stage sees one spelling (diff of two such recipes: the same plan). A value past int64 is an error."""
+    if not _has_integral_float(data):
+        return data, []  # the usual recipe: no schema is read
+    out, errors = {}, []
+    recipe = _schema(f"recipe.v{KINDS['recipe']}.json")
+    for key, value in data.items():
+        schema = _schema(f"{key}.v{KINDS[key]}.json") if key in ("platform", "model") and isinstance(value, dict) \
+            else _children(recipe, key)
+        out[key] = _integral(value, schema if isinstance(schema, list) else [schema], (key,), pos_of, errors)
+    return out, errors
+
+
+@lru_cache(maxsize=None)
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / name).read_text())
+
+
+def _has_integral_float(value) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and item.is_integer():
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _branches(schema) -> list:
+    """The schema and every anyOf/oneOf/allOf alternative inside it."""
+    out, todo = [], [schema]
+    while todo:
+        s = todo.pop()
+        if isinstance(s, dict):
+            out.append(s)
+            for key in ("anyOf", "oneOf", "allOf"):
+                todo.extend(s.get(key, ()))
+    return out
+
+
+def _children(schema, key) -> list:
+    """The subschemas that may describe `key` of a mapping (an int: an item of a list)."""
+    out = []
+    for s in _branches(schema):
+        if isinstance(key, int):
+            if isinstance(s.get("items"), dict):
+                out.append(s["items"])
+        elif key in s.get("properties", {}):
+            out.append(s["properties"][key])
+        elif isinstance(s.get("additionalProperties"), dict):
+            out.append(s["additionalProperties"])
+    return out
+
+
+def _integral(value, schemas: list, path: tuple, pos_of, errors: list):
+    if isinstance(value, float) and value.is_integer():
+        types = set()
+        for s in (b for schema in schemas for b in _branches(schema)):
+            t = s.get("type")
+            types.update(t if isinstance(t, list) else [t] if t else ())
+        if "integer" not in types or "number" in types:
+            return value
+        if not INT_MIN <= value <= INT_MAX:
+            errors.append(out_of_range(f"{value:.0f}", pos_of(path)))
+            return value
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v, [c for s in schemas for c in _children(s, k)], path + (k,), pos_of, errors)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v, [c for s in schemas for c in _children(s, i)], path + (i,), pos_of, errors)
+                for i, v in enumerate(value)]
+    return value
+
+
 def diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
     """One jsonschema error as located diagnostics (an unknown key with a did-you-mean)."""
     path = tuple(err.absolute_path)
@@ -48,12 +133,17 @@ def diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
         import difflib
 
         allowed = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(allowed))
         out = []
-        for key in sorted(set(err.instance) - set(allowed)):
+        for key in unknown[:MAX_UNKNOWN_KEYS]:
             guess = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             help_ = f"did you mean '{guess[0]}'?" if guess else f"allowed keys here: {', '.join(allowed)}"
             out.append(error("E_UNKNOWN_KEY", f"unknown key '{key}' in {where}", pos_of(path + (key, KEY)),
                              help=help_))
+        if len(unknown) > MAX_UNKNOWN_KEYS:  # a generated or corrupted document: the first few say enough
+            out.append(error("E_UNKNOWN_KEY", f"{len(unknown) - MAX_UNKNOWN_KEYS} more unknown keys in {where}",
+                             pos_of(path + (unknown[MAX_UNKNOWN_KEYS], KEY)),
+                             help=f"allowed keys here: {', '.join(allowed)}"))
         return out
     if err.validator == "required":
         return [error("E_MISSING_KEY", f"{where}: {err.message}", pos_of(path))]
