@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from compiler.knobs import table as K
+from compiler.bounded import LIMITS, Unreadable, read_json
 from compiler.diagnostics import CompileError, Position, error
 
 
@@ -18,12 +19,14 @@ def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:
     if path.suffix == ".json" or path.is_dir():
         plan_path = path / "plan.json" if path.is_dir() else path
         try:
-            plan = json.loads(plan_path.read_text(encoding="utf-8"))
+            plan = read_json(plan_path, LIMITS["plan"])
             return str(plan_path), {d["field"]: d for d in plan["decisions"]}, dict(plan.get("env") or {})
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise CompileError([error("E_NOT_A_PLAN", f"not a compiled plan.json ({type(exc).__name__}: {exc})",
-                                      Position(str(plan_path)),
-                                      help="give a recipe id, a build/<recipe> directory or its plan.json")]) from None
+        except Unreadable as exc:
+            why = str(exc)
+        except (KeyError, TypeError, AttributeError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        raise CompileError([error("E_NOT_A_PLAN", f"not a compiled plan.json ({why})", Position(str(plan_path)),
+                                  help="give a recipe id, a build/<recipe> directory or its plan.json")])
     from compiler.driver import load, resolve
     from compiler.targets.plan import environment
 

@@ -9,9 +9,7 @@ estimate's count of that stage equals what megatron-core built.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from compiler.bounded import LIMITS, Unreadable, read_json
 from compiler.estimate import calibration, memory
 from compiler.knobs.layout import Layout
 
@@ -40,7 +38,10 @@ def with_estimates(report: dict, choice: str | None = None) -> dict:
         return {**report, "plans": [with_estimates(p, choice) for p in report["plans"]]}
     if "error" in report:
         return report
-    plan = json.loads(Path(report["plan"]).read_text())
+    try:
+        plan = read_json(report["plan"], LIMITS["plan"])  # the runtime read it: an Unreadable is a file changed since
+    except Unreadable:
+        return report
     if "ranks" in report:
         return {**report, "ranks": [{**r, "memory_estimate": estimate_for(r, plan, choice)} for r in report["ranks"]]}
     return {**report, "memory_estimate": estimate_for(report, plan, choice)}

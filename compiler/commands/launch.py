@@ -18,7 +18,6 @@ and the scripts put it first on PYTHONPATH.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -26,6 +25,7 @@ import sys
 from pathlib import Path
 
 from compiler import project
+from compiler.bounded import LIMITS, Unreadable, read_json, read_text
 from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
 from compiler.targets.plan import megatron_core_release
 from compiler.resources import CHECKOUT
@@ -113,7 +113,17 @@ def _print_report(build: Path, before: tuple | None) -> int:
         earlier = " (the one there is an earlier run's)" if stamp is not None else ""
         print(f"moeforge: the run left no {path}{earlier}", file=sys.stderr)
         return 1
-    print(summarize(json.loads(path.read_text())))
+    try:
+        report = read_json(path, LIMITS["report"])
+        text = summarize(report) if isinstance(report, dict) else None
+    except (Unreadable, AttributeError, TypeError, KeyError, ValueError) as exc:
+        text, why = None, str(exc)
+    else:
+        why = "not a report (a JSON object)"
+    if text is None:
+        print(f"moeforge: {path}: cannot summarise the run's report: {why}", file=sys.stderr)
+        return 1
+    print(text)
     return 0
 
 
@@ -140,7 +150,11 @@ def logs_dir(build: Path) -> Path | None:
     """The directory of launch.sbatch's `#SBATCH --output=` file, as sbatch reads that line (a quoted
     value, each backslash escaping the next character), '%%' read as '%'; relative to the job's
     working directory (the project root). None when the script names no directory."""
-    for line in (build / "launch.sbatch").read_text(encoding="utf-8").splitlines():
+    try:
+        script = read_text(build / "launch.sbatch", LIMITS["launch"])
+    except Unreadable:
+        return None  # sbatch will say what is wrong with it
+    for line in script.splitlines():
         if line.startswith("#SBATCH --output="):
             text = line.split("=", 1)[1]
             if text[:1] == '"' and text[-1:] == '"':
@@ -168,7 +182,14 @@ def job_env(python: Path) -> dict:
 
 
 def _plan(build: Path) -> dict:
-    return json.loads((build / "plan.json").read_text(encoding="utf-8"))
+    """The build's plan.json, through the bounded reader (a LaunchError says what is wrong with it)."""
+    try:
+        plan = read_json(build / "plan.json", LIMITS["plan"])
+    except Unreadable as exc:
+        raise LaunchError(f"{build / 'plan.json'}: {exc}: compile the recipe again") from None
+    if not isinstance(plan, dict):
+        raise LaunchError(f"{build / 'plan.json'}: not a plan (a JSON object): compile the recipe again")
+    return plan
 
 
 def local_command(build: Path) -> list[str]:
@@ -261,12 +282,12 @@ def run(args) -> int:
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)
         return 2
-    if args.needs_venv312:
-        print("yes" if needs_venv312(_plan(build)) else "no")
-        return 0
-    if args.target == "print":
-        return print_commands(build, args.timeout)
     try:
+        if args.needs_venv312:
+            print("yes" if needs_venv312(_plan(build)) else "no")
+            return 0
+        if args.target == "print":
+            return print_commands(build, args.timeout)
         return run_local(build) if args.target == "local" else run_slurm(build, args.timeout)
     except LaunchError as exc:
         print(f"moeforge: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ def cmd_dryrun(args) -> int:
     import json
     import tempfile
 
+    from compiler.bounded import LIMITS, read_json
     from compiler.commands.dryrun_report import with_estimates
 
     plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
@@ -34,7 +35,7 @@ def cmd_dryrun(args) -> int:
         rc = _run_runtime("runtime.dryrun", rest, "moeforge dryrun", quiet=True)
         if not raw.is_file():
             return rc
-        text = json.dumps(with_estimates(json.loads(raw.read_text()), getattr(args, "calibration", None)),
+        text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
                           indent=2) + "\n"
     if args.out:
         from compiler.targets.emit import write_file_atomically

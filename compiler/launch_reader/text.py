@@ -13,13 +13,14 @@ import ast
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import yaml
 
 from compiler.knobs import table as K
 from compiler.launch_reader import kinds
+from compiler.diagnostics import CompileError
+from compiler.recipe.load import load_file
 from compiler.targets.megatron_args import lm_parser
 from compiler.resources import BUILTIN_RECIPES
 
@@ -249,10 +250,12 @@ def knob_value(k: K.Knob, raw):
 def read_source(name: str) -> tuple[str | None, str | None]:
     """(text, None) of a file, or of stdin for '-' (`moeforge import` and `lint-config` take either); (None, the
     one-line error) when it cannot be read."""
+    from compiler.bounded import LIMITS, Unreadable, read_text
+
     try:
-        return (sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")), None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"{name}: error: cannot read: {' '.join(str(exc).split())}"
+        return read_text(name, LIMITS["launch"]), None
+    except Unreadable as exc:
+        return None, f"{name}: error: {exc}"
 
 
 # ----------------------------------------------------------------------- the platform it runs on
@@ -263,7 +266,10 @@ def platform_docs(root: Path) -> dict[str, dict]:
     out = {}
     for top in dict.fromkeys((BUILTIN_RECIPES, root)):
         for path in sorted((top / "platforms").glob("*.yaml")):
-            data = yaml.safe_load(path.read_text())
+            try:
+                data = load_file(path).data
+            except CompileError:
+                continue  # a platform that does not load is no platform to import onto (check says why)
             if isinstance(data, dict) and data.get("name"):
                 out[data["name"]] = data
     return out

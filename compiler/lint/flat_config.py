@@ -8,7 +8,6 @@ field_catalogue.py, the type checks are lint_values.py, what each front-end does
 """
 from __future__ import annotations
 
-import json
 import marshal
 import re
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import yaml
 from compiler.knobs import table as K
 from compiler.knobs import layout as L
 from compiler.knobs import pipeline_layout
+from compiler.bounded import parse_json
 from compiler.solver.inputs import flat_config_facts
 from compiler.diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
 from compiler.knobs.fields import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
@@ -75,7 +75,7 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
         raise UnusableInput(f"no launch command found: {what_it_is(text, name)}")
     try:
         if name.endswith(".json"):
-            data = json.loads(text)
+            data = parse_json(text)
         else:
             loader = _LOADER(text)
             try:
@@ -87,9 +87,11 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
                 for k, _ in node.value:
                     if isinstance(k, yaml.ScalarNode):
                         lines.setdefault(k.value, k.start_mark.line + 1)
-    except (yaml.YAMLError, json.JSONDecodeError, ValueError) as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # bounded.Unreadable is a ValueError
         kind = "JSON" if name.endswith(".json") else "YAML"
         raise UnusableInput(f"cannot parse {kind}: {_one_line(exc)}") from None
+    except RecursionError:
+        raise UnusableInput("cannot parse YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise UnusableInput(f"expected a mapping of Megatron field names, got {type(data).__name__}")
     for key in data:

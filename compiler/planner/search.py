@@ -19,7 +19,9 @@ import yaml
 
 from compiler.targets import plan as plan_mod
 from compiler import project
+from compiler.recipe import validate
 from compiler.recipe.compose import display_path
+from compiler.recipe.load import load_file
 from compiler.diagnostics import CompileError
 from compiler.estimate import memory, steptime
 from compiler.knobs.layout import Layout
@@ -77,7 +79,14 @@ def document(kind: str, name: str) -> tuple[dict, Path]:
     for top in (project.recipes(), BUILTIN_RECIPES):
         path = top / f"{kind}s" / f"{name}.yaml"
         if path.is_file():
-            return yaml.safe_load(path.read_text()) or {}, path
+            try:  # the compiler's own loader (bounded; a bad file is one line at its place), 1.0 read as 1
+                doc = load_file(path, display_path(path, project.recipes()))
+                data, errors = validate.integers({kind: doc.data}, lambda p: doc.pos(p[1:]))
+                if errors:
+                    raise CompileError(errors)
+            except CompileError as exc:
+                raise PlannerError(exc.diagnostics[0].render().splitlines()[0]) from None
+            return (data[kind] if isinstance(data[kind], dict) else {}), path
     known = sorted({p.stem for top in (project.recipes(), BUILTIN_RECIPES) if (top / f"{kind}s").is_dir()
                     for p in (top / f"{kind}s").glob("*.yaml")})
     raise PlannerError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(known)} "

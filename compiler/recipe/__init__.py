@@ -3,5 +3,5 @@ command-line overrides), migrate (older schema versions to the current one), val
 located diagnostics), and the cache that lets a cold check skip unchanged work.
 
 Owns: Document, Composed, the schema validators. May import: compiler.diagnostics, compiler.project,
-compiler.resources. Nothing here knows a knob or a rule.
+compiler.resources, compiler.bounded. Nothing here knows a knob or a rule.
 """

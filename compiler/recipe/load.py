@@ -95,14 +95,15 @@ def load_text(text: str | bytes, file: str) -> Document:
 
 
 def load_file(path: Path, display: str | None = None) -> Document:
+    """The document in a file, through the compiler's one bounded reader (compiler.bounded)."""
+    from compiler.bounded import Unreadable, read_bytes
+
     display = display or str(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise CompileError([error("E_YAML_TOO_LARGE",
-                                      f"document is {size} bytes; the limit is {MAX_BYTES}",
-                                      Position(display, 1, 1))])
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CompileError([error("E_IO", f"cannot read: {exc.strerror}", Position(display))]) from None
+        raw = read_bytes(path, MAX_BYTES)
+    except Unreadable as exc:
+        if exc.kind == "size":
+            raise CompileError([error("E_YAML_TOO_LARGE", f"document is {exc}", Position(display, 1, 1),
+                                      help="a recipe should be small; split it with extends:")]) from None
+        raise CompileError([error("E_IO", str(exc), Position(display))]) from None
     return load_text(raw, display)

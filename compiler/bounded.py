@@ -1,0 +1,107 @@
+"""One bounded reader for what the compiler reads from a user: recipes, plans, launch scripts, args files,
+reports (stdin included).
+
+Why one: each reader had its own idea of what a file may be (one read a FIFO and blocked, one read
+/dev/zero until the kernel killed it at 22 GB, one took a 3000-level JSON nest into a RecursionError).
+Here a file is a regular file (or stdin) of at most `limit` bytes, UTF-8 text, and JSON nested at most
+MAX_JSON_DEPTH levels with integers of at most INT_DIGITS digits; anything else is an Unreadable with
+one line saying why, which each command reports in its own format.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+MB = 1 << 20
+LIMITS = {"recipe": MB, "plan": 16 * MB, "launch": 4 * MB, "report": 64 * MB}
+MAX_JSON_DEPTH = 64    # a plan nests about 5 levels; Python's json gives up near 1000, as a RecursionError
+INT_DIGITS = 4300      # Python's own int/str conversion limit (sys.get_int_max_str_digits())
+
+
+class Unreadable(ValueError):
+    """The input cannot be read as asked: str(exc) is one line saying why (without the file's name); kind
+    is what went wrong: io, size, encoding or json."""
+
+    def __init__(self, message: str, kind: str = "io"):
+        super().__init__(message)
+        self.kind = kind
+
+
+def read_bytes(name, limit: int) -> bytes:
+    """The bytes of a regular file, or of stdin for '-', at most `limit` of them. A FIFO, a device or a
+    directory is not read (a read could block, or never end)."""
+    if str(name) == "-":
+        stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (a test's StringIO): its text
+        data = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode()
+    else:
+        try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores the flag
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Unreadable("not a regular file (a FIFO, a device or a directory is not read)")
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(limit + 1)
+        except OSError as exc:
+            raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+    if len(data) > limit:
+        raise Unreadable(f"larger than {limit} bytes, the limit for this kind of input", "size")
+    return data
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 text (a BOM dropped); Unreadable names the first bad byte and its line."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise Unreadable(f"not valid UTF-8 (byte 0x{data[exc.start]:02x} on line {line})", "encoding") from None
+
+
+def read_text(name, limit: int) -> str:
+    return decode(read_bytes(name, limit))
+
+
+def parse_json(text: str | bytes):
+    """JSON as Python values, bounded: finite numbers, integers of at most INT_DIGITS digits, at most
+    MAX_JSON_DEPTH levels of nesting."""
+    import json
+
+    def constant(name):
+        raise Unreadable(f"{name} is not a number JSON allows", "json")
+
+    try:
+        value = json.loads(text, parse_constant=constant)
+    except RecursionError:
+        raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json") from None
+    except Unreadable:
+        raise
+    except ValueError as exc:  # JSONDecodeError, not UTF-8, an integer past the conversion limit
+        why = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+        raise Unreadable(why[:200], "json") from None
+    if too_deep(value, MAX_JSON_DEPTH):
+        raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json")
+    return value
+
+
+def read_json(name, limit: int):
+    return parse_json(read_bytes(name, limit))
+
+
+def too_deep(value, limit: int) -> bool:
+    """Whether lists and mappings nest more than `limit` levels (iteratively: no recursion to exhaust)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return False
