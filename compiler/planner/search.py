@@ -98,6 +98,8 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
     for name, value in (("--gpus", gpus), ("--seq", seq), ("--gbs", gbs)):
         if value is not None and value < 1:
             raise PlannerError(f"{name} must be a positive integer, got {value}")
+        if value is not None and value > space.MAX_SIZE[name]:
+            raise PlannerError(f"{name} {value} is more than moeforge plans for (at most {space.MAX_SIZE[name]})")
     mdoc, _ = document("model", model)
     pdoc, _ = document("platform", platform)
     try:  # the step-time model needs the platform's performance block: say so before searching

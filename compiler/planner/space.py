@@ -31,6 +31,9 @@ VPP = (2, 4, 8)
 # 64 GPUs GBS 1024 = 16 per GPU); we take the conservative 16 per GPU.
 DEFAULT_SEQ = 4096
 DEFAULT_SEQS_PER_GPU = 16
+# What a plan is for: a million GPUs (the largest machines have a few hundred thousand), sequences and batches
+# within 64-bit arithmetic; beyond, a search would only spend time (--gpus 2**40 took hours, BUG of issue 42).
+MAX_SIZE = {"--gpus": 1 << 20, "--seq": 1 << 24, "--gbs": 1 << 32}
 # Selective recompute module sets, cheapest first: Megatron-Bridge perf recipes' sets (same file:
 # gpt_oss [layernorm,moe_act]; deepseek_v3 [mla_up_proj] and [mla_up_proj,mlp]; qwen3_next
 # [layernorm,moe,moe_act]).  Full recompute last (megatron-core: granularity full, uniform, 1 layer).
@@ -245,8 +248,10 @@ def _dispatchers(s: Setting, ep: int) -> list[tuple[str, str | None]]:
 
 
 def divisors(n: int) -> list[int]:
-    """Every size that divides n, smallest first."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every size that divides n, smallest first (pairs up to the square root: a large GPU count is
+    sqrt(n) steps, not n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 # The rules about the batch and the sequence alone: whether GBS splits into micro-batches over DP and into the groups
