@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from compiler import __version__, project
-from compiler.diagnostics import CompileError, error, render_all, shown
+from compiler.diagnostics import CompileError, Position, error, printable, render_all, shown
 from compiler.commands.runtime import _in_main_thread, cmd_data_prepare, cmd_dryrun
 
 
@@ -200,10 +200,11 @@ def _main(argv: list[str]) -> int:
         return 130
     except OSError as exc:  # a path or a permission the user chose (init DIR, --emit FILE), not a bug in moeforge
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"moeforge: error: {where}{exc.strerror or exc}: choose a path you can write to", file=sys.stderr)
+        print(printable(f"moeforge: error: {where}{exc.strerror or exc}: choose a path you can write to"),
+              file=sys.stderr)
         return 1
     except Exception as exc:  # a bug in moeforge, not in the recipe: say so plainly
-        print(f"moeforge: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(printable(f"moeforge: internal error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 2
 
 

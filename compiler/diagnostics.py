@@ -73,6 +73,8 @@ class Diagnostic:
         return replace(self, severity="error")
 
     def render(self) -> str:
+        """The text form (check, compile, the pre-commit hook): every part through printable(), so a value
+        from a document can neither drive the terminal nor start a line of its own (nor a CI command)."""
         where = f"{self.pos}: " if self.pos else ""
         lines = [f"{where}{self.severity}[{self.code}]: {self.message}"]
         for note in self.notes:
@@ -83,7 +85,7 @@ class Diagnostic:
             lines.append(f"  help: {self.help}")
         if self.affects:
             lines.append(f"  affects: {', '.join(self.affects)}")
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))
 
     def to_json(self) -> dict:
         """The fields of schemas/check-report.v1.json (and plan.v1.json's warnings)."""
@@ -115,12 +117,31 @@ class Diagnostic:
         return f"::{level} {','.join(props)}::{_gh_escape(body, False)}"
 
 
+# C0 and C1 controls, DEL and the Unicode line and paragraph separators, written as Python escapes: ESC would
+# drive the terminal (clear it, retitle it), a CR or a newline would start a line that is not ours.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def printable(line: str) -> str:
+    """One line of text output, safe for a terminal and a CI log: control characters escaped, and no GitHub
+    workflow command can start in it (`::cmd::` at the start of a line, after blanks, and `##[cmd]`
+    anywhere are what the Actions runner obeys; a backslash defuses both)."""
+    line = line.translate(_ESCAPES)
+    if "##[" in line:
+        line = line.replace("##[", "##\\[")
+    body = line.lstrip()
+    if body.startswith("::"):
+        line = line[: len(line) - len(body)] + "\\" + body
+    return line
+
+
 def _pos_json(pos: Position | None) -> dict | None:
     return None if pos is None else {"file": pos.file, "line": pos.line, "col": pos.col}
 
 
 def _gh_escape(text: str, prop: bool) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").translate(_ESCAPES)
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
     return text
