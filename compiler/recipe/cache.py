@@ -2,40 +2,104 @@
 cold check of an unchanged recipe skips jsonschema and PyYAML.
 
 Why: importing jsonschema and building a validator is half of a cold `moeforge check`; a recipe that
-has not changed since it last validated does not need either. An entry's name is the hash (BLAKE2b,
-from the interpreter's built-in _blake2: hashlib would load OpenSSL, a few milliseconds of a cold
-start) of the schema file's bytes and of the document's canonical JSON, so any change to either
-misses. Only acceptances are stored (a refusal is validated again, for its diagnostics). Entries are
-empty files, each created under a name of its own (pid and random suffix, O_EXCL) and then renamed
-into place (os.replace, atomic): two processes writing the same entry at once both succeed, and a
-reader sees either no entry or a whole one. The cache lives
-in $MOEFORGE_CACHE_DIR, else $XDG_CACHE_HOME/moeforge, else ~/.cache/moeforge; MOEFORGE_NO_CACHE=1
-turns it off, and an unwritable directory just means no cache.
+has not changed since it last validated does not need either. Only acceptances are stored (a refusal is
+validated again, for its diagnostics), and only documents that parsed without error.
 
-Parsed documents (compiler.recipe.load) are entries too, under parsed/: named by the hash of the parser's
-version and the file's text, holding the values and positions as JSON, written the same atomic way.
-Only a document that parsed without error is stored; an entry that cannot be read is a miss.
+Why it cannot be forged: an entry is a verdict that `check` acts on, so it counts only when this user's
+moeforge wrote it. The cache directory is private (made 0700; one owned by another user is not used, one
+that others could write is made private and gets a new secret), and every entry is keyed with a per-user
+secret (32 random bytes in <cache>/secret, 0600, made once) by BLAKE2b's keyed mode (from the
+interpreter's built-in _blake2: hashlib would load OpenSSL, a few milliseconds of a cold start). A
+validity entry is an empty file whose name is the keyed digest of this moeforge's version, the schema
+file's bytes and the document's canonical JSON; a parse entry's name is the keyed digest of the version,
+the parser's and the text, and it holds the keyed digest of its name and content before the content.
+So an entry written by anyone without the secret, by another moeforge version, for other content, or
+cut short is a miss, and the document is validated or parsed again; a poisoned cache never changes
+what `check` says.
+
+Entries are written under a name of their own (pid and random suffix, O_EXCL) and then renamed into
+place (atomic): two processes writing the same entry both succeed, and a reader sees no entry or a whole
+one. The cache lives in $MOEFORGE_CACHE_DIR, else $XDG_CACHE_HOME/moeforge, else ~/.cache/moeforge;
+MOEFORGE_NO_CACHE=1 turns it off, and a directory that cannot be used just means no cache.
 """
 from __future__ import annotations
 
 import json
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
+
+from compiler import __version__
 
 try:
     from _blake2 import blake2b
 except ImportError:  # an interpreter without the built-in module: the same function from hashlib
     from hashlib import blake2b
 
+SECRET_BYTES = 32
+
 
 @lru_cache(maxsize=1)
-def _directory() -> Path | None:
+def _directory() -> tuple[Path, bytes] | None:
+    """(the private cache directory, this user's secret), or None: no cache this run."""
     if os.environ.get("MOEFORGE_NO_CACHE"):
         return None
-    base = os.environ.get("MOEFORGE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moeforge")
-    return Path(base) / "valid"
+    base = Path(os.environ.get("MOEFORGE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moeforge"))
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(base)
+        if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+            return None  # another user's directory: what it holds is theirs to claim, not ours to trust
+        shared = bool(st.st_mode & 0o022)  # others could have written in it, a secret included
+        if st.st_mode & 0o077:
+            os.chmod(base, 0o700)
+        return base, _secret(base / "secret", renew=shared)
+    except OSError:
+        return None
+
+
+def _secret(path: Path, renew: bool) -> bytes:
+    """This user's key: read when it is a private file of ours of the right size; else a new one (renew:
+    always), made whole beside it and linked into place (a concurrent run's wins, and both then use it)."""
+    if not renew:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                key = os.read(fd, SECRET_BYTES + 1)
+            finally:
+                os.close(fd)
+            if st.st_uid == os.getuid() and not st.st_mode & 0o077 and len(key) == SECRET_BYTES:
+                return key
+            renew = True  # not ours, readable by others, or cut short: replaced
+    tmp = path.with_name(f".secret-{os.getpid()}-{os.urandom(6).hex()}")
+    key = os.urandom(SECRET_BYTES)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, key)
+    finally:
+        os.close(fd)
+    try:
+        if renew:
+            os.replace(tmp, path)
+            return key
+        try:
+            os.link(tmp, path)
+            return key
+        except FileExistsError:  # another run made it first: use that one
+            return _secret(path, renew=False)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _digest(secret: bytes, text: str | bytes) -> str:
+    return blake2b(text.encode() if isinstance(text, str) else text, key=secret, digest_size=32).hexdigest()
 
 
 @lru_cache(maxsize=None)
@@ -44,32 +108,43 @@ def _schema_digest(schema_file: Path) -> str:
 
 
 def key(schema_file: Path, data) -> str | None:
-    """The entry name for `data` under this schema (None: the data is not plain JSON)."""
+    """The entry name for `data` under this schema (None: no cache, or the data is not plain JSON)."""
+    cache = _directory()
+    if cache is None:
+        return None
     try:
         text = json.dumps(data, sort_keys=True, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
         return None
-    return blake2b(f"{_schema_digest(schema_file)}\n{text}".encode(), digest_size=32).hexdigest()
+    return _digest(cache[1], f"valid\n{__version__}\n{_schema_digest(schema_file)}\n{text}")
 
 
 def known_valid(entry: str | None) -> bool:
-    directory = _directory()
-    return bool(entry and directory and (directory / entry[:2] / entry).exists())
+    cache = _directory()
+    if not (entry and cache):
+        return False
+    try:
+        st = os.stat(cache[0] / "valid" / entry[:2] / entry)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0  # an entry of ours is empty: anything else is a miss
 
 
 def remember_valid(entry: str | None) -> None:
-    _write(_directory(), entry, b"")
+    cache = _directory()
+    if entry and cache:
+        _write(cache[0] / "valid", entry, b"")
 
 
-def _write(directory: Path | None, entry: str | None, payload: bytes) -> None:
+def _write(directory: Path, entry: str, payload: bytes) -> None:
     """The entry, whole or not at all: written under a name of its own, then renamed into place."""
-    if not (entry and directory):
-        return
     try:
         folder = directory / entry[:2]
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            directory.mkdir(mode=0o700, exist_ok=True)
+            folder.mkdir(mode=0o700, exist_ok=True)
         tmp = folder / f".tmp-{os.getpid()}-{os.urandom(6).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, payload)
         finally:
@@ -79,29 +154,39 @@ def _write(directory: Path | None, entry: str | None, payload: bytes) -> None:
         pass  # no cache is only slower
 
 
-def _parsed() -> Path | None:
-    directory = _directory()
-    return directory.parent / "parsed" if directory else None
+def parse_key(parser: str, text: str) -> str | None:
+    """The parse entry's name for `text` read by parser version `parser` (None: no cache)."""
+    cache = _directory()
+    return None if cache is None else _digest(cache[1], f"parse\n{__version__}\n{parser}\n{text}")
 
 
-def parse_key(parser: str, text: str) -> str:
-    return blake2b(f"{parser}\n{text}".encode(), digest_size=32).hexdigest()
+def _refuse_constant(name):
+    raise ValueError(f"{name} in a cache entry")
 
 
-def recall(entry: str):
-    """What store() kept under this entry (None: a miss, or an entry that cannot be read)."""
-    directory = _parsed()
-    if directory is None:
+def recall(entry: str | None):
+    """What store() kept under this entry (None: a miss, an entry this user's moeforge did not write, or one
+    that cannot be read)."""
+    cache = _directory()
+    if not (entry and cache):
         return None
     try:
-        return json.loads((directory / entry[:2] / entry).read_bytes())
+        raw = (cache[0] / "parsed" / entry[:2] / entry).read_bytes()
+        mac, _, payload = raw.partition(b"\n")
+        if mac.decode("ascii") != _digest(cache[1], entry.encode() + b"\n" + payload):
+            return None
+        return json.loads(payload, parse_constant=_refuse_constant)
     except (OSError, ValueError):
         return None
 
 
-def store(entry: str, value) -> None:
+def store(entry: str | None, value) -> None:
+    cache = _directory()
+    if not (entry and cache):
+        return
     try:
         payload = json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
     except (TypeError, ValueError):
         return  # not plain JSON: parsed again next time
-    _write(_parsed(), entry, payload)
+    mac = _digest(cache[1], entry.encode() + b"\n" + payload)
+    _write(cache[0] / "parsed", entry, mac.encode() + b"\n" + payload)
