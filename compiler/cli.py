@@ -380,6 +380,7 @@ def cmd_rules(args) -> int:
 
 
 def cmd_migrate(args) -> int:
+    from compiler.bounded import Unreadable
     from compiler.recipe.load import load_file
     from compiler.recipe.migrate import migrate_file
 
@@ -390,6 +391,10 @@ def cmd_migrate(args) -> int:
             changed = migrate_file(Path(name), write=not args.check)
         except CompileError as exc:
             diags += exc.diagnostics
+            continue
+        except (OSError, Unreadable) as exc:  # a full disk, a read-only directory: the file is as it was
+            diags.append(error("E_IO", f"cannot rewrite it: {getattr(exc, 'strerror', None) or exc} (the file is "
+                               "unchanged)", Position(name)))
             continue
         if args.check:
             if changed:

@@ -236,15 +236,21 @@ def old_schema_notes(documents) -> list:
 
 def migrate_file(path: Path, write: bool = True) -> bool:
     """Rewrite a document in place at the current schema version, comments kept; whether it changed
-    (with write=False: whether it would, nothing written)."""
+    (with write=False: whether it would, nothing written). A symbolic link stays a link: the file it
+    points to is migrated. The file keeps its mode (and, run as root, its owner)."""
+    import os
+
     from ruamel.yaml import YAML  # only `moeforge migrate` needs a round-trip parser
+
+    from compiler.bounded import LIMITS, read_text
 
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096  # never re-wrap a folded description
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
-    text = path.read_text(encoding="utf-8")
+    path = Path(os.path.realpath(path))
+    text = read_text(path, LIMITS["recipe"])
     data = yaml.load(text)
     version = declared_version(data)
     if version is None or version[1] >= CURRENT.get(version[0], version[1]):
@@ -254,11 +260,29 @@ def migrate_file(path: Path, write: bool = True) -> bool:
         return True
     out = io.StringIO()
     yaml.dump(new, out)
-    text = _schema_comment(out.getvalue(), version[0])
-    tmp = path.with_name(f".{path.name}.migrate.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    _replace(path, _schema_comment(out.getvalue(), version[0]))
     return True
+
+
+def _replace(path: Path, text: str) -> None:
+    """`path` (a real file) replaced by `text` whole or not at all, with the file's mode and owner; the
+    temporary beside it is removed whatever goes wrong (a full disk, an interrupt)."""
+    import os
+    import stat
+    import tempfile
+
+    st = os.stat(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".migrate.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 _SCHEMA_COMMENT = re.compile(r"^(# yaml-language-server: \$schema=\S*?)(recipe|platform|model|sweep)\.v[0-9]+\.json",
