@@ -282,11 +282,11 @@ def cmd_compile(args) -> int:
     out = (Path(args.out or project.build()) / resolved.composed.recipe_id).resolve()
     build_dir = _relative(out)
     try:
-        emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
+        kept = emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
     except OSError as exc:
         raise CompileError([error("E_IO", f"cannot write the build to {out}: {exc.strerror or exc}",
                                   help="choose a writable --out directory")]) from None
-    printed = shown(resolved.diagnostics, args.quiet, args.advice)
+    printed = shown(resolved.diagnostics + kept, args.quiet, args.advice)
     if printed:
         print(render_all(printed, args.format))
     if args.format == "text":

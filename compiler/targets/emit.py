@@ -2,19 +2,15 @@
 
 Templates get a flat, prepared view (every name decided here or in compiler/knobs/table.py); every
 value that reaches a shell goes through the `q` filter. All files are rendered in memory
-first and the build directory is swapped in whole, so a failed compile leaves the
-previous build intact and concurrent compiles never see a half-written one.
+first and the build directory is swapped in whole (compiler/targets/builddir.py), so a failed
+compile leaves the previous build intact and concurrent compiles never see a half-written one.
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import posixpath
 import re
 import shlex
-import shutil
-import tempfile
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +21,8 @@ from compiler.targets.bridge_overrides import bridge_overrides
 from compiler.diagnostics import CompileError, error
 from compiler.targets.megatron_args import arguments, release_for
 from compiler.resources import TEMPLATES
+from compiler.targets import builddir
+from compiler.targets.builddir import write_file_atomically  # noqa: F401 - where the other commands import it from
 
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
            "bridge.overrides", "EXPLAIN.md")
@@ -280,99 +278,7 @@ def render(plan: dict, composed_data: dict, build_dir: str, labels: dict | None 
     return files
 
 
-def write_atomically(target: Path, files: dict[str, str]) -> None:
-    """Write into a staging directory, then swap it in; on any failure the previous build stays.
-
-    What the previous build holds besides compile's own files (the runtime's report.json, a checkpoint or
-    logs a recipe keeps there) moves into the new build (a rename, however large): a recompile never
-    deletes a run's results. A compile killed outright (SIGKILL, a lost node) leaves its directories
-    beside the build; the next compile of the recipe finishes or discards that work first (_recover)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # compiles of one recipe run in turn: what is left is a dead one's
-        _recover(target)
-        staging = Path(tempfile.mkdtemp(prefix=_leftover_prefix(target, "staging"), dir=target.parent))
-        try:
-            for name, text in files.items():
-                path = staging / name
-                path.write_text(text, encoding="utf-8")
-                os.chmod(path, 0o755 if name in EXECUTABLE else 0o644)
-            os.chmod(staging, 0o755)
-            # complete: from here on a killed compile's build is swapped in by the next compile, not discarded
-            ready = staging.with_name(_leftover_prefix(target, "ready") + staging.name.rsplit(".", 1)[1])
-            os.replace(staging, ready)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        _swap_in(ready, target)
-
-
-def _leftover_prefix(target: Path, kind: str) -> str:
-    """The names of write_atomically's directories beside the build: .<name>.<kind>.<random>."""
-    return f".{target.name}.{kind}."
-
-
-def _swap_in(ready: Path, target: Path) -> None:
-    """Carry what the build holds besides ready's files into ready, then put ready in the build's place."""
-    own, retired, carried = set(os.listdir(ready)), None, []
-    try:
-        try:
-            if target.is_dir() and not target.is_symlink():  # a linked build's files stay where they are
-                for entry in sorted(os.listdir(target)):
-                    if entry not in own:
-                        os.replace(target / entry, ready / entry)
-                        carried.append(entry)
-            if target.exists() or target.is_symlink():
-                retired = Path(tempfile.mkdtemp(prefix=_leftover_prefix(target, "old"), dir=target.parent))
-                os.replace(target, retired / "build")
-            os.replace(ready, target)
-        except BaseException:
-            if retired is not None and (retired / "build").exists():
-                os.replace(retired / "build", target)  # put the previous build back
-            for entry in reversed(carried):  # and what it held
-                os.replace(ready / entry, target / entry)
-            carried.clear()
-            raise
-    except BaseException:
-        if not carried:  # a run's results never go with the staging directory
-            shutil.rmtree(ready, ignore_errors=True)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
-        raise
-    if retired is not None:
-        shutil.rmtree(retired, ignore_errors=True)
-
-
-def _recover(target: Path) -> None:
-    """Put right what a compile killed inside write_atomically left (called under the recipe's lock).
-
-    A staging directory is a partial build: removed. A ready one is a complete build, perhaps holding
-    some of the run's results it was carrying: the swap is finished, as the killed compile would have.
-    A retired previous build goes back when no build stands in its place (killed between the swap's two
-    renames with no ready build left), else it is removed."""
-    def left(kind: str) -> list[Path]:
-        prefix = _leftover_prefix(target, kind)
-        return [target.parent / n for n in sorted(os.listdir(target.parent)) if n.startswith(prefix)]
-
-    for staging in left("staging"):
-        shutil.rmtree(staging, ignore_errors=True)
-    for ready in left("ready"):
-        _swap_in(ready, target)
-    for retired in left("old"):
-        if not (target.exists() or target.is_symlink()) and (retired / "build").exists():
-            os.replace(retired / "build", target)
-        shutil.rmtree(retired, ignore_errors=True)
-
-
-def write_file_atomically(path: Path, text: str | bytes) -> None:
-    """A file written whole or not at all (text as UTF-8, or bytes as they are)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_atomically(target: Path, files: dict[str, str]) -> list:
+    """The build directory replaced whole (compiler/targets/builddir.py: a failed compile leaves the previous
+    build, a recompile never loses a run's results); the warnings say where two versions of one were kept."""
+    return builddir.write_atomically(target, files, EXECUTABLE)

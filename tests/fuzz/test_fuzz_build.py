@@ -213,3 +213,96 @@ def test_next_compile_finishes_a_swap_killed_midway(fuzz_root, previous, tmp_pat
         outcome = fuzzlib.isolated(fuzzlib.compile_in, str(fuzz_root), CASE, [], str(out))
         assert outcome.status == "ok", outcome.error
         assert_whole(out, before, outcome)
+
+
+# ----------------------------------------------------------------------------- a kill at every step (issue 42)
+
+def killed_at(root: str, out: str, k: int, late: str | None = None) -> None:
+    """compile_in, SIGKILLed just before its k-th step on disk (compiler/targets/builddir.py's at_step hook:
+    each directory made, the files half written, each rename, each removal); `late`: at the step named so, a
+    run writes
+    late.log into the build first (a run that finishes while the compile swaps)."""
+    from compiler.targets import builddir
+
+    steps = []
+
+    def hook(name):
+        steps.append(name)
+        if name == late:
+            (Path(out) / CASE / "late.log").write_bytes(b"written during the swap")
+        if len(steps) == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+    builddir.at_step = hook
+    fuzzlib.compile_in(root, CASE, [], out)
+
+
+def fork_and_wait(fn, *args) -> bool:
+    """fn(*args) in a forked child; whether a SIGKILL ended it (else it ran to the end)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn(*args)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        assert os.WTERMSIG(status) == signal.SIGKILL
+        return True
+    assert os.WEXITSTATUS(status) == 0, "the compile failed on its own"
+    return False
+
+
+OLD, NEWER = b'{"steps": 3}\n', b'{"steps": 6}\n'
+
+
+@pytest.mark.usefixtures("warm")
+@pytest.mark.parametrize("with_previous", [True, False], ids=["previous", "empty"])
+def test_a_kill_at_every_step_loses_nothing(fuzz_root, previous, tmp_path_factory, with_previous):
+    """SIGKILL before each step of a compile in turn (deterministic: the hook counts the steps), then a run
+    writes a newer report into whatever build stands, then the next compile: the newer report is the build's
+    report.json, the older one is either gone because the run itself overwrote it or kept beside it as
+    report.json.parked-1 (never in its place), the checkpoint is whole, the outputs are the new compile's,
+    and nothing is left beside the build. Until a k where the compile finishes: every step was tried."""
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
+    k, killed = 0, True
+    while killed:
+        k += 1
+        out = fresh_out(previous, tmp_path_factory, with_previous, results=with_previous)
+        build = out / CASE
+        for path in build.rglob("*") if with_previous else ():  # the run that left them ended an hour ago
+            os.utime(path, (time.time() - 3600, time.time() - 3600))
+        before = tree(build)
+        killed = fork_and_wait(killed_at, str(fuzz_root), str(out), k)
+        after = tree(build)
+        inside_swap = any(".ready." in name or ".old." in name for name in leftovers(out))
+        assert after in (before, {**tree(previous / CASE), **{n: before[n] for n in before if n not in OUTPUTS}}) \
+            or inside_swap or not killed, f"step {k}: a killed compile left a partial build: {sorted(after)}"
+        wrote = build.is_dir()
+        if wrote:
+            (build / "report.json").write_bytes(NEWER)
+        outcome = fuzzlib.isolated(fuzzlib.compile_in, str(fuzz_root), CASE, [], str(out))
+        assert outcome.status == "ok", outcome.error
+        final = tree(build)
+        extra = {n: final.pop(n) for n in list(final) if n not in OUTPUTS}
+        assert final == {n: v.encode() for n, v in outcome.value["files"].items()}, f"step {k}"
+        assert extra.pop("report.json", None) == (NEWER if wrote else OLD if with_previous else None), f"step {k}"
+        if with_previous:
+            assert extra.pop("checkpoints/iter_0000003/model.pt") == b"weights", f"step {k}"
+        assert extra in ({}, {"report.json.parked-1": OLD}), f"step {k}: {sorted(extra)}"
+        assert not leftovers(out), f"step {k}: left beside the build: {leftovers(out)}"
+    # staging, half written, ready, swap; with a previous build holding two results also 2 carries, retire (2),
+    # discard: the renames, and the directories made and removed around them
+    assert k - 1 == (9 if with_previous else 4), f"{k - 1} steps: a step on disk without a kill test?"
+
+
+@pytest.mark.usefixtures("warm")
+def test_a_result_written_during_the_swap_is_kept(fuzz_root, previous, tmp_path_factory):
+    """A run that writes into the build after its results were carried and before the build is retired: what
+    it wrote goes with the retired build, and is carried into the new one (not removed with the old)."""
+    (fuzz_root / f"{CASE}.yaml").write_text(dump(BASE), encoding="utf-8")
+    out = fresh_out(previous, tmp_path_factory, True, results=True)
+    assert not fork_and_wait(killed_at, str(fuzz_root), str(out), 10 ** 6, "retire")
+    assert (out / CASE / "late.log").read_bytes() == b"written during the swap"
+    assert (out / CASE / "report.json").read_bytes() == RESULTS["report.json"] and not leftovers(out)
