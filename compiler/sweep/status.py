@@ -36,9 +36,14 @@ def write(path: Path, record: dict) -> None:
 
 
 def read_json(path: Path) -> dict | None:
+    """A run's JSON (status.json, report.json) through the compiler's bounded reader: None when there is
+    none or it is not a JSON object within the limits (a run killed mid-write, a corrupted file)."""
+    from compiler.bounded import LIMITS, Unreadable
+    from compiler.bounded import read_json as bounded_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = bounded_json(path, LIMITS["report"])
+    except Unreadable:
         return None
     return data if isinstance(data, dict) else None
 
