@@ -23,9 +23,11 @@ class Unreadable(ValueError):
     """The input cannot be read as asked: str(exc) is one line saying why (without the file's name); kind
     is what went wrong: io, size, encoding or json."""
 
-    def __init__(self, message: str, kind: str = "io"):
+    def __init__(self, message: str, kind: str = "io", where: str | None = None, detail: str | None = None):
         super().__init__(message)
         self.kind = kind
+        self.where = where     # LINE:COL of a JSON syntax error
+        self.detail = detail   # json's own words for it, without the position
 
 
 def read_bytes(name, limit: int) -> bytes:
@@ -80,9 +82,10 @@ def parse_json(text: str | bytes):
         raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json") from None
     except Unreadable:
         raise
-    except ValueError as exc:  # JSONDecodeError, not UTF-8, an integer past the conversion limit
-        why = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-        raise Unreadable(why[:200], "json") from None
+    except json.JSONDecodeError as exc:
+        raise Unreadable(f"not JSON: {exc}"[:200], "json", f"{exc.lineno}:{exc.colno}", exc.msg) from None
+    except ValueError as exc:  # not UTF-8, an integer past the conversion limit
+        raise Unreadable(str(exc).split(";")[0][:200], "json") from None
     if too_deep(value, MAX_JSON_DEPTH):
         raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json")
     return value

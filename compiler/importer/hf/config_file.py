@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from compiler.bounded import Unreadable, parse_json
 from compiler.importer.hf import families as F
 from compiler.importer.hf.keys import HfRefused
 from compiler.launch_reader.text import ImportError_
@@ -40,18 +41,20 @@ def detect(source: str, text: str | None) -> bool:
     if not stripped.startswith("{"):
         return False
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
+        data = parse_json(stripped)
+    except Unreadable:
         return True  # starts like JSON: report it as JSON
     return isinstance(data, dict) and any(k in data for k in HF_KEYS)
 
 
 def load(text: str) -> dict:
+    """The config's JSON through the compiler's bounded reader (nesting, integer digits, finite numbers)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadJson(f"invalid JSON ({exc.msg}); expected a Hugging Face config.json",
-                      f"{exc.lineno}:{exc.colno}") from None
+        data = parse_json(text)
+    except Unreadable as exc:
+        if exc.where is None:
+            raise ImportError_(f"{exc}: not a Hugging Face config.json moeforge reads") from None
+        raise BadJson(f"invalid JSON ({exc.detail}); expected a Hugging Face config.json", exc.where) from None
     if not isinstance(data, dict):
         raise ImportError_(f"expected a JSON object (a Hugging Face config.json), got a {type(data).__name__}")
     return data
