@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compiler.knobs import table as K
-from compiler.recipe import validate
+from compiler.recipe import integers, validate
 from compiler.recipe.compose import Composed, compose, resolve_recipe
 from compiler.solver.inputs import concrete, pins_and_auto
 from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
@@ -40,10 +40,13 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
         diags += validate.missing_schema(doc.data, doc.file)
         if _kind_of(doc, root) == "recipe":  # platform and model are checked below, overrides included
             diags += validate.check(doc.data, validate.document_schema(doc.data, "recipe"), doc.pos)
+    wanted = []  # where the recipe spells an integer as a float (compiler.recipe.integers)
     for kind in ("platform", "model"):
         part = composed.data.get(kind)
-        diags += validate.check(part, validate.document_schema(part, kind),
-                                lambda path, k=kind: composed.pos((k,) + tuple(path)))
+        found, paths = validate.accept(part, validate.document_schema(part, kind),
+                                       lambda path, k=kind: composed.pos((k,) + tuple(path)))
+        diags += found
+        wanted += [(kind,) + p for p in paths]
     if not diags:
         from compiler.knobs.fields import megatron_core_diagnostics
 
@@ -54,13 +57,17 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
         recipe_part.update({k: composed.data[k]["name"] for k in ("platform", "model")
                             if isinstance(composed.data.get(k), dict) and "name" in composed.data[k]})
         recipe_part["schema"] = f"moeforge/recipe/v{validate.KINDS['recipe']}"
-        diags += validate.check(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
+        found, paths = validate.accept(recipe_part, validate.document_schema(recipe_part, "recipe"), composed.pos)
+        diags += found
+        wanted += paths
     if diags:
         raise CompileError(diags)
-    data, diags = validate.integers(composed.data, composed.pos)
+    if not wanted:
+        return composed
+    data, diags = integers.applied(composed.data, wanted, composed.pos)
     if diags:
         raise CompileError(diags)
-    return replace(composed, data=data) if data is not composed.data else composed
+    return replace(composed, data=data)
 
 
 def _kind_of(doc, root: Path) -> str:

@@ -19,7 +19,7 @@ import yaml
 
 from compiler.targets import plan as plan_mod
 from compiler import project
-from compiler.recipe import validate
+from compiler.recipe import integers, validate
 from compiler.recipe.compose import display_path
 from compiler.recipe.load import load_file
 from compiler.diagnostics import CompileError
@@ -81,12 +81,15 @@ def document(kind: str, name: str) -> tuple[dict, Path]:
         if path.is_file():
             try:  # the compiler's own loader (bounded; a bad file is one line at its place), 1.0 read as 1
                 doc = load_file(path, display_path(path, project.recipes()))
-                data, errors = validate.integers({kind: doc.data}, lambda p: doc.pos(p[1:]))
+                if not isinstance(doc.data, dict):
+                    return {}, path
+                schema = validate.validator(validate.document_schema(doc.data, kind)).schema
+                data, errors = integers.applied(doc.data, integers.wanted(schema, integers.floats(doc.data)), doc.pos)
                 if errors:
                     raise CompileError(errors)
             except CompileError as exc:
                 raise PlannerError(exc.diagnostics[0].render().splitlines()[0]) from None
-            return (data[kind] if isinstance(data[kind], dict) else {}), path
+            return data, path
     known = sorted({p.stem for top in (project.recipes(), BUILTIN_RECIPES) if (top / f"{kind}s").is_dir()
                     for p in (top / f"{kind}s").glob("*.yaml")})
     raise PlannerError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(known)} "

@@ -10,9 +10,11 @@ moeforge wrote it. The cache directory is private (made 0700; one owned by anoth
 that others could write is made private and gets a new secret), and every entry is keyed with a per-user
 secret (32 random bytes in <cache>/secret, 0600, made once) by BLAKE2b's keyed mode (from the
 interpreter's built-in _blake2: hashlib would load OpenSSL, a few milliseconds of a cold start). A
-validity entry is an empty file whose name is the keyed digest of this moeforge's version, the schema
-file's bytes and the document's canonical JSON; a parse entry's name is the keyed digest of the version,
-the parser's and the text, and it holds the keyed digest of its name and content before the content.
+validity entry's name is the keyed digest of this moeforge's version, the schema file's bytes and the
+document's canonical JSON; it is empty, or, for a document with an integral float, holds the keyed digest
+of its name and content and then the paths the schema wants as integers. A parse entry's name is the
+keyed digest of the version, the parser's and the text, and it holds the keyed digest of its name and
+content before the content.
 So an entry written by anyone without the secret, by another moeforge version, for other content, or
 cut short is a miss, and the document is validated or parsed again; a poisoned cache never changes
 what `check` says.
@@ -48,8 +50,11 @@ def _directory() -> tuple[Path, bytes] | None:
     base = Path(os.environ.get("MOEFORGE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moeforge"))
     try:
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(base)
+        try:
+            st = os.stat(base)
+        except FileNotFoundError:
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.stat(base)
         if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
             return None  # another user's directory: what it holds is theirs to claim, not ours to trust
         shared = bool(st.st_mode & 0o022)  # others could have written in it, a secret included
@@ -119,21 +124,32 @@ def key(schema_file: Path, data) -> str | None:
     return _digest(cache[1], f"valid\n{__version__}\n{_schema_digest(schema_file)}\n{text}")
 
 
-def known_valid(entry: str | None) -> bool:
+def valid(entry: str | None, detailed: bool) -> list | None:
+    """What remember_valid() kept for this entry: the accepted document's integer paths (compiler.recipe.
+    integers), [] when there are none; None for a miss. detailed: the document holds an integral float, so
+    only an entry that lists its paths will do (an empty one, cut short or not ours, is a miss)."""
     cache = _directory()
     if not (entry and cache):
-        return False
+        return None
+    if detailed:
+        paths = _recall("valid", entry)
+        return [tuple(p) for p in paths] if isinstance(paths, list) and all(isinstance(p, list) for p in paths) \
+            else None
     try:
         st = os.stat(cache[0] / "valid" / entry[:2] / entry)
     except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == 0  # an entry of ours is empty: anything else is a miss
+        return None
+    return [] if stat.S_ISREG(st.st_mode) and st.st_size == 0 else None  # an empty file of ours, else a miss
 
 
-def remember_valid(entry: str | None) -> None:
+def remember_valid(entry: str | None, paths: list | None = None) -> None:
+    """The schema accepted this entry's document: an empty file, or (paths given) the keyed list of them."""
     cache = _directory()
     if entry and cache:
-        _write(cache[0] / "valid", entry, b"")
+        if paths is None:
+            _write(cache[0] / "valid", entry, b"")
+        else:
+            _store("valid", entry, [list(p) for p in paths])
 
 
 def _write(directory: Path, entry: str, payload: bytes) -> None:
@@ -167,11 +183,19 @@ def _refuse_constant(name):
 def recall(entry: str | None):
     """What store() kept under this entry (None: a miss, an entry this user's moeforge did not write, or one
     that cannot be read)."""
+    return _recall("parsed", entry)
+
+
+def store(entry: str | None, value) -> None:
+    _store("parsed", entry, value)
+
+
+def _recall(kind: str, entry: str | None):
     cache = _directory()
     if not (entry and cache):
         return None
     try:
-        raw = (cache[0] / "parsed" / entry[:2] / entry).read_bytes()
+        raw = (cache[0] / kind / entry[:2] / entry).read_bytes()
         mac, _, payload = raw.partition(b"\n")
         if mac.decode("ascii") != _digest(cache[1], entry.encode() + b"\n" + payload):
             return None
@@ -180,13 +204,13 @@ def recall(entry: str | None):
         return None
 
 
-def store(entry: str | None, value) -> None:
+def _store(kind: str, entry: str | None, value) -> None:
     cache = _directory()
     if not (entry and cache):
         return
     try:
         payload = json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
     except (TypeError, ValueError):
-        return  # not plain JSON: parsed again next time
+        return  # not plain JSON: computed again next time
     mac = _digest(cache[1], entry.encode() + b"\n" + payload)
-    _write(cache[0] / "parsed", entry, mac.encode() + b"\n" + payload)
+    _write(cache[0] / kind, entry, mac.encode() + b"\n" + payload)

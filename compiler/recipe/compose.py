@@ -254,7 +254,12 @@ def _merge(data: dict, origins: dict, layer: dict, positions: dict) -> None:
     lengths = sorted({len(p) for p in replaced})
 
     def under(path: tuple) -> bool:
-        return any(path[:n] in replaced for n in lengths if n <= len(path))
+        for n in lengths:
+            if n > len(path):
+                return False
+            if path[:n] in replaced:
+                return True
+        return False
 
     for p in [p for p in origins if under(p)]:
         del origins[p]

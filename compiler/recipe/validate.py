@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from compiler.recipe import cache
+from compiler.recipe import cache, integers
 from compiler.diagnostics import Diagnostic, Position, error
-from compiler.recipe.load import INT_MAX, INT_MIN, KEY, out_of_range
+from compiler.recipe.load import KEY
 from compiler.resources import SCHEMAS
 
 KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
@@ -27,102 +27,28 @@ def validator(name: str):
 
 
 def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
-    """All schema violations of `data`; `pos_of(path)` gives a Position for a path. A document this
-    schema accepted before (compiler.recipe.cache) is not validated again."""
+    """All schema violations of `data`; `pos_of(path)` gives a Position for a path."""
+    return accept(data, schema_name, pos_of)[0]
+
+
+def accept(data, schema_name: str, pos_of) -> tuple[list[Diagnostic], list[tuple]]:
+    """(every schema violation of `data`, and when there is none the paths of its integral floats that the
+    schema wants as integers: compiler.recipe.integers). A document this schema accepted before
+    (compiler.recipe.cache) is not validated again, and its paths are read back with the verdict."""
+    candidates = integers.floats(data)
     entry = cache.key(SCHEMAS / schema_name, data)
-    if cache.known_valid(entry):
-        return []
+    known = cache.valid(entry, detailed=bool(candidates))
+    if known is not None:
+        return [], known
     v = validator(schema_name)
     out = []
     for err in sorted(v.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
         out.extend(diagnose(err, pos_of, v.schema))
-    if not out:
-        cache.remember_valid(entry)
-    return _dedupe(out)
-
-
-# ----------------------------------------------------------------------- integers as integers
-
-def integers(data: dict, pos_of) -> tuple[dict, list[Diagnostic]]:
-    """The composed recipe (platform and model under their keys) with every integral float the schema
-    wants as an integer made one: `tp: 1.0` and `--set training.micro_batch_size=1.0` are 1 (JSON Schema
-    counts 1.0 as an integer; layout arithmetic, plan.json and Megatron's argparse do not). Normalised
-    rather than refused: the editor's schema check accepts 1.0, so check must too, and then every later
-    stage sees one spelling (diff of two such recipes: the same plan). A value past int64 is an error."""
-    if not _has_integral_float(data):
-        return data, []  # the usual recipe: no schema is read
-    out, errors = {}, []
-    recipe = _schema(f"recipe.v{KINDS['recipe']}.json")
-    for key, value in data.items():
-        schema = _schema(f"{key}.v{KINDS[key]}.json") if key in ("platform", "model") and isinstance(value, dict) \
-            else _children(recipe, key)
-        out[key] = _integral(value, schema if isinstance(schema, list) else [schema], (key,), pos_of, errors)
-    return out, errors
-
-
-@lru_cache(maxsize=None)
-def _schema(name: str) -> dict:
-    return json.loads((SCHEMAS / name).read_text())
-
-
-def _has_integral_float(value) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and item.is_integer():
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
-def _branches(schema) -> list:
-    """The schema and every anyOf/oneOf/allOf alternative inside it."""
-    out, todo = [], [schema]
-    while todo:
-        s = todo.pop()
-        if isinstance(s, dict):
-            out.append(s)
-            for key in ("anyOf", "oneOf", "allOf"):
-                todo.extend(s.get(key, ()))
-    return out
-
-
-def _children(schema, key) -> list:
-    """The subschemas that may describe `key` of a mapping (an int: an item of a list)."""
-    out = []
-    for s in _branches(schema):
-        if isinstance(key, int):
-            if isinstance(s.get("items"), dict):
-                out.append(s["items"])
-        elif key in s.get("properties", {}):
-            out.append(s["properties"][key])
-        elif isinstance(s.get("additionalProperties"), dict):
-            out.append(s["additionalProperties"])
-    return out
-
-
-def _integral(value, schemas: list, path: tuple, pos_of, errors: list):
-    if isinstance(value, float) and value.is_integer():
-        types = set()
-        for s in (b for schema in schemas for b in _branches(schema)):
-            t = s.get("type")
-            types.update(t if isinstance(t, list) else [t] if t else ())
-        if "integer" not in types or "number" in types:
-            return value
-        if not INT_MIN <= value <= INT_MAX:
-            errors.append(out_of_range(f"{value:.0f}", pos_of(path)))
-            return value
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v, [c for s in schemas for c in _children(s, k)], path + (k,), pos_of, errors)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v, [c for s in schemas for c in _children(s, i)], path + (i,), pos_of, errors)
-                for i, v in enumerate(value)]
-    return value
+    if out:
+        return _dedupe(out), []
+    paths = integers.wanted(v.schema, candidates)
+    cache.remember_valid(entry, paths if candidates else None)
+    return [], paths
 
 
 def diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
