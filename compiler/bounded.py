@@ -1,5 +1,5 @@
 """One bounded reader for what the compiler reads from a user: recipes, plans, launch scripts, args files,
-reports (stdin included).
+Hugging Face configs, tokenizer vocabularies, reports (stdin included).
 
 Why one: each reader had its own idea of what a file may be (one read a FIFO and blocked, one read
 /dev/zero until the kernel killed it at 22 GB, one took a 3000-level JSON nest into a RecursionError).
@@ -14,7 +14,7 @@ import stat
 import sys
 
 MB = 1 << 20
-LIMITS = {"recipe": MB, "plan": 16 * MB, "launch": 4 * MB, "report": 64 * MB}
+LIMITS = {"recipe": MB, "plan": 16 * MB, "launch": 4 * MB, "report": 64 * MB, "vocabulary": 256 * MB}
 MAX_JSON_DEPTH = 64    # a plan nests about 5 levels; Python's json gives up near 1000, as a RecursionError
 INT_DIGITS = 4300      # Python's own int/str conversion limit (sys.get_int_max_str_digits())
 

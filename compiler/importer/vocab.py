@@ -18,9 +18,9 @@ wins over both. What each tokenizer's size is (megatron/core/tokenizers/text/lib
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from compiler.bounded import LIMITS, read_bytes, read_json
 from compiler.targets.megatron_args import lm_default
 
 GPT2_VOCAB = 50257           # GPT-2's vocab.json (encoder.json): 50,000 merges + 256 bytes + <|endoftext|>
@@ -57,8 +57,8 @@ def tokenizer_vocab(g, dirs: list[Path]) -> tuple[int | None, str]:
         if path is None or not path.is_file():
             return None, f"{tok}: --tokenizer-model {model} is not a file reachable here"
         try:
-            size = sentencepiece_pieces(path.read_bytes())
-        except (OSError, ValueError) as exc:
+            size = sentencepiece_pieces(read_bytes(path, LIMITS["vocabulary"]))
+        except ValueError as exc:  # bounded.Unreadable among them
             return None, f"{tok}: {path} is not a SentencePiece model ({exc})"
         if g("special_tokens"):
             return None, (f"{tok}: {size} pieces in {path.name}, plus the --special-tokens it adds that are not "
@@ -81,9 +81,9 @@ def _gpt2(g, dirs: list[Path]) -> tuple[int | None, str]:
         where = f"--vocab-file {g('vocab_file')} is not reachable here" if g("vocab_file") else "no --vocab-file"
         return GPT2_VOCAB, f"GPT-2's own vocabulary ({where}; a GPT-2 BPE vocab.json has {GPT2_VOCAB} entries)"
     try:
-        return len(json.loads(path.read_text(encoding="utf-8"))), f"the entries of {path.name} (--vocab-file)"
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        return None, f"--vocab-file {path} cannot be read ({exc.__class__.__name__})"
+        return len(read_json(path, LIMITS["vocabulary"])), f"the entries of {path.name} (--vocab-file)"
+    except (ValueError, TypeError) as exc:  # bounded.Unreadable among them
+        return None, f"--vocab-file {path} cannot be read ({exc})"
 
 
 def _find(name, dirs: list[Path]) -> Path | None:
@@ -107,15 +107,15 @@ def _huggingface(model, dirs: list[Path]) -> tuple[int | None, str]:
     if not file.is_file() or file.suffix != ".json":
         return None, f"HuggingFaceTokenizer: no tokenizer.json in {folder}"
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = read_json(file, LIMITS["vocabulary"])
         vocab = data["model"]["vocab"]
         tokens = set(vocab) if isinstance(vocab, dict) else {piece[0] for piece in vocab}
         tokens |= {t["content"] for t in data.get("added_tokens") or []}
         config = folder / "tokenizer_config.json"
         if config.is_file():
-            extra = json.loads(config.read_text(encoding="utf-8")).get("added_tokens_decoder") or {}
+            extra = read_json(config, LIMITS["vocabulary"]).get("added_tokens_decoder") or {}
             tokens |= {t["content"] for t in extra.values() if isinstance(t, dict) and "content" in t}
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # bounded.Unreadable among the ValueErrors
         return None, f"HuggingFaceTokenizer: {file} cannot be read as a tokenizer.json ({exc.__class__.__name__})"
     return len(tokens), f"the tokens of {folder.name}/{file.name} (--tokenizer-model), added tokens included"
 

@@ -6,12 +6,13 @@ input kind is one more row, and a file that is none of them gets one line naming
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 import yaml
+
+from compiler.bounded import parse_json
 
 LAUNCHES = ("functional-test", "bridge", "args", "launch")  # what lint-config reads as a launch
 # entry points: the script a command runs says what it is (Megatron-LM's own names)
@@ -37,7 +38,7 @@ def _lines(text: str) -> list[str]:
 def _yaml(text: str):
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML, a 5000-digit integer, a nest 3000 deep
         return None
 
 
@@ -100,8 +101,8 @@ def what_it_is(text: str, name: str = "") -> str:
     if not text.strip():
         return "the file is empty"
     try:
-        return f"it is JSON ({_shape(json.loads(text))})"
-    except ValueError:
+        return f"it is JSON ({_shape(parse_json(text))})"
+    except ValueError:  # bounded.Unreadable: not JSON, or past its bounds
         pass
     hint = fragment_hint(text, name)
     if hint:

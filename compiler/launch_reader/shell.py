@@ -25,6 +25,13 @@ from compiler.launch_reader import shell_eval as E
 STRING_RUNNERS = ("bash", "sh", "zsh", "dash")
 MAX_DEPTH = 8         # nested `source` / `bash -c` / function calls
 MAX_LOOP = 256        # iterations of a `for` loop over known words
+# characters one variable, one array or one command's words may hold: a launch's come to kilobytes; a script that
+# doubles an array forty times (A=("${A[@]}" "${A[@]}")) grew until the kernel killed the import at 22 GB
+MAX_EXPANDED = 1 << 22
+
+
+class TooLarge(ValueError):
+    """A variable, an array or a command past MAX_EXPANDED characters: not a launch anyone runs."""
 QUIET = {"echo", "printf", "mkdir", "cd", "set", "shopt", "trap", "ulimit", "umask", "sleep", "wait", "true", ":",
          "rm", "cp", "mv", "ln", "touch", "chmod", "cat", "tee", "date", "hostname", "nvidia-smi", "pwd", "pip",
          "module", "ml", "conda", "nvidia-smi", "git", "ls", "env", "printenv", "exec", "return", "shift"}
@@ -296,20 +303,24 @@ class _Reader(E.Words):
         if value is not None and value.type == "array":
             words = self.words_of(value.named_children, ctx, keep_unknown=True)
             old = self.state.arrays.get(name, []) if append else []
-            self.state.arrays[name] = old + words
+            self.state.arrays[name] = _bounded(old + words, name, node, ctx)
             self.state.vars.pop(name, None)
             return
-        text = "" if value is None else self.scalar(value, ctx)
+        text = _bounded("" if value is None else self.scalar(value, ctx), name, node, ctx)
         if index is not None or name in self.state.arrays:
             arr = self.state.arrays.setdefault(name, [])
             i = E.to_int(index) if index is not None else 0
             if i is None:
                 self.note_node(node, ctx, f"{name}[{index}]=", "an index that is not a number: not set")
                 return
+            if i + 1 - len(arr) > MAX_EXPANDED:
+                raise TooLarge(f"{ctx.where}:{ctx.line(node)}: {name}[{i}]: an array of more than {MAX_EXPANDED} "
+                               "elements is not a launch moeforge can read")
             arr.extend([""] * (i + 1 - len(arr)))
             arr[i] = (arr[i] if append else "") + text
+            _bounded(arr, name, node, ctx)
             return
-        self.state.vars[name] = (self.state.vars.get(name, "") if append else "") + text
+        self.state.vars[name] = _bounded((self.state.vars.get(name, "") if append else "") + text, name, node, ctx)
 
     # ------------------------------------------------------------------ commands
 
@@ -320,7 +331,7 @@ class _Reader(E.Words):
                 env[self.text(child.child_by_field_name("name"), ctx)] = self.scalar(
                     child.child_by_field_name("value"), ctx) if child.child_by_field_name("value") else ""
         parts = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) in ("name", "argument")]
-        words = self.words_of(parts, ctx, keep_unknown=True)
+        words = _bounded(self.words_of(parts, ctx, keep_unknown=True), "a command", node, ctx)
         if not words:
             self.state.vars.update(env)
             return True
@@ -375,10 +386,12 @@ class _Reader(E.Words):
         if found is None:
             self.note_node(node, ctx, f"source {target}", "no such file beside the script: what it sets is unknown")
             return None
+        from compiler.bounded import LIMITS, Unreadable, read_text
+
         try:
-            text = found.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            self.note_node(node, ctx, f"source {target}", f"cannot read it ({exc.__class__.__name__})")
+            text = read_text(found, LIMITS["launch"])
+        except Unreadable as exc:
+            self.note_node(node, ctx, f"source {target}", f"cannot read it ({exc})")
             return None
         saved = self.path
         self.path = found
@@ -387,6 +400,15 @@ class _Reader(E.Words):
         finally:
             self.path = saved
         return True
+
+
+def _bounded(value, what: str, node, ctx):
+    """`value` (a string or a list of words), or TooLarge past MAX_EXPANDED characters."""
+    size = len(value) if isinstance(value, str) else sum(len(w) + 1 for w in value)
+    if size > MAX_EXPANDED:
+        raise TooLarge(f"{ctx.where}:{ctx.line(node)}: {what} expands to more than {MAX_EXPANDED} characters (a "
+                       "script that grows a variable or an array in a loop is not a launch moeforge can read)")
+    return value
 
 
 def _cond_body(node) -> tuple[list, list]:

@@ -253,6 +253,18 @@ def test_import_reads_a_bounded_input(sandbox, moeforge_cli, tmp_path):
             assert proc.returncode == 2 and why in text and text.strip().count("\n") == 0, (command, source, text)
 
 
+def test_import_reads_what_a_launch_names_within_bounds(sandbox, moeforge_cli, tmp_path):
+    """A launch's `source` and its tokenizer files are read through the same bounded reader: /dev/zero named as
+    either is a note saying it cannot be read, and the import goes on (it read /dev/zero until killed)."""
+    script = tmp_path / "zero.sh"
+    script.write_text("source /dev/zero\npython pretrain_gpt.py --num-experts 8 --num-layers 2 --hidden-size 64 "
+                      "--num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 1 "
+                      "--global-batch-size 8 --tokenizer-type GPT2BPETokenizer --vocab-file /dev/zero\n")
+    proc = moeforge_cli(sandbox, "import", str(script), "--platform", "cpu", "--root", str(tmp_path / "out"),
+                        timeout=300)
+    assert "--vocab-file /dev/zero cannot be read (not a regular file" in proc.stdout + proc.stderr
+
+
 # ----------------------------------------------------------------------------- item 12: one located line
 
 SEED = "  seed: 1234\n"
