@@ -4,9 +4,10 @@ and the host's gaps between them.
 Per profiled step (the runtime's ``moeforge.step N`` annotation): on a GPU, time inside communication
 kernels (NCCL) that no compute kernel overlaps is exposed communication, compute kernels are compute, and
 the step's span not covered by any kernel is the host's (launch gaps, Python, a CPU-bound step); on a CPU
-(gloo), where collectives block the calling thread, time inside the main thread's collective ops is
-communication, the self time of its ATen operators (the arithmetic) compute, and the rest of the span
-(Python, autograd Functions and the engine around them) the host's.  Plain JSON: no
+(gloo), time inside the main thread's collective ops or gloo's own threads' collectives (where an
+asynchronous all-reduce runs while the caller waits, in no operator) that no ATen operator overlaps is
+communication, the self time of the main thread's ATen operators (the arithmetic) compute, and the rest of
+the span (Python, autograd Functions and the engine around them) the host's.  Plain JSON: no
 torch here.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 COMM_MARKS = ("nccl", "gloo:", "c10d::", "all_to_all", "alltoall", "allreduce", "all_reduce", "allgather",
               "all_gather", "reduce_scatter", "reducescatter", "record_param_comms", "send", "recv")
 STEP_MARK = "moeforge.step"
+GLOO_WORK = "gloo:"  # gloo runs a collective on its own thread: the caller's wait shows as no operator
 
 
 class TraceError(ValueError):
@@ -67,11 +69,17 @@ def is_comm(name: str) -> bool:
     return any(m in low for m in COMM_MARKS)
 
 
-def _kernel_self_time(events: list[dict], comm: list) -> float:
-    """Self time (own duration less its children's) of the ATen operators outside communication: on a CPU
-    the arithmetic itself.  Other frames (autograd Functions, the engine's evaluate_function, annotations)
-    are Python and framework code: the host overhead a GPU shows as gaps between kernels."""
-    ordered = sorted(events, key=lambda e: (e["ts"], -e.get("dur", 0)))
+def _arithmetic(ops: list[dict], comm: list) -> list[dict]:
+    """The ATen operators outside communication: on a CPU the arithmetic itself.  Other frames (autograd
+    Functions, the engine's evaluate_function, annotations) are Python and framework code: the host overhead
+    a GPU shows as gaps between kernels."""
+    return [e for e in ops if e["name"].startswith("aten::") and not is_comm(e["name"])
+            and not any(a <= e["ts"] < b for a, b in comm)]
+
+
+def _self_time(ops: list[dict], chosen: list[dict]) -> float:
+    """Summed self time (own duration less its children's) of the ``chosen`` among ``ops``."""
+    ordered = sorted(ops, key=lambda e: (e["ts"], -e.get("dur", 0)))
     own = {id(e): float(e.get("dur", 0)) for e in ordered}
     stack: list[dict] = []
     for e in ordered:
@@ -80,12 +88,7 @@ def _kernel_self_time(events: list[dict], comm: list) -> float:
         if stack:
             own[id(stack[-1])] -= e.get("dur", 0)
         stack.append(e)
-    total = 0.0
-    for e in ordered:
-        if e["name"].startswith("aten::") and not is_comm(e["name"]):
-            if not any(a <= e["ts"] < b for a, b in comm):
-                total += max(own[id(e)], 0.0)
-    return total
+    return sum(max(own[id(e)], 0.0) for e in chosen)
 
 
 def split(path: Path | str) -> TraceSplit:
@@ -113,9 +116,13 @@ def split(path: Path | str) -> TraceSplit:
         else:
             ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == step.get("tid")
                    and lo <= e["ts"] < hi]
-            c = _union(_clip([(e["ts"], e["ts"] + e["dur"]) for e in ops if is_comm(e["name"])], lo, hi))
-            exposed = _length(c)
-            busy = exposed + _kernel_self_time(ops, c)
+            own = _union(_clip([(e["ts"], e["ts"] + e["dur"]) for e in ops if is_comm(e["name"])], lo, hi))
+            workers = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("tid") != step.get("tid")
+                       and str(e.get("name", "")).startswith(GLOO_WORK)]
+            arithmetic = _arithmetic(ops, own)
+            c = _union(own + _clip(workers, lo, hi))
+            exposed = _minus(c, _union([(e["ts"], e["ts"] + e["dur"]) for e in arithmetic]))
+            busy = exposed + _self_time(ops, arithmetic)
         comm += exposed
         compute += busy - exposed
         host += (hi - lo) - busy
