@@ -14,7 +14,8 @@ import stat
 import sys
 
 MB = 1 << 20
-LIMITS = {"recipe": MB, "plan": 16 * MB, "launch": 4 * MB, "report": 64 * MB, "vocabulary": 256 * MB}
+LIMITS = {"recipe": MB, "plan": 16 * MB, "launch": 4 * MB, "report": 64 * MB, "vocabulary": 256 * MB,
+          "trace": 1024 * MB}  # a profiler trace: about 20 MB per profiled step of a small model
 MAX_JSON_DEPTH = 64    # a plan nests about 5 levels; Python's json gives up near 1000, as a RecursionError
 INT_DIGITS = 4300      # Python's own int/str conversion limit (sys.get_int_max_str_digits())
 
@@ -30,9 +31,10 @@ class Unreadable(ValueError):
         self.detail = detail   # json's own words for it, without the position
 
 
-def read_bytes(name, limit: int) -> bytes:
-    """The bytes of a regular file, or of stdin for '-', at most `limit` of them. A FIFO, a device or a
-    directory is not read (a read could block, or never end)."""
+def read_bytes(name, limit: int, head: bool = False) -> bytes:
+    """The bytes of a regular file, or of stdin for '-', at most `limit` of them (with `head`, its first
+    `limit` bytes, however long it is: enough to tell a file's kind). A FIFO, a device or a directory is
+    not read (a read could block, or never end)."""
     if str(name) == "-":
         stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (a test's StringIO): its text
         data = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode()
@@ -50,6 +52,8 @@ def read_bytes(name, limit: int) -> bytes:
             raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
+    if head:
+        return data[:limit]
     if len(data) > limit:
         raise Unreadable(f"larger than {limit} bytes, the limit for this kind of input", "size")
     return data

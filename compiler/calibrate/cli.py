@@ -100,6 +100,9 @@ def run(args, argv: list[str] = ()) -> int:
     if not args.runs and not args.log:
         raise Refused("no runs: give report.json files or directories, or --log LOG SOURCE")
     runs, skipped = gather(args)
+    if not runs and skipped:  # every run left out: say why, not that they ran nowhere
+        more = f" (and {len(skipped) - 1} more left out)" if len(skipped) > 1 else ""
+        raise Refused(f"no usable run: {skipped[0]}{more}")
     platforms = sorted({r.platform for r in runs})
     platform = args.platform or (platforms[0] if len(platforms) == 1 else None)
     if platform is None:

@@ -16,11 +16,29 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler import bounded
 from compiler.calibrate import megatron_log
 
 
 class RunError(ValueError):
     """A run that cannot be used: one line naming the file and the fix."""
+
+
+def _json(path: Path, kind: str, what: str, fix: str, raw: bytes | None = None):
+    """A JSON file through the bounded reader: RunError names the file, what is wrong with it and the fix."""
+    try:
+        return bounded.parse_json(bounded.decode(bounded.read_bytes(path, bounded.LIMITS[kind]) if raw is None else raw))
+    except bounded.Unreadable as exc:
+        where = f":{exc.where}" if exc.where else ""
+        raise RunError(f"{path}{where}: not a readable {what} ({exc.detail or exc}): {fix}") from None
+
+
+def _head(path: Path, size: int) -> str:
+    """The first ``size`` bytes of a regular file as text ('' where it cannot be read): enough to tell its kind."""
+    try:
+        return bounded.read_bytes(path, size, head=True).decode("utf-8", "replace")
+    except bounded.Unreadable:
+        return ""
 
 
 @dataclass
@@ -72,10 +90,7 @@ def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
     named = Path(report["plan"]) if report.get("plan") else None
     for candidate in (beside, named, report_path.parent / named if named else None):
         if candidate is not None and candidate.is_file():
-            try:
-                return candidate, json.loads(candidate.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise RunError(f"{candidate}: not a readable plan.json ({exc}): compile the recipe again") from None
+            return candidate, _json(candidate, "plan", "plan.json", "compile the recipe again")
     raise RunError(f"{report_path}: its plan.json is neither beside it nor at {report.get('plan')!r}: "
                    "keep the report in its build directory")
 
@@ -83,12 +98,10 @@ def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
 def from_report(path: Path, name: str | None = None) -> Run:
     """One report.json (runtime/report.py writes it) with its plan; ``name``: its label (default: from its path)."""
     try:
-        raw = path.read_bytes()
-        report = json.loads(raw)
-    except OSError as exc:
-        raise RunError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg}): is the run still writing it?") from None
+        raw = bounded.read_bytes(path, bounded.LIMITS["report"])
+    except bounded.Unreadable as exc:
+        raise RunError(f"{path}: {exc}: runtime.train and runtime.megatron write a run's report.json") from None
+    report = _json(path, "report", "run report", "is the run still writing it?", raw)
     if not isinstance(report, dict) or "steps" not in report:
         raise RunError(f"{path}: not a moeforge run report (no 'steps'): runtime.train and runtime.megatron write one")
     if report.get("status") not in (None, "ok"):
@@ -144,10 +157,9 @@ def from_results(path: Path) -> list[Path]:
     out.  Falls back to walking the results file's folder."""
     from compiler import project
 
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RunError(f"{path}: not a readable results.json ({exc})") from None
+    doc = _json(path, "report", "results.json", "write it again with `moeforge results`")
+    if not isinstance(doc, dict):
+        raise RunError(f"{path}: not a results.json (schemas/results.v1.json): write it again with `moeforge results`")
 
     def located(text: str) -> Path | None:
         for base in (Path(), project.root(), path.parent):
@@ -177,7 +189,7 @@ def collect(sources: list[str]) -> tuple[list[Run], list[str]]:
                 skipped.append(f"{path}: no report.json under it (runs write theirs into their build directory)")
         elif path.is_file() and path.name != "report.json" and path.suffix == ".json" and _is_results(path):
             reports = from_results(path)
-        elif path.is_file():
+        elif path.exists():  # a FIFO or a device too: the bounded reader says why it is not read
             reports = [path]
         else:
             raise RunError(f"{path}: no such file or directory")
@@ -194,10 +206,7 @@ def collect(sources: list[str]) -> tuple[list[Run], list[str]]:
 
 
 def _is_results(path: Path) -> bool:
-    try:
-        head = path.read_text()[:4096]
-    except OSError:
-        return False
+    head = _head(path, 4096)
     return '"moeforge/results' in head or '"points"' in head
 
 
@@ -229,10 +238,7 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
     if path.is_dir() and (path / "plan.json").is_file():
         path = path / "plan.json"
     if path.is_file() and path.suffix == ".json":
-        try:
-            return json.loads(path.read_text()), str(path)
-        except json.JSONDecodeError as exc:
-            raise RunError(f"{path}: not a plan.json ({exc.msg})") from None
+        return _json(path, "plan", "plan.json", "compile the recipe again"), str(path)
     try:
         if _is_recipe(path, source):
             from compiler.targets import plan as plan_mod
@@ -250,11 +256,7 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
 def _is_recipe(path: Path, source: str) -> bool:
     if not path.is_file():
         return True  # a recipe id (tiny-moe/cpu) or builtin:ID; the pipeline says when it is not one
-    try:
-        head = path.read_text(errors="replace")[:2048]
-    except OSError:
-        return False
-    return "moeforge/recipe/" in head
+    return "moeforge/recipe/" in _head(path, 2048)
 
 
 def _imported_plan(path: Path, platform: str | None, overrides=()) -> dict:
@@ -271,7 +273,11 @@ def _imported_plan(path: Path, platform: str | None, overrides=()) -> dict:
     from compiler.driver import load, resolve
     from compiler.resources import BUILTIN_RECIPES
 
-    imp = import_text(path.read_text(), str(path), platform)
+    try:
+        text = bounded.read_text(path, bounded.LIMITS["launch"])
+    except bounded.Unreadable as exc:
+        raise RunError(f"{path}: {exc}: pass the launch script, command line or args file the log came from") from None
+    imp = import_text(text, str(path), platform)
     imp.recipe.setdefault("runtime", {})["entrypoint"] = "megatron-lm"
     scratch = Path(tempfile.mkdtemp(prefix="moeforge-calibrate-"))
     try:

@@ -12,9 +12,10 @@ torch here.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from compiler import bounded
 
 COMM_MARKS = ("nccl", "gloo:", "c10d::", "all_to_all", "alltoall", "allreduce", "all_reduce", "allgather",
               "all_gather", "reduce_scatter", "reducescatter", "record_param_comms", "send", "recv")
@@ -94,9 +95,9 @@ def _self_time(ops: list[dict], chosen: list[dict]) -> float:
 def split(path: Path | str) -> TraceSplit:
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{path}: not a readable Chrome trace ({exc})") from None
+        doc = bounded.read_json(path, bounded.LIMITS["trace"])
+    except bounded.Unreadable as exc:
+        raise TraceError(f"{path}: not a readable Chrome trace ({exc}): profile fewer steps (--profile)") from None
     events = [e for e in (doc.get("traceEvents") if isinstance(doc, dict) else doc) or []
               if e.get("ph") == "X" and "ts" in e]
     steps = [e for e in events if str(e.get("name", "")).startswith(STEP_MARK)]

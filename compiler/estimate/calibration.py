@@ -150,19 +150,24 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
 
     from compiler.resources import SCHEMAS
 
+    from compiler import bounded
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, bounded.LIMITS["recipe"])
         doc = yaml.safe_load(text)
-    except OSError as exc:
-        raise CalibrationError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except bounded.Unreadable as exc:
+        raise CalibrationError(f"{path}: {exc}: rewrite it with `moeforge calibrate`") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise CalibrationError(f"{path}{where}: not YAML ({getattr(exc, 'problem', exc)}): "
                                "rewrite it with `moeforge calibrate`") from None
     schema = json.loads((SCHEMAS / "calibration.v1.json").read_text())
-    error = next(iter(sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: e.path)), None)
+    try:
+        error = next(iter(sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: e.path)), None)
+    except RecursionError:  # a YAML alias inside itself: a document that never ends
+        raise CalibrationError(f"{path}: an alias refers to itself: rewrite it with `moeforge calibrate`") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "the document"
         raise CalibrationError(f"{path}: {where}: {error.message} (schemas/calibration.v1.json): "

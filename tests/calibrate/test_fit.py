@@ -226,4 +226,4 @@ def test_reports_walk_a_directory_and_name_what_they_leave_out(project, tmp_path
     (tmp_path / "build" / "broken" / "report.json").write_text("{")
     runs, skipped = collect([str(tmp_path / "build")])
     assert len(runs) == len(VARIANTS)
-    assert len(skipped) == 1 and "broken/report.json:1:2: not JSON" in skipped[0]
+    assert len(skipped) == 1 and "broken/report.json:1:2: not a readable run report" in skipped[0]
