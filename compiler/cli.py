@@ -308,6 +308,7 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
+    from compiler.diagnostics import printable
     from compiler.driver import load, resolve
     from compiler.estimate.calibration import CalibrationError
     from compiler.targets.explain import estimate, explain
@@ -319,7 +320,8 @@ def cmd_explain(args) -> int:
     except CalibrationError as exc:
         print(f"moeforge explain: error: {exc}", file=sys.stderr)
         return 1
-    print(explain(resolved, fmt, args.changed, estimated))
+    out = explain(resolved, fmt, args.changed, estimated)
+    print(out if fmt == "json" else "\n".join(printable(line) for line in out.split("\n")))  # values are documents'
     return 0
 
 

@@ -115,6 +115,18 @@ def test_document_text_cannot_drive_a_terminal_or_a_ci_log(fresh_sandbox, moefor
         moeforge_cli(fresh_sandbox, "check", "::error file=x::pwned.yaml").stdout
 
 
+def test_explain_prints_a_document_s_value_escaped(sandbox, moeforge_cli):
+    """A path may hold an escape sequence (its pattern refuses only NUL and line breaks); explain's table
+    printed the value raw, so `moeforge explain` cleared the terminal and retitled it."""
+    value = "x\x1b[2J\x1b]0;owned\x07"
+    proc = moeforge_cli(sandbox, "explain", "tiny-moe/cpu", "--set", f"data.cache_dir={value}")
+    assert proc.returncode == 0, proc.stderr
+    assert_printable(proc.stdout)
+    assert r"x\x1b[2J\x1b]0;owned\x07" in proc.stdout
+    proc = moeforge_cli(sandbox, "explain", "tiny-moe/cpu", "--set", f"data.cache_dir={value}", "--format", "json")
+    assert value in proc.stdout.encode().decode("unicode_escape")  # JSON's own escaping: \u001b
+
+
 # ----------------------------------------------------------------------------- item 10: no trailing newline
 
 def _patterns():
