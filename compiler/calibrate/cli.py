@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
                    help="with a recipe or launch SOURCE: override a value of what it compiles to (repeatable)")
     p.add_argument("--platform", help="calibrate this platform (default: the one the runs ran on)")
     p.add_argument("--fit", help="comma-separated step-time constants to fit (default: all of "
-                                 f"{', '.join(calib.TIME_FIXED)})")
+                                 f"{', '.join(calib.TIME_CONSTANTS)})")
     p.add_argument("--fix", default="", help="comma-separated constants to keep at their fixed values "
                                              "(time constants, or activation_scale)")
     p.add_argument("--assume", action="append", default=[], metavar="FIELD=VALUE",
@@ -116,11 +116,12 @@ def run(args, argv: list[str] = ()) -> int:
     platform_file = _platform_file(platform)
     assumed, fixed = _starting_point(runs[0].plan, _assumed(args.assume))
     fix = _names(args.fix)
-    unknown = [n for n in fix + _names(args.fit) if n not in calib.TIME_FIXED and n != "activation_scale"]
+    unknown = [n for n in fix + _names(args.fit) if n not in calib.TIME_CONSTANTS and n != "activation_scale"]
     if unknown:
-        raise Refused(f"unknown constant {unknown[0]!r}: the step-time constants are {', '.join(calib.TIME_FIXED)}; "
+        raise Refused(f"unknown constant {unknown[0]!r}: the step-time constants are "
+                      f"{', '.join(calib.TIME_CONSTANTS)}; "
                       "the memory one is activation_scale")
-    names = [n for n in (_names(args.fit) or list(calib.TIME_FIXED)) if n not in fix]
+    names = [n for n in (_names(args.fit) or list(calib.TIME_CONSTANTS)) if n not in fix]
     missing = [k for k in PERFORMANCE_FIELDS if fixed.get(k) is None and k not in names]
     if missing:
         raise Refused(f"platform {platform!r} has no performance.{missing[0]}: state it with --assume "

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from compiler import __version__
-from compiler.estimate.calibration import GIB, SCHEMA, TIME_FIXED
+from compiler.estimate.calibration import GIB, SCHEMA, TIME_CONSTANTS
 
 
 def _err(est: list, measured: list) -> dict:
@@ -36,7 +36,7 @@ def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_f
     if time_fit is not None:
         doc["time"] = {"constants": {n: {"value": _r(time_fit.values[n]), "fixed": _r(time_fit.fixed[n]),
                                          "stderr": _r(time_fit.stderr[n], 3)} for n in time_fit.names},
-                       "kept": {k: _r(v) for k, v in sorted(time_fit.kept.items()) if k in TIME_FIXED},
+                       "kept": {k: _r(v) for k, v in sorted(time_fit.kept.items()) if k in TIME_CONSTANTS},
                        "error_before": _err(time_fit.before, time_fit.measured),
                        "error_after": _err(time_fit.after, time_fit.measured),
                        "error_leave_one_out": _err(time_fit.loo, time_fit.measured)}
@@ -100,7 +100,7 @@ def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str]) 
             lines.append(f"{n:<24}  {'-' if fixed is None else f'{fixed:.4g}':>10}  {time_fit.values[n]:>10.4g}  "
                          f"{'exact' if err is None else f'{err:.2g}':>10}")
         for k, v in sorted(time_fit.kept.items()):
-            if k in TIME_FIXED:
+            if k in TIME_CONSTANTS:
                 lines.append(f"{k:<24}  {'-' if v is None else f'{v:.4g}':>10}  (not fitted)")
     if mem_fit is not None:
         width = max(len(n) for n in mem_fit.names)

@@ -19,13 +19,9 @@ from compiler.estimate import steptime
 from compiler.knobs.layout import Layout
 from compiler.calibrate import probes
 
-# bounds in natural units; fractions and efficiencies are of a peak, so at most 1
-BOUNDS = {"achievable_fraction": (1e-4, 1.0), "output_layer_fraction": (1e-4, 1.0),
-          "collective_efficiency": (1e-4, 1.0), "a2a_efficiency": (1e-4, 1.0),
-          "ep_overlap_slowdown": (0.0, 5.0), "delay_wgrad_launch_s": (0.0, 1e-2),
-          "host_step_s": (0.0, 1e3), "host_layer_microbatch_s": (0.0, 10.0)}
-# where a constant the platform has no value for starts (a fraction of a peak)
-START = {"achievable_fraction": 0.5, "output_layer_fraction": 0.5, "collective_efficiency": 0.5, "a2a_efficiency": 0.5}
+# bounds in natural units (fractions and efficiencies are of a peak, so at most 1) and where a constant the
+# platform has no value for starts: compiler/estimate/calibration.py, TIME_CONSTANTS
+BOUNDS = {n: c.bounds for n, c in calib.TIME_CONSTANTS.items()}
 CONDITION_LIMIT = 1e3      # largest/smallest singular value of the normalised Jacobian a fit accepts
 EXERCISED = 1e-4           # a constant moving no run's log step time by more than this is not exercised
 
@@ -75,23 +71,19 @@ class Model:
         return steptime.estimate(plan, facts=facts, calibration=self.cal(values)).total_s
 
 
-def scales(names: list, start: dict, runs: list) -> dict:
-    """Typical magnitudes: the starting value, or for constants that start at 0 a share of the step."""
-    step = sorted(r.step_s for r in runs)[len(runs) // 2]
+def scales(model: Model, names: list, start: dict) -> dict:
+    """Typical magnitudes: the starting value, or for a constant that starts at 0 (a cost the model adds, such
+    as the host and element-wise terms) the value at which it would be a tenth of a typical run's step, from
+    the step's slope in it (the median over the runs it moves; 1 where no run moves it, which check names)."""
     out = {}
     for n in names:
         if start.get(n):
             out[n] = abs(start[n])
-        elif n == "host_step_s":
-            out[n] = 0.1 * step
-        elif n == "host_layer_microbatch_s":
-            lm = sorted(max(1, r.plan["transformer_config"]["num_layers"]) * r.plan["training"]["num_microbatches"]
-                        for r in runs)[len(runs) // 2]
-            out[n] = 0.1 * step / lm
-        elif n == "ep_overlap_slowdown":
-            out[n] = 0.1
-        else:
-            out[n] = 1e-6
+            continue
+        base = model.times({**start, n: 0.0})
+        unit = model.times({**start, n: 1.0})
+        per = sorted(0.1 * r.step_s / (u - b) for r, u, b in zip(model.runs, unit, base) if u - b > 1e-15)
+        out[n] = per[len(per) // 2] if per else 1.0
     return out
 
 
@@ -151,7 +143,7 @@ def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
     short = len(rows) < len(names)
     for name, partners in undetermined(rows, names):
         settle = probes.settling_run(model, names, scale, point, rows, name, undetermined)
-        what = (f"{name}: no run exercises it ({probes.WHAT_EXERCISES[name]})" if not partners
+        what = (f"{name}: no run exercises it ({calib.TIME_CONSTANTS[name].exercised_by})" if not partners
                 else f"{name}: the runs move it together with {', '.join(partners)}, so they cannot be told apart")
         if short:
             what += f" ({len(rows)} timed run(s) for {len(names)} constants)"
@@ -168,9 +160,9 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
     timed = [r for r in runs if r.step_s]
     kept = {k: v for k, v in fixed.items() if k not in names}
     model = Model(timed, platform, assumed, kept)
-    start = {n: min(max(fixed[n] if fixed.get(n) is not None else START.get(n, 0.0), BOUNDS[n][0]), BOUNDS[n][1])
-             for n in names}
-    scale = scales(names, start, timed)
+    start = {n: min(max(fixed[n] if fixed.get(n) is not None else calib.TIME_CONSTANTS[n].start, BOUNDS[n][0]),
+                    BOUNDS[n][1]) for n in names}
+    scale = scales(model, names, start)
     lines = check(model, names, start, scale)
     if lines:
         raise UnderDetermined(lines)

@@ -8,18 +8,6 @@ from __future__ import annotations
 
 import copy
 
-# what makes a constant move a run's step time (printed when no run does)
-WHAT_EXERCISES = {
-    "achievable_fraction": "every run's decoder-layer compute",
-    "output_layer_fraction": "the output layer's GEMMs: a run whose vocabulary is large against its layers",
-    "collective_efficiency": "data-parallel gradient reduction or TP/CP collectives: a run with DP, TP or CP > 1",
-    "a2a_efficiency": "the MoE all-to-all: a run with EP > 1",
-    "ep_overlap_slowdown": "a run with EP overlap on (moe.overlap.ep_comm) and more than one micro-batch",
-    "delay_wgrad_launch_s": "a run with delayed wgrad on (moe.overlap.delay_wgrad)",
-    "host_step_s": "every run's per-step host cost",
-    "host_layer_microbatch_s": "every run's per-layer, per-micro-batch host cost",
-}
-
 
 def _gbs(plan: dict) -> tuple[str, dict] | None:
     p = copy.deepcopy(plan)

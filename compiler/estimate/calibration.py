@@ -23,21 +23,48 @@ from compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDO
 SCHEMA = "moeforge/calibration/v1"
 SUFFIX = ".calibration.yaml"
 GIB = 2 ** 30
-# The step-time constants a calibration may set.  Each: where the fixed value comes from (the platform's
-# performance block, or steptime_constants.py) and the fixed fallback when the platform has none.
-# host_step_s and host_layer_microbatch_s price the host: a per-step cost (optimizer launch, Python,
-# the schedule's bookkeeping) and a per-layer-per-micro-batch one (kernel launches, the dispatcher's
-# host-side preprocess).  Zero for every catalogue platform: the seeds' and Megatron-Bridge's
-# measurements are GPU-bound at those sizes and do not separate them, so today's estimates stand.
-TIME_FIXED = {
-    "achievable_fraction": ("platform", None),
-    "output_layer_fraction": ("steptime_constants.OUTPUT_LAYER_FRACTION", OUTPUT_LAYER_FRACTION),
-    "collective_efficiency": ("platform", None),
-    "a2a_efficiency": ("platform", None),
-    "ep_overlap_slowdown": ("steptime_constants.EP_OVERLAP_SLOWDOWN", EP_OVERLAP_SLOWDOWN),
-    "delay_wgrad_launch_s": ("steptime_constants.DWG_LAUNCH_S", DWG_LAUNCH_S),
-    "host_step_s": ("fixed: 0 (no host term)", 0.0),
-    "host_layer_microbatch_s": ("fixed: 0 (no host term)", 0.0),
+# The step-time constants a calibration may set: the one table that names them (`moeforge calibrate`'s
+# --fit/--fix, the fit's bounds, its refusals, the schema's time.constants: a test holds the schema to it).
+# host_step_s and host_layer_microbatch_s price the host: a per-step cost (optimizer launch, Python, the
+# schedule's bookkeeping) and a per-layer-per-micro-batch one (kernel launches, the dispatcher's host-side
+# preprocess).  elementwise_passes prices the kernels that are neither GEMMs nor communication (norms,
+# dropout, residual adds, activation functions, the MoE permutation's copies): memory-bound passes over a
+# layer's [tokens, hidden] activations at hbm_gbps (docs/layout-model.md, section 2).  All three are zero
+# for every catalogue platform: the seeds' and Megatron-Bridge's measurements are GPU-bound at those sizes
+# and do not separate them from achievable_fraction, so today's estimates stand.
+@dataclass(frozen=True)
+class TimeConstant:
+    """One step-time constant: where its fixed value comes from, that value when the platform has none,
+    the range a fit may set it to (natural units), where a fit starts without a fixed value, and what
+    makes a run's step time move with it (what a refusal names)."""
+
+    source: str
+    fixed: float | None
+    bounds: tuple[float, float]
+    exercised_by: str
+    start: float = 0.0
+
+
+TIME_CONSTANTS = {
+    "achievable_fraction": TimeConstant("platform", None, (1e-4, 1.0), "every run's decoder-layer compute", 0.5),
+    "output_layer_fraction": TimeConstant(
+        "steptime_constants.OUTPUT_LAYER_FRACTION", OUTPUT_LAYER_FRACTION, (1e-4, 1.0),
+        "the output layer's GEMMs: a run whose vocabulary is large against its layers", 0.5),
+    "collective_efficiency": TimeConstant(
+        "platform", None, (1e-4, 1.0),
+        "data-parallel gradient reduction or TP/CP collectives: a run with DP, TP or CP > 1", 0.5),
+    "a2a_efficiency": TimeConstant("platform", None, (1e-4, 1.0), "the MoE all-to-all: a run with EP > 1", 0.5),
+    "ep_overlap_slowdown": TimeConstant(
+        "steptime_constants.EP_OVERLAP_SLOWDOWN", EP_OVERLAP_SLOWDOWN, (0.0, 5.0),
+        "a run with EP overlap on (moe.overlap.ep_comm) and more than one micro-batch"),
+    "delay_wgrad_launch_s": TimeConstant("steptime_constants.DWG_LAUNCH_S", DWG_LAUNCH_S, (0.0, 1e-2),
+                                         "a run with delayed wgrad on (moe.overlap.delay_wgrad)"),
+    "elementwise_passes": TimeConstant(
+        "fixed: 0 (no element-wise term)", 0.0, (0.0, 1e5),
+        "every run's element-wise work, in proportion to its tokens x layers x hidden size"),
+    "host_step_s": TimeConstant("fixed: 0 (no host term)", 0.0, (0.0, 1e3), "every run's per-step host cost"),
+    "host_layer_microbatch_s": TimeConstant("fixed: 0 (no host term)", 0.0, (0.0, 10.0),
+                                            "every run's per-layer, per-micro-batch host cost"),
 }
 # The datasheet figures the model reads; a calibration of a platform without a performance block (the
 # cpu platform) states them as assumptions (`moeforge calibrate --assume`).
@@ -79,8 +106,8 @@ def time_constants(plan: dict, cal: Calibration | None) -> dict:
     if cal is not None:
         perf.update({k: v for k, v in cal.assumed.items() if perf.get(k) is None})
     out = {k: perf.get(k) for k in DATASHEET}
-    for name, (_, fixed) in TIME_FIXED.items():
-        out[name] = perf.get(name, fixed)
+    for name, const in TIME_CONSTANTS.items():
+        out[name] = perf.get(name, const.fixed)
     if cal is not None:
         out.update(cal.time)
     return out

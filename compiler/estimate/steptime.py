@@ -5,7 +5,9 @@ The model (docs/layout-model.md writes it out with every assumption):
   compute     executed FLOPs of the busiest pipeline stage (flops.py, plus recomputed forward
               passes) / (platform peak x achievable fraction); expert GEMMs slower by their
               roofline, the output layer at its own fraction of peak (steptime_terms.py); the
-              busiest stage is the one these prices make slowest (compute_weight)
+              element-wise kernels' passes over the activations at HBM bandwidth (zero unless a
+              calibration sets them); the busiest stage is the one these prices make slowest
+              (compute_weight)
   tp/cp/ep    bytes per GPU over the group's link (comm.py); what an overlap hides is subtracted
   pp_bubble   (p-1)/(v*m) x the stage's per-step busy time (Narayanan et al. 2021, arXiv:2104.04473)
   pp_p2p      activations and their gradients between stages, unless overlapped
@@ -29,7 +31,7 @@ from compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
 from compiler.estimate.activations import heads
 from compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
 from compiler.estimate.steptime_constants import OUTPUT_LAYER_FRACTION
-from compiler.estimate.steptime_terms import assemble, expert_gemm_efficiency
+from compiler.estimate.steptime_terms import assemble, elementwise_bytes, expert_gemm_efficiency
 from compiler.estimate import calibration as calib
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead",
@@ -150,16 +152,18 @@ def _stage(plan: dict, lay: Layout, pp_rank: int) -> dict:
     return {"flops": per, "layers": layers, "moe_layers": moe_layers, "attn_layers": attn_layers}
 
 
-def compute_weight(flops: dict, perf: dict, grouped: float = 1.0) -> float:
+def compute_weight(flops: dict, perf: dict, grouped: float = 1.0, elementwise: float = 0.0) -> float:
     """Seconds x peak FLOP/s of a stage's per-token FLOPs, as the compute item prices them: the output
     layer and MTP at OUTPUT_LAYER_FRACTION of peak, the expert GEMMs at the achievable fraction x their
-    roofline factor ``grouped`` (expert_gemm_efficiency), everything else at the achievable fraction.  What
+    roofline factor ``grouped`` (expert_gemm_efficiency), everything else at the achievable fraction; plus
+    its element-wise bytes per token (``elementwise``: steptime_terms.elementwise_bytes) at hbm_gbps.  What
     picks the busiest stage, and what the planner balances pipeline stages by: a stage of many FLOPs in
     the output layer can take less time than one of fewer FLOPs in decoder layers."""
     output = flops.get("logits", 0.0) + flops.get("mtp", 0.0)
     experts = flops.get("experts", 0.0) + flops.get("recompute_experts", 0.0)
     rest = sum(flops.values()) - output - experts
-    return (rest + experts / grouped) / perf["achievable_fraction"] + output / OUTPUT_LAYER_FRACTION
+    memory = elementwise * perf["bf16_dense_tflops"] * 1e12 / (perf["hbm_gbps"] * 1e9) if elementwise else 0.0
+    return (rest + experts / grouped) / perf["achievable_fraction"] + output / OUTPUT_LAYER_FRACTION + memory
 
 
 def stages(plan: dict, lay: Layout) -> list[dict]:
@@ -178,7 +182,8 @@ def _busiest_stage(plan: dict, lay: Layout, ranks: list[dict]) -> tuple[int, dic
     except PerformanceError:
         return max(enumerate(ranks), key=lambda s: sum(s[1]["flops"].values()))
     grouped = expert_gemm_efficiency({"plan": plan, "lay": lay, "perf": perf})
-    return max(enumerate(ranks), key=lambda s: compute_weight(s[1]["flops"], perf, grouped))
+    return max(enumerate(ranks), key=lambda s: compute_weight(s[1]["flops"], perf, grouped,
+                                                              elementwise_bytes(plan, perf, s[1]["layers"])))
 
 
 def stage_facts(plan: dict, lay: Layout, ranks: list[dict] | None = None) -> dict:

@@ -7,6 +7,7 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from compiler.estimate import comm
+from compiler.estimate.activations import ACT
 from compiler.estimate.memory import state_bytes_per_param
 from compiler.estimate.steptime_constants import ADAM_BYTES_PER_PARAM, FP32_STATE_BYTES
 
@@ -26,7 +27,9 @@ def _compute(ctx: dict) -> dict:
     olf = ctx["perf"]["output_layer_fraction"]
     output = (f["logits"] + f["mtp"]) * share / (ctx["peak"] * olf)
     layers_s = (total - (f["experts"] + f["recompute_experts"] + f["logits"] + f["mtp"]) * share) / ctx["rate"]
-    sec = layers_s + experts + output
+    passes, hbm = ctx["perf"]["elementwise_passes"], ctx["perf"]["hbm_gbps"]
+    elementwise = elementwise_bytes(ctx["plan"], ctx["perf"], st["layers"]) * share / (hbm * 1e9)
+    sec = layers_s + experts + output + elementwise
     attn = (f["attention"] + f["core_attention"]) * share / ctx["rate"]
     experts = f["experts"] * share / (ctx["rate"] * grouped)
     nonexpert_gemm = (f["attention"] + f["dense_mlp"] + f["shared_expert"]) * share / ctx["rate"]
@@ -39,7 +42,18 @@ def _compute(ctx: dict) -> dict:
                         f"{_fmt(share)} tok / ({_fmt(ctx['peak'])} x {ctx['perf']['achievable_fraction']}), "
                         f"expert GEMMs {_fmt(f['experts'] + f['recompute_experts'])} of them at x{grouped:.3f} "
                         f"({_fmt(expert_tokens(ctx))} tokens per local expert per micro-batch), output layer "
-                        f"{_fmt(f['logits'] + f['mtp'])} of them at {olf:.4g} of peak ({_fmt(output)} s)")}
+                        f"{_fmt(f['logits'] + f['mtp'])} of them at {olf:.4g} of peak ({_fmt(output)} s)"
+                        + (f"; element-wise {passes:.4g} passes x {st['layers']} layers x {_fmt(share)} tok x "
+                           f"{ctx['plan']['transformer_config']['hidden_size']} x {ACT} B / "
+                           f"{hbm} GB/s ({_fmt(elementwise)} s)" if elementwise else ""))}
+
+
+def elementwise_bytes(plan: dict, perf: dict, layers: int) -> float:
+    """Bytes per token that the element-wise kernels of ``layers`` decoder layers move (norms, dropout,
+    residual adds, activation functions, the MoE permutation's copies: neither GEMMs nor communication),
+    counted as ``elementwise_passes`` bf16 passes over each layer's [tokens, hidden] activations, forward and
+    backward; 0 unless a calibration sets the passes (compiler/estimate/calibration.py)."""
+    return perf["elementwise_passes"] * layers * plan["transformer_config"]["hidden_size"] * ACT
 
 
 def expert_tokens(ctx: dict) -> float:

@@ -24,6 +24,7 @@ from compiler.recipe.compose import display_path
 from compiler.recipe.load import load_file
 from compiler.diagnostics import CompileError
 from compiler.estimate import memory, steptime
+from compiler.estimate.steptime_terms import elementwise_bytes
 from compiler.knobs.layout import Layout
 from compiler.driver import load, resolve
 from compiler.resources import BUILTIN_RECIPES
@@ -275,7 +276,9 @@ def analytic(s: space.Setting, base: dict, progress=None) -> tuple[list, list, i
             facts = facts_of[key + (cand.mbs,)]
             comm = max(sum(e.time.items[k] for k in PER_LAYER) for e in kept[-len(variants):])
             pruning.record(cand, overlap, hint[(shape, overlap)], comm / max(1, facts["stage"]["layers"]),
-                           kept[-1].time.items["compute"] / steptime.compute_weight(facts["stage"]["flops"], perf))
+                           kept[-1].time.items["compute"] / steptime.compute_weight(
+                               facts["stage"]["flops"], perf,
+                               elementwise=elementwise_bytes(base, perf, facts["stage"]["layers"])))
     kept.sort(key=lambda e: (e.step_s, e.cand.key()))
     return kept, rejected, considered
 

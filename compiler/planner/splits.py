@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from compiler.estimate import flops, steptime
+from compiler.estimate.steptime_terms import elementwise_bytes
 from compiler.knobs.pipeline_layout import stages as layout_stages
 
 BISECT_STEPS = 60
@@ -41,7 +42,8 @@ class Weights:
 
         def weight(layers=(), mtp_layers=0, output=False) -> float:
             chunk = {"layers": list(layers), "mtp": mtp_layers, "output": output}
-            return steptime.compute_weight(flops.chunk_flops(tc, vocab, seq, chunk, megatron=False), perf)
+            return steptime.compute_weight(flops.chunk_flops(tc, vocab, seq, chunk, megatron=False), perf,
+                                           elementwise=elementwise_bytes(plan, perf, len(layers) + mtp_layers))
 
         return cls(tuple(weight([n]) for n in range(1, tc["num_layers"] + 1)),
                    weight(mtp_layers=mtp) if mtp else 0.0, weight(output=True), mtp)

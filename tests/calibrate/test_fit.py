@@ -29,8 +29,11 @@ RECIPE = "qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap"
 VARIANTS = [(), ("training.global_batch_size=256",), ("moe.overlap.ep_comm=false",),
             ("moe.overlap.ep_comm=false", "training.global_batch_size=128"), ("model.architecture.num_layers=24",),
             ("training.global_batch_size=64", "model.architecture.num_layers=24"), ("training.seq_length=2048",),
-            ("parallelism.ep=8",), ("training.global_batch_size=32",)]
-TRUE = {"achievable_fraction": 0.30, "ep_overlap_slowdown": 0.25, "a2a_efficiency": 0.6, "host_step_s": 2.0}
+            ("parallelism.ep=8",), ("training.global_batch_size=32",), ("model.moe.ffn_hidden_size=3072",)]
+# elementwise_passes: element-wise work about a third of the step (a platform whose element-wise kernels run
+# well below copy bandwidth); the wider experts of the last variant tell it from the GEMMs' fraction
+TRUE = {"achievable_fraction": 0.30, "ep_overlap_slowdown": 0.25, "a2a_efficiency": 0.6, "host_step_s": 2.0,
+        "elementwise_passes": 1000.0}
 NOISE = 0.02
 
 
@@ -64,7 +67,7 @@ def test_fit_recovers_the_constants_that_made_the_runs(plans):
     assert max(map(abs, after)) < 4 * NOISE < max(map(abs, before))
     loo = [x / m - 1 for x, m in zip(result.loo, result.measured) if x is not None]
     assert len(loo) >= len(runs) - 2 and sorted(map(abs, loo))[len(loo) // 2] < 0.1
-    assert result.kept["output_layer_fraction"] == calib.TIME_FIXED["output_layer_fraction"][1]
+    assert result.kept["output_layer_fraction"] == calib.TIME_CONSTANTS["output_layer_fraction"].fixed
 
 
 def test_noise_free_runs_give_the_constants_back_exactly(plans):
@@ -102,6 +105,28 @@ def test_constants_the_runs_move_together_are_refused(plans):
     assert "training.global_batch_size=" in line or "model.architecture.num_layers=" in line
 
 
+def test_runs_of_one_width_and_sequence_cannot_price_the_elementwise_work(plans):
+    """Runs that vary only the micro-batches and the layers, at one sequence length and width, move the GEMMs,
+    the element-wise passes and the per-layer host cost in step: refused, with a run of another width or
+    sequence length (or wider experts) that separates them."""
+    same = [r for r in synthesized(plans) if r.name.split()[0] in ("v0", "v1", "v4", "v5", "v8")]
+    with pytest.raises(fit.UnderDetermined) as err:
+        fit.fit_time(same, ["achievable_fraction", "elementwise_passes", "host_step_s", "host_layer_microbatch_s"],
+                     "h100", {}, calib.time_constants(plans[0], None))
+    line = next(x for x in err.value.lines if x.startswith("elementwise_passes"))
+    assert "cannot be told apart" in line and "--fix elementwise_passes" in line
+    assert "would settle it" in line
+    assert any(f"--set {key}=" in line for key in ("model.architecture.hidden_size", "training.seq_length",
+                                                     "model.moe.ffn_hidden_size"))
+
+
+def test_the_schema_names_every_time_constant():
+    """calibration.TIME_CONSTANTS is the one list of step-time constants; the schema's copy is held to it."""
+    schema = json.loads((ROOT / "schemas" / "calibration.v1.json").read_text())
+    names = schema["properties"]["time"]["properties"]["constants"]["properties"]
+    assert set(names) == set(calib.TIME_CONSTANTS)
+
+
 def test_memory_fit_recovers_scale_and_allowance(plans):
     runs = synthesized(plans)
     rng = random.Random(3)
@@ -126,7 +151,7 @@ def moeforge(*args, cwd=ROOT):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, plans):
-    """A user's project with nine measured runs in build/ (each a plan.json and the report runtime.train writes)."""
+    """A user's project with ten measured runs in build/ (each a plan.json and the report runtime.train writes)."""
     root = tmp_path_factory.mktemp("project")
     (root / "recipes" / "platforms").mkdir(parents=True)
     (root / "moeforge.toml").write_text("")
@@ -172,14 +197,15 @@ def test_calibrate_writes_the_platform_calibration_that_the_commands_use(project
     ev = moeforge("--root", str(project), "plan-layout", "--evaluate", recipe, "--format", "json")
     assert ev.returncode == 0, ev.stderr
     record = json.loads(ev.stdout)
-    assert record["calibration"]["source"].endswith("h100.calibration.yaml") and record["calibration"]["runs"] == 9
+    assert record["calibration"]["source"].endswith("h100.calibration.yaml")
+    assert record["calibration"]["runs"] == len(VARIANTS)
     fixed = json.loads(moeforge("--root", str(project), "plan-layout", "--evaluate", recipe, "--format", "json",
                                 "--calibration", "none").stdout)
     assert fixed["calibration"] is None and fixed["step_time_s"] != record["step_time_s"]
     plan = plan_mod.build(resolve(load("qwen3-30b-a3b/h100-bf16")))
     assert record["step_time_s"] == pytest.approx(steptime.estimate(plan, calibration=cal).total_s, rel=1e-3)
     explained = moeforge("--root", str(project), "explain", recipe)
-    assert explained.returncode == 0 and "h100.calibration.yaml (9 runs" in explained.stdout
+    assert explained.returncode == 0 and f"h100.calibration.yaml ({len(VARIANTS)} runs" in explained.stdout
     table = moeforge("--root", str(project), "plan-layout", "qwen3-30b-a3b", "--platform", "h100", "--gpus", "16",
                      "--gbs", "1024", "--top", "1")
     assert table.returncode == 0 and table.stdout.rstrip().splitlines()[-1].startswith("calibration recipes/platforms/h100")

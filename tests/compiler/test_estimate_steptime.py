@@ -200,6 +200,31 @@ def test_output_layer_runs_at_its_own_fraction_of_peak():
     assert steptime_constants.OUTPUT_LAYER_FRACTION > plan["platform"]["performance"]["achievable_fraction"]
 
 
+def test_elementwise_passes_move_the_stage_activations_at_hbm_bandwidth():
+    """A calibration's elementwise_passes adds passes x layers x tokens x h x 2 B / hbm_gbps to the busiest
+    stage's compute (and to the weight that picks it); the fixed constants leave it at 0, so without a
+    calibration nothing moves."""
+    from compiler.estimate import calibration as calib
+
+    plan = _golden("gpt-oss-120b/h100-bf16")  # PP4
+    base = steptime.estimate(plan)
+    zero = steptime.estimate(plan, calibration=calib.Calibration("h100", time={"elementwise_passes": 0.0}))
+    assert zero.items == base.items and zero.formulas == base.formulas
+    more = steptime.estimate(plan, calibration=calib.Calibration("h100", time={"elementwise_passes": 40.0}))
+    lay = Layout.from_plan(plan["layout"])
+    layers = steptime.stages(plan, lay)[more.details["pp_rank"]]["layers"]
+    share = base.tokens_per_step * lay.pp / base.world_size
+    hbm = plan["platform"]["performance"]["hbm_gbps"] * 1e9
+    added = 40 * layers * share * plan["transformer_config"]["hidden_size"] * 2 / hbm
+    assert more.items["compute"] - base.items["compute"] == pytest.approx(added) and added > 0
+    assert "element-wise 40 passes" in more.formulas["compute"] and "element-wise" not in base.formulas["compute"]
+    perf = steptime.performance(plan, calib.Calibration("h100", time={"elementwise_passes": 40.0}))
+    flops0 = steptime.stages(plan, lay)[0]["flops"]
+    ridge = perf["bf16_dense_tflops"] * 1e12 / hbm
+    assert steptime.compute_weight(flops0, perf, elementwise=1000.0) == pytest.approx(
+        steptime.compute_weight(flops0, perf) + 1000.0 * ridge)
+
+
 def test_expert_gemms_follow_their_roofline():
     """Expert GEMM [M, K] x [K, N] at intensity I = 1/(1/M + 1/K + 1/N) FLOP/B against the ridge point
     R = peak / HBM: time over compute-bound time sqrt(1 + (R/I)^2), fc1 (K = h, N = 2f, 2/3 of the
