@@ -136,6 +136,23 @@ def undetermined(rows: list, names: list) -> list[tuple[str, list[str]]]:
     return out
 
 
+def separation(rows: list) -> float:
+    """How well the rows tell the constants apart: the smallest over the largest singular value of the
+    column-normalised Jacobian (1: independent; below 1/CONDITION_LIMIT: refused), over the constants some
+    row moves."""
+    import numpy as np
+
+    J = np.array(rows, dtype=float)
+    live = np.abs(J).max(axis=0) >= EXERCISED
+    if not live.any():
+        return 0.0
+    A = J[:, live] / np.linalg.norm(J[:, live], axis=0)
+    if A.shape[0] < A.shape[1]:
+        return 0.0
+    s = np.linalg.svd(A, compute_uv=False)
+    return float(s[-1] / s[0])
+
+
 def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
     """One line per undetermined constant with the run that would settle it; [] if none."""
     rows = jacobian_rows(model, names, scale, point, [r.plan for r in model.runs])

@@ -68,13 +68,27 @@ def _hidden(plan: dict) -> tuple[str, dict] | None:
     return f"model.architecture.hidden_size={t['hidden_size']}", p
 
 
-PROBES = (_gbs, _layers, _ep_overlap, _delay_wgrad, _seq, _hidden)
+def _ffn(plan: dict) -> tuple[str, dict] | None:
+    """Wider experts (or MLP, for a dense model): more GEMM FLOPs per token over the same [tokens, hidden]
+    activations, which separates the GEMMs' achievable_fraction from the element-wise passes."""
+    p = copy.deepcopy(plan)
+    t = p["transformer_config"]
+    key, field = (("model.moe.ffn_hidden_size", "moe_ffn_hidden_size") if t.get("moe_ffn_hidden_size")
+                  else ("model.architecture.ffn_hidden_size", "ffn_hidden_size"))
+    t[field] *= 2
+    return f"{key}={t[field]}", p
+
+
+PROBES = (_gbs, _layers, _ep_overlap, _delay_wgrad, _seq, _hidden, _ffn)
 
 
 def settling_run(model, names, scale, point, rows, name, undetermined) -> str | None:
-    """'a run like NAME with --set ... would settle it', or None when no single probe of a given run does."""
-    from compiler.calibrate.fit import jacobian_rows
+    """'a run like NAME with --set ... would settle it', or None when no single probe of a given run does.  Of
+    the probes that settle it, the one that separates the constants best (fit.separation): a change that
+    moves the constant's term against the others', not one that leans on a small side effect of the model."""
+    from compiler.calibrate.fit import jacobian_rows, separation
 
+    best = None
     for run in model.runs:
         for probe in PROBES:
             made = probe(run.plan)
@@ -86,5 +100,9 @@ def settling_run(model, names, scale, point, rows, name, undetermined) -> str | 
             except (KeyError, ValueError, ZeroDivisionError, TypeError):
                 continue
             if all(n != name for n, _ in undetermined(rows + [row], names)):
-                return f"a run like {run.name} with --set {' --set '.join(sets.split())} would settle it"
-    return None
+                score = separation(rows + [row])
+                if best is None or score > best[0]:
+                    best = (score, run.name, sets)
+    if best is None:
+        return None
+    return f"a run like {best[1]} with --set {' --set '.join(best[2].split())} would settle it"

@@ -120,6 +120,18 @@ def test_runs_of_one_width_and_sequence_cannot_price_the_elementwise_work(plans)
                                                      "model.moe.ffn_hidden_size"))
 
 
+def test_the_settling_run_is_the_one_that_separates_the_constants_best(plans):
+    """Two runs without EP overlap, one sequence and width: the GEMMs' fraction and the element-wise passes move
+    together.  EP overlap on would settle them only through a side effect (its windows hold the GEMMs alone);
+    wider experts move the GEMMs and leave the activations as they were, and that is the run named."""
+    runs = [r for r in synthesized(plans) if not r.plan["transformer_config"]["overlap_moe_expert_parallel_comm"]]
+    with pytest.raises(fit.UnderDetermined) as err:
+        fit.fit_time(runs, ["achievable_fraction", "elementwise_passes"], "h100", {},
+                     calib.time_constants(plans[0], None))
+    line = next(x for x in err.value.lines if x.startswith("elementwise_passes"))
+    assert "--set model.moe.ffn_hidden_size=1536 would settle it" in line and "ep_comm=true" not in line
+
+
 def test_the_schema_names_every_time_constant():
     """calibration.TIME_CONSTANTS is the one list of step-time constants; the schema's copy is held to it."""
     schema = json.loads((ROOT / "schemas" / "calibration.v1.json").read_text())
