@@ -57,7 +57,8 @@ def job(name: str, plan: dict) -> tuple[str, list[str], int]:
 def megatron_count(jobs: list, python: Path = ROOT / ".venv312/bin/python") -> dict[str, float]:
     """Megatron-LM's num_floating_point_operations for each job, per global batch, run once by ``python``
     (.venv312's: megatron-core 0.19.2 ships megatron/training)."""
-    proc = subprocess.run([str(python), "-c", MEGATRON_SIDE],
+    # -P: a stray module in /tmp (a timeit.py) must not shadow the standard library's
+    proc = subprocess.run([str(python), "-P", "-c", MEGATRON_SIDE],
                           input=json.dumps(jobs), capture_output=True, text=True, cwd="/tmp")
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
