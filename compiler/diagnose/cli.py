@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
                                             "fixes for it as --set values that compile, each with the calibrated "
                                             "planner's estimate.")
     p.add_argument("run", help="report.json, or the build directory holding it")
-    p.add_argument("--trace", help="a torch.profiler Chrome trace (default: rank 0's from the report's profile section)")
+    p.add_argument("--trace", help="a torch.profiler Chrome trace (default: of the ranks' traces the report lists, "
+                                   "the one the others waited for: the least communication)")
     p.add_argument("--calibration", metavar="FILE|none",
                    help="the calibration to estimate with (default: the one beside the platform, if any)")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -48,10 +49,11 @@ def diagnose(report_path: Path, trace_path: str | None = None, choice: str | Non
                        "version on): run it again")
     plan = run.plan
     cal = calib.for_platform(plan["platform"]["name"], choice)
-    if trace_path is None and run.profile and run.profile.get("traces"):
-        candidate = report_path.parent / run.profile["traces"][0]
-        trace_path = str(candidate) if candidate.is_file() else None
-    split = trace.split(trace_path) if trace_path else None
+    if trace_path is not None:
+        split = trace.split(trace_path)
+    else:
+        found = [report_path.parent / t for t in (run.profile or {}).get("traces") or []]
+        split = trace.critical([trace.split(p) for p in found if p.is_file()])
     w = walls.attribute(run.report, plan, run.step_s, cal, split)
     recipe = plan["recipe"].get("path") or plan["recipe"]["id"]
     found = fixes.verify(w.dominant, plan, recipe, plan["recipe"].get("overrides", []), cal,

@@ -130,3 +130,10 @@ def split(path: Path | str) -> TraceSplit:
     n, us = len(steps), 1e-6
     return TraceSplit(n, span / n * us, comm / n * us, compute / n * us, host / n * us,
                       "gpu" if kernels else "cpu", str(path))
+
+
+def critical(splits: list[TraceSplit]) -> TraceSplit | None:
+    """Of the ranks' splits, the rank the others waited for: the least exposed communication.  A rank that
+    reaches a collective first waits there for the last one, and that wait is the other rank's work (load
+    imbalance, or a busy host), not the network; the last to arrive shows what the step is made of."""
+    return min(splits, key=lambda s: s.communication_s, default=None)

@@ -183,3 +183,19 @@ def test_a_wait_on_gloo_s_own_thread_is_communication(tmp_path):
     assert s.compute_s == pytest.approx(350e-6)           # the two operators' self time
     assert s.communication_s == pytest.approx(500e-6)     # 200..800 less the 100 us the mm overlaps
     assert s.host_s == pytest.approx(150e-6)              # 800..900 and 950..1000: Python
+
+
+def test_the_split_is_the_rank_the_others_waited_for(tmp_path):
+    """Rank 1 reached the all-reduce 400 us late (a busy host), so rank 0 waited there: that wait is rank 1's
+    work, not the network.  The diagnosis reads the rank with the least communication."""
+    def rank(path: Path, arrive: int) -> Path:
+        events = [{"ph": "X", "name": "moeforge.step 4", "ts": 0, "dur": 1000, "tid": 1, "cat": "user_annotation"},
+                  {"ph": "X", "name": "aten::mm", "ts": 0, "dur": 100, "tid": 1, "cat": "cpu_op"},
+                  {"ph": "X", "name": "gloo:all_reduce", "ts": arrive, "dur": 900 - arrive, "tid": 2,
+                   "cat": "user_annotation"}]
+        path.write_text(json.dumps({"traceEvents": events}))
+        return path
+
+    early, late = trace.split(rank(tmp_path / "rank0.json", 400)), trace.split(rank(tmp_path / "rank1.json", 800))
+    assert early.communication_s == pytest.approx(500e-6) and late.communication_s == pytest.approx(100e-6)
+    assert trace.critical([early, late]) is late and trace.critical([]) is None
