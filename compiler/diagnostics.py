@@ -159,9 +159,9 @@ def error(code: str, message: str, pos: Position | None = None, **kw) -> Diagnos
     return Diagnostic("error", code, message, pos, **kw)
 
 
-def Finding(rule: str, severity: str, message: str, megatron_message: str | None = None, fields=(),
+def finding(rule: str, severity: str, message: str, megatron_message: str | None = None, fields=(),
             origin: str = "moeforge", source: str = "", fix: str = "", line: int = 0, notes=()) -> Diagnostic:
-    """lint-config's spelling of a Diagnostic (a position is a line of the linted file)."""
+    """A lint-config finding: a Diagnostic at a line of the linted file (built like error(), hence lower case)."""
     return Diagnostic(severity, rule, message, Position("", line) if line else None,
                       tuple(n if isinstance(n, Note) else Note(n) for n in notes), source or None, fix or None,
                       megatron_message, tuple(fields), origin)

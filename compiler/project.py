@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from compiler.resources import BUILTIN_RECIPES
-
 MARKER = "moeforge.toml"
 BUILTIN_PREFIX = "builtin:"
 # The JSON Schemas of the installed moeforge, copied into a project for editors: a document's
@@ -86,9 +84,3 @@ def install_schemas(top: Path) -> Path:
             write_file_atomically(path, text)
     return dest
 
-
-def is_builtin(recipes_dir: Path) -> bool:
-    try:
-        return recipes_dir.resolve() == BUILTIN_RECIPES.resolve()
-    except OSError:
-        return False

@@ -145,7 +145,7 @@ def logits_bytes(tc: dict, model: dict, t: int, t_h: float, tp: int) -> dict:
             "logits": (ACT if te_ce else FP32) * t * vocab / tp}
 
 
-def schedule_peak(chunk_bytes: list[float], pp: int, pp_rank: int, vpp: int | None, microbatches: int,
+def pipeline_schedule_peak(chunk_bytes: list[float], pp: int, pp_rank: int, vpp: int | None, microbatches: int,
                   combined: bool, layer_peak: float) -> tuple[float, str]:
     """The most activation bytes a pipeline rank holds, walking megatron-core's schedule.
 

@@ -285,10 +285,6 @@ class Estimate:
         out.update({f"activations/mb.{k}": v for k, v in self.activation_items.items()})
         return out
 
-    def headroom(self, capacity_bytes: int) -> int:
-        return capacity_bytes - self.total
-
-
 def state_bytes_per_param(plan: dict) -> int:
     """Adam's exp_avg, exp_avg_sq and, for 16-bit weights, the master copy: FP32 unless the precision-aware
     optimizer keeps them lower (plan.optimizer *_dtype): 12 B for BF16 weights."""
@@ -374,10 +370,10 @@ def activation_bytes(plan: dict, lay: Layout, pp_rank: int) -> tuple[int, dict, 
             extra = sum(output.values()) * (1 + chunk["mtp"])  # MTP computes its own logits
         layer_peak = max([layer_peak, *(size for size, _ in sizes)])
         chunk_bytes.append(sum(size * count for size, count in sizes) + extra)
-    held, schedule = A.schedule_peak(chunk_bytes, lay.pp, pp_rank, lay.vpp, tr["num_microbatches"],
+    held, pp_schedule = A.pipeline_schedule_peak(chunk_bytes, lay.pp, pp_rank, lay.vpp, tr["num_microbatches"],
                                      bool(tc.get("overlap_moe_expert_parallel_comm")), layer_peak)
     total = int(held + layer_peak)
-    formula = (f"schedule peak {held / GIB:.2f} GiB ({schedule}; per micro-batch per chunk "
+    formula = (f"schedule peak {held / GIB:.2f} GiB ({pp_schedule}; per micro-batch per chunk "
                f"{[round(c / GIB, 3) for c in chunk_bytes]} GiB, t={t}, t_h={t_h:g}, recompute={recompute}"
                f"{'/' + ','.join(sorted(modules)) if modules else ''}) + backward working set "
                f"{layer_peak / GIB:.2f} GiB (the largest layer)")

@@ -112,7 +112,3 @@ class Knob:
         if self.bridge != "":
             return self.bridge if isinstance(self.bridge, tuple) else (self.bridge,)
         return (f"model.{self.field}",) if self.section in ("tc", "model") else ()
-
-    @property
-    def solvable(self) -> bool:
-        return self.kind in ("bool", "int", "opt_int", "enum", "set")

@@ -321,7 +321,7 @@ KNOBS: tuple[Knob, ...] = (
     *IO_KNOBS,  # training I/O: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval
     # --- launch (rendered by the launch templates; not in the plan) ------------------------------
     _K("logs_dir", "launch.logs_dir", "str", None, lm=None, bridge=None,
-       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (compiler.solver.inputs.launch_settings)"),
+       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (compiler.targets.emit.launch_settings)"),
     _K("signal_margin_s", "launch.signal_margin_s", "int", 120, lm=None, bridge=None, unit="seconds",
        doc=f"Slurm sends {EXIT_SIGNAL} this long before the time limit (sbatch --signal)"),
     _K("exclusive", "launch.exclusive", "bool", None, lm=None, bridge=None,

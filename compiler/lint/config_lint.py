@@ -50,12 +50,12 @@ import sys
 from dataclasses import replace
 
 from compiler.knobs import table as K
-from compiler.diagnostics import Note, Position, fill, from_rule
+from compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from_rule
 from compiler.launch_reader.text import read_source
 from compiler.rules import CATALOGUE, Rule
 from compiler.rules.expr import UNKNOWN, evaluate
 from compiler.lint.flat_config import (  # noqa: F401 - re-exported for callers and tests
-    OWN_KEYS, SEVERITY_ORDER, Config, Finding, UnusableInput, _one_line, _show, known_names, megatron_fields,
+    OWN_KEYS, SEVERITY_ORDER, Config, UnusableInput, _one_line, _show, known_names, megatron_fields,
     parse, read,
 )
 
@@ -93,7 +93,7 @@ def _default_triggered(r: Rule, cfg: Config) -> bool:
                                 for f in fields)
 
 
-def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False) -> list[Finding]:
+def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False) -> list[Diagnostic]:
     out = list(cfg.findings)
     for r in rules:
         if not holds_for(r, cfg.frontend) or (r.training_only and cfg.inference):
@@ -127,7 +127,7 @@ def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False
     return out
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
+def _dedupe(findings: list[Diagnostic]) -> list[Diagnostic]:
     """One finding per Megatron error text: when a front-end's check and megatron-core's say the same
     (EP_OVERLAP_NO_MOE_RECOMPUTE: Bridge on every version, megatron-core from 0.17), keep megatron-core's."""
     core = {(f.megatron_message, f.severity) for f in findings if f.origin == "megatron-core" and f.megatron_message}
@@ -136,28 +136,28 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 
 
 def lint_config(data: dict, strict: bool = False, lines: dict | None = None,
-                frontend: str | None = None) -> tuple[Config, list[Finding]]:
+                frontend: str | None = None) -> tuple[Config, list[Diagnostic]]:
     """The configuration as read (with its front-end) and its findings."""
     cfg = read(data, lines, frontend)
     return cfg, check(cfg, strict=strict)
 
 
 def lint_mapping(data: dict, strict: bool = False, lines: dict | None = None,
-                 frontend: str | None = None) -> list[Finding]:
+                 frontend: str | None = None) -> list[Diagnostic]:
     """Findings for an already-parsed mapping (UnusableInput on bad types)."""
     return lint_config(data, strict, lines, frontend)[1]
 
 
-def lint_text(text: str, name: str = "<config>", strict: bool = False, frontend: str | None = None) -> list[Finding]:
+def lint_text(text: str, name: str = "<config>", strict: bool = False, frontend: str | None = None) -> list[Diagnostic]:
     data, lines = parse(text, name)
     return lint_mapping(data, strict, lines, frontend)
 
 
-def frontend_finding(cfg: Config) -> Finding:
+def frontend_finding(cfg: Config) -> Diagnostic:
     """The front-end every verdict is for, why, and the values it sets that nobody wrote."""
     notes = [f"{why}: {f} = {_show(a) if a is not UNKNOWN else 'unknown'} (was "
              f"{_show(b) if b is not UNKNOWN else 'unknown'})" for f, b, a, why in cfg.rewrites]
-    return Finding("LINT_FRONTEND", "info", f"front-end: {cfg.frontend} ({cfg.frontend_reason})", None,
+    return finding("LINT_FRONTEND", "info", f"front-end: {cfg.frontend} ({cfg.frontend_reason})", None,
                    sorted({f for f, _, _, _ in cfg.rewrites}), origin=ORIGIN_OF_FRONTEND[cfg.frontend],
                    notes=notes)
 
@@ -179,7 +179,7 @@ ORIGIN_OF_FRONTEND = {"megatron-core": "megatron-core", "megatron-lm": "megatron
 
 # ----------------------------------------------------------------------- output / CLI
 
-def render_text(findings: list[Finding], name: str, cfg: Config | None = None) -> str:
+def render_text(findings: list[Diagnostic], name: str, cfg: Config | None = None) -> str:
     lines = []
     if cfg is not None:
         lines.append(f"{name}: front-end {cfg.frontend} ({cfg.frontend_reason})")

@@ -19,7 +19,7 @@ from compiler.knobs import layout as L
 from compiler.knobs import pipeline_layout
 from compiler.bounded import parse_json
 from compiler.solver.inputs import flat_config_facts
-from compiler.diagnostics import Finding  # noqa: F401 - lint-config's spelling of a Diagnostic
+from compiler.diagnostics import Diagnostic, finding
 from compiler.knobs.fields import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
 from compiler.lint.frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
     _lm_virtual_pipeline
@@ -176,7 +176,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
     env: dict = {}
     given: dict = {}
     display: dict = {}
-    findings: list[Finding] = []
+    findings: list[Diagnostic] = []
     mf = megatron_fields()
 
     # --- platform facts from gpu / versions
@@ -244,7 +244,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             continue
         if version_fields and key in mf["all"] and key not in version_fields[1] and key not in K.FACT_BY_FIELD:
             present = [v for v, names in mf["versions"].items() if key in names]
-            findings.append(Finding(
+            findings.append(finding(
                 "LINT_FIELD_NOT_IN_VERSION", "warning",
                 f"megatron-core {version_fields[0]} has no field '{key}'"
                 + (f" (it exists in {', '.join(present)})" if present else ""),
@@ -255,7 +255,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
         head = f"{len(problems)} values of the wrong type:\n  " if len(problems) > 1 else ""
         raise UnusableInput(head + "\n  ".join(problems))
     if launch_only:
-        findings.append(Finding(
+        findings.append(finding(
             "LINT_LAUNCH_ONLY", "info", "Megatron-LM launch arguments no rule reads (data, tokenizer, checkpoints, "
             "logging...): accepted, not checked: " + ", ".join(sorted(launch_only)), None, sorted(launch_only),
             origin="megatron-lm", source="compiler/data/megatron_lm_args.json",
@@ -329,7 +329,7 @@ def _read_field(key, value, env, given, known, findings, lines) -> bool:
         name = key.lstrip("-").replace("-", "_")
         close = did_you_mean(name)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        findings.append(Finding(
+        findings.append(finding(
             "LINT_UNKNOWN_FIELD", "warning",
             f"unknown field '{key}' (not a megatron-core, Megatron-LM or moeforge name){hint}",
             None, [key], source="compiler/data/megatron_fields.json", line=lines.get(key, 0),
@@ -356,7 +356,7 @@ def _normalise(env: dict, given: dict, findings: list, lines: dict, mcore) -> No
         scope = env.get("cuda_graph_scope")
         if "cuda_graph_modules" in given and given["cuda_graph_modules"] not in (None, [], "full"):
             if scope not in (None, []):
-                findings.append(Finding(
+                findings.append(finding(
                     "LINT_CUDA_GRAPH_SCOPE_AND_MODULES", "error",
                     "cuda_graph_scope (the old name) and cuda_graph_modules are both set", 
                     "cuda_graph_scope and cuda_graph_modules cannot be set together.",

@@ -20,7 +20,7 @@ TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_i
 MPC = "megatron-core model_parallel_config.py ModelParallelConfig.__post_init__"
 TB = "megatron-core transformer/transformer_block.py get_num_layers_to_build"
 MBC = "megatron-core num_microbatches_calculator.py"
-SCHED = "megatron-core pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving"
+PIPELINE_SCHEDULE = "megatron-core pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 BRIDGE_TC = "Megatron-Bridge models/transformer_config.py _set_moe_expert_tensor_parallel_default"
 PPL = ("megatron-core transformer/pipeline_parallel_layer_layout.py PipelineParallelLayerLayout (parse_str_to_list, "
@@ -268,14 +268,14 @@ RULES = (
     # a recipe that trips it is accepted everywhere and fails on the GPUs, so it is refused here.
     Rule("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", "error", INTERLEAVED, MICROBATCHES >= PP,
          "the interleaved schedule (VPP) needs at least PP micro-batches per step: GBS / (micro batch size x DP) "
-         ">= PP", SCHED,
+         ">= PP", PIPELINE_SCHEDULE,
          "raise training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
          "The number of contiguous micro-batches in a virtual pipeline stageshould range in "
          "[PP={pipeline_parallel_size} , M={num_microbatches}]"),
     Rule("LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", "error", INTERLEAVED & (MICROBATCHES >= PP),
          MICROBATCHES % PP == 0,
          "with the interleaved schedule (VPP) the micro-batches per step, GBS / (micro batch size x DP), must be a "
-         "multiple of PP", SCHED,
+         "multiple of PP", PIPELINE_SCHEDULE,
          "change training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
          "The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches in a "
          "virtual pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is "

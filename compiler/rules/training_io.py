@@ -14,7 +14,7 @@ from compiler.rules.expr import F, AtLeast, IsSet, Not, Or
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args (0.19)"
 PRETRAIN = "Megatron-LM megatron/training/training.py pretrain (0.19; shipped in the megatron-core wheel from 0.17)"
-SCHED = "megatron-core optimizer_param_scheduler.py OptimizerParamScheduler.__init__ (0.16-0.19)"
+LR_SCHEDULER = "megatron-core optimizer_param_scheduler.py OptimizerParamScheduler.__init__ (0.16-0.19)"
 BRIDGE_CKPT = "Megatron-Bridge training/config.py CheckpointConfig.finalize / ConfigContainer.validate (0.6.2)"
 TOKENIZER = "megatron-core tokenizers/utils/build_tokenizer.py build_tokenizer (0.19)"
 DATASETS = "megatron-core datasets/blended_megatron_dataset_config.py, datasets/utils.py get_blend_from_list (0.19)"
@@ -112,14 +112,14 @@ RULES = (
          Or(IsSet(DECAY_ITERS) & (F("lr_warmup_iters") < DECAY_ITERS),
             Not(IsSet(DECAY_ITERS)) & (F("lr_warmup_iters") < F("train_iters"))),
          "the LR warmup must end before the decay does: schedule.warmup < schedule.decay_iters "
-         "(training.train_iters when decay_iters is not set)", f"{SCHED} (assert lr_warmup_steps < lr_decay_steps)",
+         "(training.train_iters when decay_iters is not set)", f"{LR_SCHEDULER} (assert lr_warmup_steps < lr_decay_steps)",
          "shorten schedule.warmup (or give it as a fraction, e.g. 0.01), or raise schedule.decay_iters", None,
          origin="moeforge"),
     Rule("SCHEDULE_WSD_NEEDS_DECAY_ITERS", "error", F("lr_decay_style") == "wsd", IsSet(F("lr_wsd_decay_iters")),
          "schedule.decay wsd needs schedule.wsd_decay_iters (the final annealing phase)",
-         f"{SCHED} (assert wsd_decay_steps is not None)", "set schedule.wsd_decay_iters", None, origin="moeforge"),
+         f"{LR_SCHEDULER} (assert wsd_decay_steps is not None)", "set schedule.wsd_decay_iters", None, origin="moeforge"),
     Rule("SCHEDULE_MIN_LR_AT_MOST_LR", "error", F("min_lr_at_most_lr") == False, F("min_lr_at_most_lr") == True,  # noqa: E712
-         "schedule.min_lr must not exceed schedule.lr", f"{ARGS} (assert args.min_lr <= args.lr); {SCHED}",
+         "schedule.min_lr must not exceed schedule.lr", f"{ARGS} (assert args.min_lr <= args.lr); {LR_SCHEDULER}",
          "lower schedule.min_lr (default 0)", None, origin="moeforge"),
     Rule("EVAL_INTERVAL_NEEDS_ITERS", "error", IsSet(F("eval_interval")), F("eval_iters") >= 1,
          "eval.interval without eval.iters: every evaluation would run zero iterations", PRETRAIN,

@@ -16,7 +16,7 @@ from compiler.knobs.layer_pattern import fits_layers, last_layer_linear_attentio
 from compiler.knobs.versions import version_int
 from compiler.solver.solve import Pin
 
-_MISSING = object()
+MISSING = object()  # lookup's answer for a path the data does not have
 DTYPES = {"bf16": (True, False), "fp16": (False, True), "fp32": (False, False)}
 
 
@@ -24,7 +24,7 @@ def lookup(data: dict, dotted: str):
     node = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return _MISSING
+            return MISSING
         node = node[part]
     return node
 
@@ -38,10 +38,10 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
             continue
         value = lookup(c.data, k.path)
         path = tuple(k.path.split("."))
-        if value is _MISSING and k.field in K.DEPENDENT_DEFAULTS:
+        if value is MISSING and k.field in K.DEPENDENT_DEFAULTS:
             dependent.append(k)  # its default depends on other values: below
             continue
-        if value is _MISSING or (value == AUTO and k.field not in K.OPEN_ENUMS):  # checkpoint.load: auto is a value
+        if value is MISSING or (value == AUTO and k.field not in K.OPEN_ENUMS):  # checkpoint.load: auto is a value
             if k.auto:
                 auto.add(k.field)
             else:
@@ -53,15 +53,15 @@ def pins_and_auto(c: Composed) -> tuple[dict, set]:
             origin = "override"
         pins[k.field] = Pin(value, pos, origin)
     dtype = lookup(c.data, "precision.dtype")
-    bf16, fp16 = DTYPES.get(dtype if dtype is not _MISSING else "fp32", (False, False))
+    bf16, fp16 = DTYPES.get(dtype if dtype is not MISSING else "fp32", (False, False))
     pos = c.origins.get(("precision", "dtype"))
     pins["bf16"] = Pin(bf16, pos, "pinned" if pos else "default")
     pins["fp16"] = Pin(fp16, pos, "pinned" if pos else "default")
     freq = lookup(c.data, "model.moe.layer_freq")
-    if freq is not _MISSING:  # a per-layer list reads as 1 (all MoE) or 2 (some dense), as lint-config does
+    if freq is not MISSING:  # a per-layer list reads as 1 (all MoE) or 2 (some dense), as lint-config does
         value = (1 if all(freq) else 2) if isinstance(freq, list) else freq
         pins["moe_layer_freq"] = Pin(value, c.pos(("model", "moe", "layer_freq")), "model")
-    pins["last_layer_moe"] = Pin(last_layer_moe(1 if freq in (_MISSING, None) else freq, pins["num_layers"].value),
+    pins["last_layer_moe"] = Pin(last_layer_moe(1 if freq in (MISSING, None) else freq, pins["num_layers"].value),
                                  c.pos(("model", "moe", "layer_freq")), "fact")
     for name, value in (("moe_layer_freq_entries", list_entries(freq)),
                         ("moe_layer_freq_fits", fits_layers(freq, pins["num_layers"].value))):
@@ -203,23 +203,6 @@ def derived_facts(pins: dict) -> dict[str, Pin]:
     }
 
 
-def launch_settings(data: dict, name: str) -> dict:
-    """launch.logs_dir / signal_margin_s / exclusive as the composed recipe gives them, else their defaults
-    (the knob table: logs/<recipe name>, 120 s, whole nodes on a GPU platform). For the launch templates."""
-    platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
-    values = {"device": platform.get("device", K.FACT_BY_FIELD["device"].default)}
-    out = {}
-    for field in ("logs_dir", "signal_margin_s", "exclusive"):
-        k = K.BY_FIELD[field]
-        value = lookup(data, k.path)
-        if value is _MISSING:
-            value = K.DEPENDENT_DEFAULTS[field](values, name) if field in K.DEPENDENT_DEFAULTS else k.default
-        out[field] = value
-    if out["logs_dir"] is None:
-        out["logs_dir"] = K.LOGS_DIR_DEFAULT.replace("<recipe name>", name)
-    return out
-
-
 def _model_document(c: Composed) -> dict | None:
     """The model document as its file says it (recipes and --set change the composed copy only)."""
     for doc in c.documents:
@@ -235,7 +218,7 @@ def facts(c: Composed) -> dict[str, Pin]:
             continue  # facts of the recipe's own values: derived_facts
         raw = lookup(c.data, k.path)
         pos = c.pos(tuple(k.path.split(".")))
-        if raw is _MISSING:
+        if raw is MISSING:
             raw = None
         if k.kind == "version":
             value = version_int(raw) if raw is not None else 0
@@ -251,7 +234,7 @@ def facts(c: Composed) -> dict[str, Pin]:
             activation = K.mlp_activation(arch) if isinstance(arch, dict) else None
             value = k.default if activation is None else activation[k.field == "gated_linear_unit"]
         elif k.field == "apex_installed" and raw is None:  # NGC PyTorch containers ship APEX beside TE
-            value = lookup(c.data, "platform.software.transformer_engine") not in (None, _MISSING)
+            value = lookup(c.data, "platform.software.transformer_engine") not in (None, MISSING)
             pos = c.pos(("platform", "software", "transformer_engine"))
         elif raw is None:
             value = k.default

@@ -19,10 +19,12 @@ from compiler import __version__
 from compiler.targets.explain import ORDER
 from compiler.targets.bridge_overrides import bridge_overrides
 from compiler.diagnostics import CompileError, error
-from compiler.targets.megatron_args import arguments, release_for
+from compiler.knobs import table as K
 from compiler.resources import TEMPLATES
+from compiler.solver.inputs import MISSING, lookup
 from compiler.targets import builddir
 from compiler.targets.builddir import write_file_atomically  # noqa: F401 - where the other commands import it from
+from compiler.targets.megatron_args import arguments, release_for
 
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
            "bridge.overrides", "EXPLAIN.md")
@@ -77,6 +79,23 @@ def k8s_port(recipe_id: str) -> int:
     return 20000 + zlib.crc32(recipe_id.encode()) % 20000
 
 
+def launch_settings(data: dict, name: str) -> dict:
+    """launch.logs_dir / signal_margin_s / exclusive as the composed recipe gives them, else the knob table's
+    defaults (logs/<recipe name>, 120 s, whole nodes on a GPU platform): the launch templates' one source."""
+    platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
+    values = {"device": platform.get("device", K.FACT_BY_FIELD["device"].default)}
+    out = {}
+    for field in ("logs_dir", "signal_margin_s", "exclusive"):
+        k = K.BY_FIELD[field]
+        value = lookup(data, k.path)
+        if value is MISSING:
+            value = K.DEPENDENT_DEFAULTS[field](values, name) if field in K.DEPENDENT_DEFAULTS else k.default
+        out[field] = value
+    if out["logs_dir"] is None:
+        out["logs_dir"] = K.LOGS_DIR_DEFAULT.replace("<recipe name>", name)
+    return out
+
+
 def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
     launch = composed_data.get("launch", {}) or {}
     layout, platform = plan["layout"], plan["platform"]
@@ -86,9 +105,8 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
     overrides, not_overridden = bridge_overrides(plan)
     checkpoint = plan.get("checkpoint") or {}
     checkpointing = bool(checkpoint.get("save"))
-    margin = int(launch.get("signal_margin_s", 120))
-    exclusive = launch.get("exclusive")
-    logs_dir = launch.get("logs_dir") or f"logs/{plan['recipe']['name']}"
+    settings = launch_settings(composed_data, plan["recipe"]["name"])
+    margin, logs_dir = int(settings["signal_margin_s"]), settings["logs_dir"]
     dirs = mount_dirs(plan)
     user_mounts = list(launch.get("container_mounts", []))
     return {
@@ -119,7 +137,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
                   # srun's, for each node's ranks (%N: the node's name)
                   "node_output": sbatch_pattern(logs_dir, "%x-%j-%N.out"),
                   "node_error": sbatch_pattern(logs_dir, "%x-%j-%N.err"),
-                  "exclusive": device == "cuda" if exclusive is None else bool(exclusive),
+                  "exclusive": bool(settings["exclusive"]),
                   "segment": nvlink_segment(plan),
                   "signal": f"B:USR1@{margin}" if checkpointing else None},
         "k8s": {"name": k8s_name(plan["recipe"]["name"]), "namespace": launch.get("k8s_namespace", "default"),

@@ -71,7 +71,7 @@ def _build(r: Resolved) -> dict:
                      "num_microbatches": gbs // (mbs * layout["dp"]),
                      "report_window": [min(2, env["train_iters"]), env["train_iters"]]},
         "runtime": {"transformer_impl": "transformer_engine" if env["transformer_engine"] else "local",
-                    "schedule": _schedule(env), "requires": _requires(env),
+                    "schedule": pipeline_schedule(env), "requires": _requires(env),
                     "checked_fields": [f for f in CHECKED if f in tc], **io["runtime"]},
         **{section: io[section] for section in K.IO_SECTIONS if section != "runtime"},
         "env": environment(env),
@@ -253,7 +253,8 @@ def _layout(env) -> dict:
     return layout
 
 
-def _schedule(env) -> str:
+def pipeline_schedule(env) -> str:
+    """plan.runtime.schedule: the 1F1B pipeline schedule megatron-core runs (the LR schedule is plan.schedule)."""
     pipelined = env["pipeline_model_parallel_size"] > 1
     if env["overlap_moe_expert_parallel_comm"]:
         return "combined_1f1b"

@@ -12,7 +12,7 @@ import pytest
 from compiler.knobs import table as K
 from compiler.commands.check import check_one, recipe_files
 from compiler.cli import main
-from compiler.diagnostics import CompileError, Diagnostic, Finding, Position, merge_shared
+from compiler.diagnostics import CompileError, Diagnostic, Position, finding, merge_shared
 from compiler.driver import load, resolve
 from compiler.rules import BY_ID
 
@@ -124,7 +124,7 @@ def test_json_report_counts_and_schema(capsys):
 # ------------------------------------------------------------ one type, one builder
 
 def test_lint_finding_is_a_diagnostic():
-    f = Finding("X", "warning", "m", None, ["a"], line=3, fix="do it", notes=["n"])
+    f = finding("X", "warning", "m", None, ["a"], line=3, fix="do it", notes=["n"])
     assert isinstance(f, Diagnostic) and f.rule == "X" and f.line == 3 and f.fix == "do it"
     assert f.to_lint_json()["line"] == 3 and f.to_lint_json()["fields"] == ["a"]
 

@@ -213,16 +213,16 @@ def test_tuned_bridge_configurations_fit(recipe):
 def test_interleaved_warmup_is_megatrons():
     """schedules.get_pp_rank_microbatches: (pp-rank-1)*2 + (vpp-1)*pp warm-up forwards, then one more
     forward before the first backward; equal chunks: that many chunk-micro-batches held."""
-    held, _ = A.schedule_peak([1.0] * 4, pp=8, pp_rank=2, vpp=4, microbatches=256, combined=False, layer_peak=0)
+    held, _ = A.pipeline_schedule_peak([1.0] * 4, pp=8, pp_rank=2, vpp=4, microbatches=256, combined=False, layer_peak=0)
     assert held == (8 - 2 - 1) * 2 + 3 * 8 + 1
-    held, _ = A.schedule_peak([1.0], pp=4, pp_rank=0, vpp=None, microbatches=64, combined=False, layer_peak=0)
+    held, _ = A.pipeline_schedule_peak([1.0], pp=4, pp_rank=0, vpp=None, microbatches=64, combined=False, layer_peak=0)
     assert held == 4
-    held, _ = A.schedule_peak([1.0], pp=4, pp_rank=0, vpp=None, microbatches=2, combined=False, layer_peak=0)
+    held, _ = A.pipeline_schedule_peak([1.0], pp=4, pp_rank=0, vpp=None, microbatches=2, combined=False, layer_peak=0)
     assert held == 2  # never more micro-batches than there are
 
 
 def _walk_every_step(chunk_bytes, pp, pp_rank, vpp, microbatches, combined, layer_peak):
-    """The schedule walked step by step to the end (what schedule_peak shortens to one period, and
+    """The schedule walked step by step to the end (what pipeline_schedule_peak shortens to one period, and
     for one chunk per rank to a closed form)."""
     combined = combined and (pp == 1 or bool(vpp))
     chunks, total = len(chunk_bytes), microbatches * len(chunk_bytes)
@@ -257,13 +257,13 @@ def test_schedule_peak_over_one_period_equals_the_whole_walk():
         vpp = rng.choice([None, 2, 4]) if pp > 1 else None
         chunks = [float(rng.randint(1, 9)) for _ in range(vpp or 1)]
         args = (chunks, pp, rng.randrange(pp), vpp, rng.randint(1, 70), rng.random() < 0.5, float(rng.randint(0, 3)))
-        assert A.schedule_peak(*args)[0] == _walk_every_step(*args), args
+        assert A.pipeline_schedule_peak(*args)[0] == _walk_every_step(*args), args
 
 
 def test_combined_1f1b_holds_one_layer_more_not_one_microbatch():
     """combined_1f1b.py: forward of micro-batch i+1 and backward of i run layer by layer together."""
-    plain, _ = A.schedule_peak([10.0], pp=1, pp_rank=0, vpp=None, microbatches=64, combined=False, layer_peak=1.0)
-    combined, _ = A.schedule_peak([10.0], pp=1, pp_rank=0, vpp=None, microbatches=64, combined=True, layer_peak=1.0)
+    plain, _ = A.pipeline_schedule_peak([10.0], pp=1, pp_rank=0, vpp=None, microbatches=64, combined=False, layer_peak=1.0)
+    combined, _ = A.pipeline_schedule_peak([10.0], pp=1, pp_rank=0, vpp=None, microbatches=64, combined=True, layer_peak=1.0)
     assert (plain, combined) == (10.0, 11.0)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from compiler.knobs import table as K
 from compiler.targets.bridge_overrides import bridge_overrides
-from compiler.solver.inputs import launch_settings
+from compiler.targets.emit import launch_settings
 from compiler.targets.megatron_args import arguments, lm_parser
 from compiler.driver import load, resolve
 from compiler.targets.plan import build
