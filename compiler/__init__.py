@@ -3,3 +3,22 @@
 Never imports torch, megatron or transformer_engine (a test enforces it).
 """
 __version__ = "0.1.0"
+
+# The packages (and top-level modules) of compiler/, lowest first: each imports only from layers below its
+# own, never from its own layer's others or from above (tests/compiler/test_layers.py). docs/architecture.md
+# says what each holds and where a new knob, rule, front-end or target goes.
+LAYERS = (
+    ("diagnostics", "resources", "project"),  # what every stage reports and where moeforge's files are
+    ("recipe",),                              # the document: load, compose, migrate, validate
+    ("knobs",),                               # the one table, layout arithmetic, versions, display names
+    ("rules",),                               # the rule catalogue (expressions over knob fields)
+    ("solver",),                              # pins and rules -> values, or the conflicts explained
+    ("targets",),                             # a resolved recipe -> plan.json, launch files, Megatron names
+    ("driver",),                              # compile(): the stages wired together
+    ("estimate", "launch_reader"),            # memory and step-time models; launches as teams write them
+    ("lint", "importer", "planner"),          # lint-config, import, plan-layout
+    ("sweep",),                               # sweeps of compiled points (branch sweep39)
+    ("commands",),                            # the CLI's handlers
+    ("cli",),                                 # the command line
+    ("__main__",),                            # python -m compiler
+)

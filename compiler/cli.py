@@ -15,13 +15,21 @@ from pathlib import Path
 
 from compiler import __version__, project
 from compiler.diagnostics import CompileError, Position, error, printable, render_all, shown
-from compiler.commands.runtime import _in_main_thread, cmd_data_prepare, cmd_dryrun
+
+# Each command imports what it needs inside its handler (`# lazy:`), so that a cold `moeforge check` loads the
+# check's modules only (tests/compiler/test_cold_start.py lists what it must not import).
+
+
+def in_main_thread() -> bool:
+    """True in a real CLI run (threading is imported only when something already did)."""
+    threading = sys.modules.get("threading")
+    return threading is None or threading.current_thread() is threading.main_thread()
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; `only`: just that subcommand's (a run parses one command, and building every
     subcommand's parser, launch's included, costs a cold start more than the check itself)."""
-    import argparse
+    import argparse  # lazy: a plain check is read without it (_plain_check)
 
     p = argparse.ArgumentParser(prog="moeforge", description="Compile MoE training recipes into Megatron launches.")
     p.add_argument("--version", action="version", version=f"moeforge {__version__}")
@@ -93,7 +101,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        description="Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait "
                                    "launch.sbatch) or print the exact commands. A recipe is compiled first.")
     if only in (None, "launch"):
-        from compiler.commands.launch import add_arguments
+        from compiler.commands.launch import add_arguments  # lazy: launch's options only when launch is the command
         add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with a recipe: override a recipe value before compiling (repeatable)")
@@ -167,8 +175,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and _in_main_thread():
-        import signal
+    if argv is None and in_main_thread():
+        import signal  # lazy: only a real CLI run (main thread) resets SIGPIPE
 
         if hasattr(signal, "SIGPIPE"):
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a real CLI run: `moeforge rules | head` ends quietly
@@ -185,12 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     if root is not None and not Path(root).is_dir():
         print(f"moeforge: --root {root}: not a directory", file=sys.stderr)
         return 2
-    previous = project._root
+    previous = project.chosen_root()
     project.set_root(root)
     try:
         return _main(argv)
     finally:
-        project._root = previous
+        project.restore_root(previous)
 
 
 def _main(argv: list[str]) -> int:
@@ -210,10 +218,10 @@ def _main(argv: list[str]) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
-        from compiler.lint.config_lint import main_lint_config
+        from compiler.lint.config_lint import main_lint_config  # lazy: lint-config only
         return main_lint_config(argv[1:])
     if argv[:1] == ["plan-layout"]:  # its options are its own
-        from compiler.planner.cli import main as plan_layout
+        from compiler.planner.cli import main as plan_layout  # lazy: plan-layout only
         return plan_layout(argv[1:])
     if argv[:1] == ["calibrate"]:  # its options are its own
         from compiler.calibrate.cli import main as calibrate
@@ -222,6 +230,7 @@ def _dispatch(argv: list[str]) -> int:
         from compiler.diagnose.cli import main as diagnose
         return diagnose(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
+        from compiler.commands.runtime import cmd_data_prepare  # lazy: subprocess (cold check)
         return cmd_data_prepare(argv[2:])
     args = _plain_check(argv)
     if args is None:
@@ -266,15 +275,15 @@ def _plain_check(argv: list[str]):
         else:
             args["paths"].append(a)
         i += 1
-    from types import SimpleNamespace
+    from types import SimpleNamespace  # lazy: only a plain check gets here
 
     return SimpleNamespace(**args)
 
 
 def cmd_compile(args) -> int:
-    from compiler.targets import emit
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from compiler.targets import emit  # lazy: compile only (jinja2)
+    from compiler.driver import load, resolve  # lazy: as above
+    from compiler.targets.plan import build  # lazy: as above
 
     resolved = resolve(load(args.recipe, args.overrides), args.strict)
     plan = build(resolved)
@@ -308,10 +317,9 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from compiler.diagnostics import printable
-    from compiler.driver import load, resolve
-    from compiler.estimate.calibration import CalibrationError
-    from compiler.targets.explain import estimate, explain
+    from compiler.driver import load, resolve  # lazy: explain only
+    from compiler.estimate.calibration import CalibrationError  # lazy: as above
+    from compiler.targets.explain import estimate, explain  # lazy: as above
 
     fmt = "json" if args.format == "json" else "text"
     resolved = resolve(load(args.recipe, args.overrides), args.strict)
@@ -326,16 +334,16 @@ def cmd_explain(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from compiler.commands.check import check_paths
+    from compiler.commands.check import check_paths  # lazy: check's own modules load when it runs
 
     return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)
 
 
 def cmd_rules(args) -> int:
-    import fnmatch
-    import json
+    import fnmatch  # lazy: rules only
+    import json  # lazy: as above
 
-    from compiler.rules import CATALOGUE, PREFERENCES
+    from compiler.rules import CATALOGUE, PREFERENCES  # lazy: as above
 
     rules, prefs = list(CATALOGUE), list(PREFERENCES)
     ids = getattr(args, "ids", None) or []
@@ -343,7 +351,7 @@ def cmd_rules(args) -> int:
         known = [x.id for x in rules + prefs]
         missing = [i for i in ids if not any(fnmatch.fnmatchcase(k.upper(), i.upper()) for k in known)]
         if missing:
-            import difflib
+            import difflib  # lazy: only an unknown rule id needs it
 
             for i in missing:
                 near = difflib.get_close_matches(i.upper(), known, n=3)
@@ -382,9 +390,9 @@ def cmd_rules(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from compiler.bounded import Unreadable
-    from compiler.recipe.load import load_file
-    from compiler.recipe.migrate import migrate_file
+    from compiler.bounded import Unreadable  # lazy: migrate only
+    from compiler.recipe.load import load_file  # lazy: as above
+    from compiler.recipe.migrate import migrate_file  # lazy: as above
 
     diags, stale = [], []
     for name in args.files:
@@ -414,7 +422,7 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from compiler.commands.diff import diff, render
+    from compiler.commands.diff import diff, render  # lazy: diff only
 
     rows = diff(args.a, args.b)
     print(render(rows, args.a, args.b, args.format))
@@ -422,31 +430,31 @@ def cmd_diff(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-    from compiler.commands import matrix
+    from compiler.commands import matrix  # lazy: matrix only
 
     rows, plats, table = matrix.build(args.paths or None)
     print(matrix.text(rows, plats, table))
     if args.html:
-        from compiler.targets.emit import write_file_atomically
+        from compiler.targets.emit import write_file_atomically  # lazy: only with --html
         write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
     return 0
 
 
 def cmd_launch(args) -> int:
     """A build directory runs as it is; a recipe is compiled first (into --out), then run."""
-    from compiler.commands import launch
+    from compiler.commands import launch  # lazy: launch only
 
     build = Path(args.build)
     if not (build / "plan.json").exists() and not build.is_dir():
-        from compiler.driver import load
+        from compiler.driver import load  # lazy: as above
 
         composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
-        import argparse
+        import argparse  # lazy: as above
 
         compiled = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
                                       out=args.out, quiet=False, advice=False)
         if args.needs_venv312:
-            import contextlib
+            import contextlib  # lazy: as above
 
             with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
                 rc = cmd_compile(compiled)
@@ -463,9 +471,9 @@ def cmd_launch(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from compiler.commands.scaffold import init
+    from compiler.commands.scaffold import init  # lazy: init only
 
-    root = Path(args.dir).absolute() if args.dir else (project._root if project._root else Path.cwd())
+    root = Path(args.dir).absolute() if args.dir else project.root()
     for name in init(root):
         print(f"wrote {name}")
     print(f"moeforge project at {root}: add platforms with `moeforge new platform NAME`, recipes with "
@@ -474,7 +482,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep
+    from compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep  # lazy: new only
 
     root = project.root()
     if args.what == "sweep":
@@ -488,20 +496,26 @@ def cmd_new(args) -> int:
     return 0
 
 
+def cmd_dryrun(args) -> int:
+    from compiler.commands.runtime import cmd_dryrun as run  # lazy: subprocess (cold check)
+
+    return run(args)
+
+
 def cmd_import(args) -> int:
-    from compiler.importer.files import main as import_main
+    from compiler.importer.files import main as import_main  # lazy: import only
 
     return import_main(args)
 
 
 def cmd_sweep(args) -> int:
-    from compiler.commands.sweep import cmd_sweep as run
+    from compiler.commands.sweep import cmd_sweep as run  # lazy: sweep only
 
     return run(args)
 
 
 def cmd_results(args) -> int:
-    from compiler.commands.sweep import cmd_results as run
+    from compiler.commands.sweep import cmd_results as run  # lazy: results only
 
     return run(args)
 

@@ -7,28 +7,21 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
+from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
 from compiler.knobs import table as K
+from compiler.knobs.display import display
+from compiler.knobs.fields import megatron_core_diagnostics
 from compiler.recipe import integers, validate
 from compiler.recipe.compose import Composed, compose, resolve_recipe
-from compiler.solver.inputs import concrete, pins_and_auto
-from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
-from compiler.solver.problem import derive
-from compiler.rules import PREFERENCES, RULES, Rule
+from compiler.rules import BY_ID, PREFERENCES, RULES, Rule
+from compiler.rules.display import megatron_display
 from compiler.rules.expr import evaluate
-from compiler.solver.solve import Decision, solve
-
-
-@dataclass
-class Resolved:
-    composed: Composed
-    pins: dict
-    auto: set
-    env: dict                      # every field's final value
-    decisions: dict                # field -> Decision
-    diagnostics: list = field(default_factory=list)   # warnings and advice (errors raise)
+from compiler.solver.inputs import concrete, pins_and_auto
+from compiler.solver.solve import solve
+from compiler.solver.values import Decision, Resolved
 
 
 def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:
@@ -48,8 +41,6 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
         diags += found
         wanted += [(kind,) + p for p in paths]
     if not diags:
-        from compiler.knobs.fields import megatron_core_diagnostics
-
         diags += megatron_core_diagnostics((composed.data.get("platform") or {}).get("software"),
                                            composed.pos(("platform", "software", "megatron_core")))
     if not diags:  # the merged recipe (extends and overrides applied) must be valid too
@@ -123,8 +114,6 @@ def one_per_concern(diags: list[Diagnostic]) -> list[Diagnostic]:
     """One concern, one diagnostic: rules that fire at the same position and require the same thing
     (megatron-core's and Megatron-Bridge's copy of one check) are reported once, by the most severe and
     most authoritative of them (megatron-core first); the others become a note."""
-    from compiler.rules import BY_ID
-
     def concern(d):
         r = BY_ID.get(d.code)
         return None if r is None else (d.pos, repr(r.require))
@@ -156,7 +145,7 @@ def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
     out = []
     for r in rules:
         if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
-            changes = ", ".join(f"{K.display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
+            changes = ", ".join(f"{display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
             d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
                       if r.silent.keys() - auto else r.message)
             out.append(d.as_error() if strict else d)
@@ -189,31 +178,9 @@ def _diag(r: Rule, pins, message: str) -> Diagnostic:
     rank = {"pinned": 0, "override": 0, "default": 1, "model": 2}  # the recipe's own lines first, facts last
     anchor = min((pins[f] for f in involved), key=lambda p: rank.get(p.origin, 3), default=None)
     anchor = anchor.pos if anchor else None
-    notes = tuple(Note(f"{K.display(f)} = {json.dumps(pins[f].value)}"
+    notes = tuple(Note(f"{display(f)} = {json.dumps(pins[f].value)}"
                        + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
                        pins[f].pos) for f in involved if pins[f].origin != "fact")
     values = {f: p.value for f, p in pins.items()}
     return from_rule(r, values, message=message, pos=anchor, notes=notes, display=megatron_display(r, values))
 
-
-def megatron_display(r: Rule, values: dict) -> dict:
-    """Text for the {placeholders} of a rule's Megatron message, from a recipe's values (versions as
-    Megatron prints them)."""
-    text = r.megatron_message_for(values) or ""
-    if "{" not in text:
-        return {}
-    from compiler.lint.flat_config import _display
-
-    spec = {**K.BY_FIELD, **K.FACT_BY_FIELD}
-    # the world, DP and EDP a refused layout would have, derived as the solver derives them (it stopped first)
-    values = {**values, **{f: v for f, v in derive(values).items() if v is not None and values.get(f) is None}}
-    shown = {f: _version_text(v) if f in spec and spec[f].kind == "version" else v for f, v in values.items()}
-    out = _display(shown, {})
-    out.update({f: v for f, v in shown.items() if isinstance(v, str)})
-    return out
-
-
-def _version_text(v) -> str | None:
-    if not isinstance(v, int) or isinstance(v, bool):
-        return v
-    return f"{v // 1_000_000}.{v // 1_000 % 1_000}.{v % 1_000}"

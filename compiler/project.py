@@ -41,6 +41,17 @@ def set_root(path: str | Path | None) -> Path:
     return _root
 
 
+def chosen_root() -> Path | None:
+    """The root this process fixed (set_root), None before it did."""
+    return _root
+
+
+def restore_root(previous: Path | None) -> None:
+    """Undo set_root: the root chosen_root() gave before it (the CLI restores it after each call of main)."""
+    global _root
+    _root = previous
+
+
 def root() -> Path:
     return _root if _root is not None else find_root()
 

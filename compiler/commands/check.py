@@ -12,8 +12,13 @@ import os
 from pathlib import Path
 
 from compiler import project
-from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
 from compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
+from compiler.driver import load, resolve
+from compiler.knobs.fields import megatron_core_diagnostics
+from compiler.recipe import validate
+from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
+from compiler.recipe.load import load_file
+from compiler.recipe.migrate import old_schema_notes
 
 NON_RECIPE_DIRS = {"platforms", "models", "sweeps"}  # documents of their own kinds, not recipes
 
@@ -44,10 +49,6 @@ def recipe_ids(root) -> list[str]:
 
 
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
-    from compiler.driver import load, resolve
-
-    from compiler.recipe.migrate import old_schema_notes
-
     try:
         if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
             return check_document(path, path.resolve().parent.name[:-1])
@@ -64,11 +65,6 @@ def check_one(path: Path, strict: bool) -> list[Diagnostic]:
 def check_document(path: Path, kind: str) -> list[Diagnostic]:
     """A platform or model file on its own: its schema (schemas/platform.v1.json, model.v1.json) and,
     for a platform, a supported megatron-core release."""
-    from compiler import project
-    from compiler.recipe import validate
-    from compiler.knobs.fields import megatron_core_diagnostics
-    from compiler.recipe.load import load_file
-
     doc = load_file(path, display_path(path.resolve(), project.recipes()))
     diags = validate.missing_schema(doc.data, doc.file)
     if diags or not isinstance(doc.data, dict):
@@ -87,13 +83,9 @@ def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
     workers = min(len(os.sched_getaffinity(0)), 4, len(files) // (PARALLEL_FROM // 2) or 1)
     if len(files) < PARALLEL_FROM or workers < 2:
         return [check_one(f, strict) for f in files]
-    import multiprocessing
+    import multiprocessing  # lazy: a check of a few recipes (the cold check) runs without a pool
 
-    # imported before fork so workers start warm
-    from compiler import driver  # noqa: F401
-    from compiler.recipe import validate
-
-    validate.validator("recipe.v2.json")
+    validate.validator(f"recipe.v{validate.KINDS['recipe']}.json")  # compiled before fork: workers start warm
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         return pool.starmap(check_one, [(f, strict) for f in files], chunksize=2)
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.knobs import table as K
 from compiler.bounded import LIMITS, Unreadable, read_json
 from compiler.diagnostics import CompileError, Position, error
+from compiler.driver import load, resolve
+from compiler.knobs import table as K
+from compiler.knobs.display import display
+from compiler.targets.plan import environment
 
 
 def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:
@@ -27,9 +30,6 @@ def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:
             why = f"{type(exc).__name__}: {exc}"
         raise CompileError([error("E_NOT_A_PLAN", f"not a compiled plan.json ({why})", Position(str(plan_path)),
                                   help="give a recipe id, a build/<recipe> directory or its plan.json")])
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import environment
-
     r = resolve(load(ref, overrides))
     return r.composed.file, {f: {"field": f, "value": d.value, "source": d.source, "where": d.where,
                                  "rule": d.rule, "reason": d.reason} for f, d in r.decisions.items()}, \
@@ -43,7 +43,7 @@ def diff(a: str, b: str) -> list[dict]:
         x, y = left.get(field), right.get(field)
         vx, vy = (x or {}).get("value"), (y or {}).get("value")
         if not same(vx, vy):
-            out.append({"knob": K.display(field), "field": field, "a": vx, "b": vy,
+            out.append({"knob": display(field), "field": field, "a": vx, "b": vy,
                         "a_from": _origin(x), "b_from": _origin(y)})
     for name in sorted(left_env.keys() | right_env.keys()):  # launch-time environment (plan.json's env)
         x, y = left_env.get(name), right_env.get(name)

@@ -5,10 +5,7 @@ local runs build/<recipe>/torchrun.sh; slurm creates the job's logs directory (s
 launch.sbatch with `sbatch --wait` (under a timeout, since a job that can never start would wait
 forever) and reports the job's exit code; both finish by summarising report.json.
 
-The job's python: plans for megatron-core >= 0.17 (the wheels that ship megatron/training, which
-runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter
-running this module (.venv). Its directory goes first on PATH, where the scripts find `python3`.
-An installed moeforge (pip install moeforge) runs every plan with the interpreter running this module.
+The job's interpreter (by the plan's megatron-core release) and environment are compiler/targets/job.py's.
 
 The job runs in the project root (compiler/project.py: moeforge.toml or recipes/, or --root), where
 build/ is. The runs find moeforge's runtime in the job's Python when moeforge is installed there;
@@ -27,15 +24,7 @@ from pathlib import Path
 from compiler import project
 from compiler.bounded import LIMITS, Unreadable, read_json, read_text
 from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
-from compiler.targets.plan import megatron_core_release
-from compiler.resources import CHECKOUT
-
-VENV312 = (CHECKOUT / ".venv312") if CHECKOUT is not None else None
-MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
-
-
-class LaunchError(Exception):
-    """A launch that cannot start, with the message to print."""
+from compiler.targets.job import LaunchError, job_env, job_python, local_command, needs_venv312
 
 
 def _realised(report: dict, field: str):
@@ -127,25 +116,6 @@ def _print_report(build: Path, before: tuple | None) -> int:
     return 0
 
 
-def needs_venv312(plan: dict) -> bool:
-    from compiler.knobs.versions import version_int
-
-    mcore = megatron_core_release(plan)
-    return mcore is not None and version_int(mcore) >= version_int(MCORE_WITH_TRAINING)
-
-
-def job_python(plan: dict) -> Path:
-    """The interpreter the job runs with, by the plan's megatron-core version (see the module doc)."""
-    if VENV312 is None or not needs_venv312(plan):
-        return Path(sys.executable)
-    python = VENV312 / "bin" / "python"
-    if not python.exists():
-        raise LaunchError(f"this plan is for megatron-core {megatron_core_release(plan)}: it runs with {python} "
-                          "(Python 3.12, megatron-core with megatron/training), which does not exist: run "
-                          "`make setup312`")
-    return python
-
-
 def logs_dir(build: Path) -> Path | None:
     """The directory of launch.sbatch's `#SBATCH --output=` file, as sbatch reads that line (a quoted
     value, each backslash escaping the next character), '%%' read as '%'; relative to the job's
@@ -169,18 +139,6 @@ def logs_dir(build: Path) -> Path | None:
     return None
 
 
-def job_env(python: Path) -> dict:
-    """The job's interpreter first on PATH, so the scripts' python3 has torch and megatron."""
-    env = dict(os.environ)
-    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("MOEFORGE_ROOT", str(project.root()))
-    if CHECKOUT is not None and CHECKOUT != project.root().resolve():
-        env.setdefault("MOEFORGE_HOME", str(CHECKOUT))
-    # megatron-core's import-time notices (no Apex, deprecations) drown the summary
-    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
-    return env
-
-
 def _plan(build: Path) -> dict:
     """The build's plan.json, through the bounded reader (a LaunchError says what is wrong with it)."""
     try:
@@ -190,10 +148,6 @@ def _plan(build: Path) -> dict:
     if not isinstance(plan, dict):
         raise LaunchError(f"{build / 'plan.json'}: not a plan (a JSON object): compile the recipe again")
     return plan
-
-
-def local_command(build: Path) -> list[str]:
-    return ["bash", str(build / "torchrun.sh")]
 
 
 def slurm_command(build: Path, timeout: int) -> list[str]:

@@ -11,13 +11,17 @@ workers when there are enough of them to pay.
 from __future__ import annotations
 
 import html
+import multiprocessing
 import os
+import textwrap
 from pathlib import Path
 
-from compiler.commands.check import recipe_files
 from compiler import project
-from compiler.recipe.compose import RECIPES, display_path
+from compiler.commands.check import recipe_files
 from compiler.diagnostics import CompileError
+from compiler.driver import load, resolve
+from compiler.recipe.compose import RECIPES, display_path
+from compiler.recipe.load import load_file
 
 WIDTH = 120  # the text table's widest line
 DISPATCHER = {"alltoall": "a2a", "allgather": "ag", "flex/deepep": "dep", "flex/hybridep": "hep"}
@@ -32,8 +36,6 @@ def platforms(root: Path | None = None) -> list[str]:
 
 def gpus_per_node() -> dict[str, int]:
     """GPUs per node of every platform; the project's file wins over the built-in one of that name."""
-    from compiler.recipe.load import load_file
-
     out = {}
     for directory in (RECIPES / "platforms", project.recipes() / "platforms"):
         for path in sorted(directory.glob("*.yaml")):
@@ -46,8 +48,6 @@ def gpus_per_node() -> dict[str, int]:
 
 def world_of(recipe: Path) -> tuple[str, int] | None:
     """(platform name, world size) of the recipe as written; None when it does not load."""
-    from compiler.driver import load
-
     try:
         data = load(recipe).data
     except CompileError:
@@ -66,8 +66,6 @@ def scaled_nodes(world: int, gpn: int) -> int:
 
 def cell(recipe: Path, platform: str, nodes: int | None = None) -> dict:
     """The recipe on `platform` (with `nodes` nodes when given): status, choices, warnings, errors."""
-    from compiler.driver import load, resolve
-
     overrides = [f"platform={platform}"] + ([f"resources.nodes={nodes}"] if nodes is not None else [])
     try:
         r = resolve(load(recipe, overrides), explain_errors=False)
@@ -123,12 +121,7 @@ def _run(jobs: list[tuple]) -> list[dict]:
     workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
     if len(jobs) < PARALLEL_FROM or workers < 2:
         return [_cell_job(j) for j in jobs]
-    import multiprocessing
-
-    # imported before fork so workers start warm
-    from compiler import driver  # noqa: F401
-    from compiler.recipe import validate  # noqa: F401
-    from compiler.solver import encoding  # noqa: F401
+    from compiler.solver import encoding  # noqa: F401  # lazy: z3, imported before the fork so workers start warm
 
     try:
         ctx = multiprocessing.get_context("fork")
@@ -185,8 +178,6 @@ def text(rows, plats, table) -> str:
 def _wrap(line: str) -> str:
     if len(line) <= WIDTH:
         return line
-    import textwrap
-
     return "\n".join(textwrap.wrap(line, WIDTH, subsequent_indent="   ", break_on_hyphens=False,
                                    break_long_words=True))
 

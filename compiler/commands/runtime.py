@@ -6,28 +6,25 @@ exit code returned); `dryrun` then adds the compiler's memory estimate to the ru
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
+from compiler.bounded import LIMITS, read_json
+from compiler.commands.dryrun_report import with_estimates
+from compiler.targets.emit import write_file_atomically
+
 ROOT = Path(__file__).resolve().parents[2]  # where the compiler and runtime packages are
-
-
-def _in_main_thread() -> bool:
-    """True in a real CLI run (threading is imported only when something already did)."""
-    threading = sys.modules.get("threading")
-    return threading is None or threading.current_thread() is threading.main_thread()
 
 
 def cmd_dryrun(args) -> int:
     """`python -m runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
     of the compiler); a build directory stands for its plan.json."""
-    import json
-    import tempfile
-
-    from compiler.bounded import LIMITS, read_json
-    from compiler.commands.dryrun_report import with_estimates
-
     plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
     with tempfile.TemporaryDirectory(prefix="moeforge-dryrun-") as tmp:
         raw = Path(tmp) / "dryrun.json"
@@ -38,8 +35,6 @@ def cmd_dryrun(args) -> int:
         text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
                           indent=2) + "\n"
     if args.out:
-        from compiler.targets.emit import write_file_atomically
-
         write_file_atomically(Path(args.out), text)
     sys.stdout.write(text)
     return rc
@@ -56,9 +51,6 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
     """`python -m MODULE REST` in this interpreter, as a subprocess. Termination signals are
     passed on, so the child removes its temporaries; its exit code is returned (128+N when a
     signal N ended it). ``quiet``: its stdout is dropped (the caller reads what it wrote)."""
-    import signal
-    import subprocess
-
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})
@@ -72,7 +64,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
 
     handled = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
     old = {}
-    if _in_main_thread():
+    if threading.current_thread() is threading.main_thread():  # signal handlers: the main thread's only
         old = {s: signal.signal(s, forward) for s in handled}
     try:
         try:

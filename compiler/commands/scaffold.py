@@ -8,12 +8,14 @@ overwritten: a file that is already there is named and the command stops before 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from compiler.knobs import table as K
 from compiler.diagnostics import CompileError, Position, error
 from compiler.project import MARKER, SCHEMA_DIR, schema_files, schema_ref
 from compiler.resources import SCHEMAS
+from compiler.recipe.compose import NAME, resolve_recipe
 from compiler.recipe.validate import KINDS
 
 WIDTH = 100
@@ -293,8 +295,6 @@ def new_model(root: Path, name: str) -> list[str]:
 
 
 def _check_name(name: str, what: str) -> None:
-    from compiler.recipe.compose import NAME
-
     if not NAME.fullmatch(name):
         raise CompileError([error("E_REFERENCE_NAME", f"{what} name {name!r} is not a plain name",
                                   Position(name), help="1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit")])
@@ -302,9 +302,6 @@ def _check_name(name: str, what: str) -> None:
 
 def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
     """recipes/sweeps/NAME.yaml: the base recipe, an example axis, every other key commented from the schema."""
-    import re
-
-    from compiler.recipe.compose import resolve_recipe
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", name, re.ASCII):
         raise CompileError([error("E_REFERENCE_NAME", f"sweep name {name!r} is not a plain name", Position(name),

@@ -5,14 +5,13 @@ import sys
 from pathlib import Path
 
 from compiler import project
+from compiler.sweep import builds, k8s, report, results, slurm, status, workflow
+from compiler.targets.job import LaunchError
 
 
 def cmd_sweep(args) -> int:
     """sweep check: every point compiled (exit 1 when the rules refuse one); sweep launch: the points run
     (exit 1 when a run did not succeed)."""
-    from compiler.commands.launch import LaunchError
-    from compiler.sweep import k8s, report, slurm, status, workflow
-
     checked = workflow.check(args.sweep)
     print(report.check_text(checked), flush=True)
     if args.sweep_command == "check":
@@ -37,8 +36,6 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from compiler.sweep import builds, results
-
     top = Path(args.dir)
     if not (top / builds.MANIFEST).exists() and (builds.sweep_dir(args.dir) / builds.MANIFEST).exists():
         top = builds.sweep_dir(args.dir)

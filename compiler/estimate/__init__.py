@@ -9,4 +9,6 @@ megatron-core builds (tests/compiler/test_estimate_memory.py, fixture tests/data
 layout_param_counts.json), FLOPs against Megatron-LM's own count (tests/compiler/
 test_estimate_steptime.py, fixture tests/data/megatron_flops.json), step times against the
 measured runs in docs/layout-model.md.
+
+May import: compiler.knobs.
 """

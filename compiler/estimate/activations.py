@@ -23,6 +23,11 @@ FP32 = 4
 EP_IMBALANCE_BOUND = 1.5
 
 
+def glu_factor(tc) -> int:
+    """How many fc1 halves an MLP has: 2 for a gated linear unit (SwiGLU), else 1."""
+    return 2 if tc.get("gated_linear_unit") else 1
+
+
 def heads(tc: dict) -> tuple[int, int, int, int]:
     """Hidden size, attention heads, head size and query groups, as megatron-core derives the unset ones."""
     return (tc["hidden_size"], tc["num_attention_heads"], K.effective("kv_channels", tc),
@@ -95,7 +100,7 @@ def routed_rows(tc: dict, t_h: float, etp: int) -> tuple[float, str]:
 
 def mlp_bytes(tc: dict, t: int, t_h: float, tp: int, etp: int, moe: bool, modules: frozenset) -> dict:
     """One layer's MLP or MoE block (with its pre-MLP norm)."""
-    h, glu = tc["hidden_size"], 2 if tc.get("gated_linear_unit") else 1
+    h, glu = tc["hidden_size"], glu_factor(tc)
     if not moe:
         f = tc["ffn_hidden_size"]
         if "mlp" in modules:  # transformer_layer.py recompute_mlp: the checkpoint keeps the block input

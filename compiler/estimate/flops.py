@@ -14,8 +14,8 @@ holds) comes from memory.py: one place.
 """
 from __future__ import annotations
 
-from compiler.estimate.activations import heads
-from compiler.estimate.memory import _glu, is_linear_attention_layer, is_moe_layer
+from compiler.estimate.activations import glu_factor, heads
+from compiler.estimate.memory import is_linear_attention_layer, is_moe_layer
 
 FWD_BWD = 3  # forward, backward dgrad, backward wgrad (Megatron-LM forward_backward_expansion_factor)
 FMA = 2      # one multiply-add is two FLOPs (Megatron-LM fma_expansion_factor)
@@ -83,8 +83,8 @@ def ffn_gemms(tc: dict, megatron: bool = True) -> int:
     (``megatron``) knows only --swiglu as gated: a GLU with another activation (gpt-oss's
     quick-GEGLU) is counted as 2 although it executes 3."""
     if megatron:
-        return 3 if _glu(tc) == 2 and tc.get("activation_func", "silu") == "silu" else 2
-    return 1 + _glu(tc)
+        return 3 if glu_factor(tc) == 2 and tc.get("activation_func", "silu") == "silu" else 2
+    return 1 + glu_factor(tc)
 
 
 def mlp_flops(tc: dict, moe: bool, megatron: bool = True) -> dict:

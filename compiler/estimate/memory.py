@@ -20,8 +20,7 @@ from types import MappingProxyType
 from compiler.knobs import pipeline_layout
 from compiler.knobs.layer_pattern import linear_attention_layer, moe_layer
 from compiler.knobs.layout import Layout
-from compiler.targets.plan import megatron_core_release
-from compiler.knobs.versions import version_int
+from compiler.knobs.versions import megatron_core_release, version_int
 from compiler.estimate import activations as A
 from compiler.estimate import calibration as calib
 
@@ -39,10 +38,6 @@ ALLOWANCE_FORMULA = ("5 GiB stated allowance: CUDA context, NCCL buffers, cuBLAS
 
 
 # ------------------------------------------------------------------------ parameters
-def _glu(tc) -> int:
-    return 2 if tc.get("gated_linear_unit") else 1
-
-
 def _norm(tc, size: int) -> int:
     """A norm over ``size`` features: RMSNorm has a weight, LayerNorm a weight and a bias."""
     return size * (2 if tc.get("normalization", "LayerNorm") == "LayerNorm" else 1)
@@ -92,7 +87,7 @@ def attention_params(tc: dict, tp: int, linear: bool, te: bool = True, query_nor
 
 def mlp_params(tc: dict, ffn: int, shard: int) -> int:
     """fc1 (column-parallel, GLU doubles it) + fc2 (row-parallel; its bias is not sharded)."""
-    h, glu = tc["hidden_size"], _glu(tc)
+    h, glu = tc["hidden_size"], A.glu_factor(tc)
     out = h * glu * ffn // shard + ffn // shard * h
     if tc.get("add_bias_linear"):
         out += glu * ffn // shard + h

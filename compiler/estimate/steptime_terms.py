@@ -7,7 +7,7 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 from __future__ import annotations
 
 from compiler.estimate import comm
-from compiler.estimate.activations import ACT
+from compiler.estimate.activations import ACT, glu_factor
 from compiler.estimate.memory import state_bytes_per_param
 from compiler.estimate.steptime_constants import ADAM_BYTES_PER_PARAM, FP32_STATE_BYTES
 
@@ -81,7 +81,7 @@ def expert_gemm_efficiency(ctx: dict) -> float:
         return 1.0
     tc, etp = ctx["plan"]["transformer_config"], ctx["lay"].expert_tp
     h, f = tc["hidden_size"], tc.get("moe_ffn_hidden_size") or tc["ffn_hidden_size"]
-    glu = 2 if tc.get("gated_linear_unit") else 1
+    glu = glu_factor(tc)
     ridge = ridge_point(ctx)
     slowdown = 0.0
     for k, n, share in ((h, f * glu / etp, glu), (f / etp, h, 1)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 
+from compiler.diagnostics import error
 from compiler.knobs import table as K
 from compiler.knobs.versions import version_int
 from compiler.resources import MEGATRON_DATA
@@ -54,7 +55,7 @@ def did_you_mean(name: str, n: int = 3, cutoff: float = 0.75) -> tuple[str, ...]
     key.  A ratio 2M/(la+lb) >= cutoff needs M <= min(la, lb), so only names whose length lies in
     [la*c/(2-c), la*(2-c)/c] can qualify; the candidates are bucketed by length once, and a name
     asked about twice (the same typo in every config of a sweep) is answered from the cache."""
-    import difflib
+    import difflib  # lazy: only a misspelled name needs it
 
     by_length = _names_by_length()
     lo, hi = len(name) * cutoff / (2 - cutoff), len(name) * (2 - cutoff) / cutoff
@@ -76,7 +77,7 @@ def lm_parser_dests() -> frozenset:
     return frozenset(e["dest"] for e in raw["options"].values())
 
 
-def _fields_for(mcore: int) -> tuple[str, frozenset] | None:
+def fields_for(mcore: int) -> tuple[str, frozenset] | None:
     """The catalogued field list of the same major.minor release (None: not catalogued)."""
     for v, names in megatron_fields()["versions"].items():
         if version_int(v) // 1000 == mcore // 1000:
@@ -92,10 +93,8 @@ def supported_megatron_core() -> list[str]:
 
 def megatron_core_diagnostics(software, pos) -> list:
     """An error when a platform's software.megatron_core is not a supported release (pos: its Position)."""
-    from compiler.diagnostics import error
-
     mcore = software.get("megatron_core") if isinstance(software, dict) else None
-    if not isinstance(mcore, str) or _fields_for(version_int(mcore)) is not None:
+    if not isinstance(mcore, str) or fields_for(version_int(mcore)) is not None:
         return []
     known = ", ".join(".".join(v.split(".")[:2]) + ".x" for v in supported_megatron_core())
     return [error("E_MEGATRON_CORE_VERSION", f"megatron-core {mcore} is not supported; supported releases: {known}",

@@ -8,7 +8,7 @@ megatron-core folds one world two ways (parallel_state.initialize_model_parallel
 so DP = world / (TP*CP*PP) and EDP = world / (ETP*EP*PP), with ETP defaulting to TP when it is
 not given (megatron-core ModelParallelConfig: expert_tensor_parallel_size None -> TP).  Every
 part of the compiler that needs these numbers takes them from here: the solver's folding of pins
-(problem.derive), its z3 definitions (encoding, through the size functions below, which work on
+(derive_sizes), its z3 definitions (encoding, through the size functions below, which work on
 ints and on z3 terms alike), lint-config, the plan's layout section, and the layout planner.
 The runtime never imports the compiler; runtime/plan.py keeps one small mirror with the same
 messages.
@@ -88,6 +88,14 @@ def derived(values: dict) -> dict:
         etp = effective_etp(values["expert_tensor_parallel_size"], tp)
         out["expert_data_parallel_size"] = quotient(world, expert_model_size(etp, ep, pp))
     return out
+
+
+def derive_sizes(values: dict) -> dict:
+    """World, DP and EDP where every input is known (None: does not divide), world from num_nodes x
+    gpus_per_node only (a stated world_size is what is being derived): the solver's folding of pins."""
+    if values.get("num_nodes") is None or values.get("gpus_per_node") is None:
+        return {}
+    return derived({k: v for k, v in values.items() if k != "world_size"})
 
 
 class LayoutError(ValueError):

@@ -394,12 +394,6 @@ def effective(field: str, values: dict):
     return value if value is not None else BY_FIELD[field].derived(values.get)
 
 
-def display(field: str) -> str:
-    """How a recipe author knows this knob (its recipe path), else Megatron's name."""
-    k = BY_FIELD.get(field)
-    return k.path if k and k.path else field
-
-
 # Fields only an attention variant reads, by the plan field that turns it on (a GPTModelProvider has no MLA
 # fields, Megatron-LM refuses --rope-type yarn without MLA; the linear-attention sizes are read by
 # experimental_attention_variant's layers only): the emitters write them only when the variant is in use.

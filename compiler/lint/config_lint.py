@@ -24,7 +24,7 @@ fields (mtp_enabled, ...) -> bridge; else megatron-core). The output states it a
 - Fields that are not given take that front-end's default (knobs.Knob.default_for: Megatron-LM's
   argparse defaults overlap_p2p_comm=True and gradient_accumulation_fusion=True differ).
 - The front-end's own rewrites are applied before the rules run, the way it applies them
-  (frontends._frontend_rewrites: Bridge's CommOverlapConfig and TransformerConfig.finalize,
+  (frontends.frontend_rewrites: Bridge's CommOverlapConfig and TransformerConfig.finalize,
   Megatron-LM's validate_args), and stated in the output.
 - Rules are filtered by origin: megatron-core and moeforge rules hold for every front-end (both
   front-ends end in TransformerConfig.__post_init__); a megatron-lm rule only for megatron-lm, a
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -54,10 +55,10 @@ from compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from
 from compiler.launch_reader.text import read_source
 from compiler.rules import CATALOGUE, Rule
 from compiler.rules.expr import UNKNOWN, evaluate
-from compiler.lint.flat_config import (  # noqa: F401 - re-exported for callers and tests
-    OWN_KEYS, SEVERITY_ORDER, Config, UnusableInput, _one_line, _show, known_names, megatron_fields,
-    parse, read,
+from compiler.lint.flat_config import (  # noqa: F401 - lint-config's API: re-exported for callers and tests
+    SEVERITY_ORDER, Config, UnusableInput, known_names, megatron_fields, parse, read,
 )
+from compiler.rules.display import show
 
 # ----------------------------------------------------------------------- checking
 
@@ -115,7 +116,7 @@ def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False
         message = render_megatron(r.message, cfg.display)  # {field} placeholders (e.g. the ${VAR} names)
         if r.silent:
             who = {"megatron-lm": "Megatron-LM", "bridge": "Megatron-Bridge"}.get(cfg.frontend, "Megatron")
-            changes = ", ".join(f"{f} = {_show(v)}" for f, v in r.silent.items())
+            changes = ", ".join(f"{f} = {show(v)}" for f, v in r.silent.items())
             message += f" ({who} would silently use {changes})"
         notes = [Note(f"{who}: {render_megatron(text, cfg.display)}") for who, text in r.also if text]
         out.append(from_rule(r, env, message=message, severity=severity, pos=Position("", line) if line else None,
@@ -155,8 +156,8 @@ def lint_text(text: str, name: str = "<config>", strict: bool = False, frontend:
 
 def frontend_finding(cfg: Config) -> Diagnostic:
     """The front-end every verdict is for, why, and the values it sets that nobody wrote."""
-    notes = [f"{why}: {f} = {_show(a) if a is not UNKNOWN else 'unknown'} (was "
-             f"{_show(b) if b is not UNKNOWN else 'unknown'})" for f, b, a, why in cfg.rewrites]
+    notes = [f"{why}: {f} = {show(a) if a is not UNKNOWN else 'unknown'} (was "
+             f"{show(b) if b is not UNKNOWN else 'unknown'})" for f, b, a, why in cfg.rewrites]
     return finding("LINT_FRONTEND", "info", f"front-end: {cfg.frontend} ({cfg.frontend_reason})", None,
                    sorted({f for f, _, _, _ in cfg.rewrites}), origin=ORIGIN_OF_FRONTEND[cfg.frontend],
                    notes=notes)
@@ -184,7 +185,7 @@ def render_text(findings: list[Diagnostic], name: str, cfg: Config | None = None
     if cfg is not None:
         lines.append(f"{name}: front-end {cfg.frontend} ({cfg.frontend_reason})")
         for f, before, after, why in cfg.rewrites:
-            shown = lambda v: "unknown" if v is UNKNOWN else _show(v)  # noqa: E731
+            shown = lambda v: "unknown" if v is UNKNOWN else show(v)  # noqa: E731
             lines.append(f"  {cfg.frontend} sets {f} = {shown(after)} (was {shown(before)}): {why}")
         lines += [f"{name}: {line}" for line in context_lines(cfg)]
     for f in findings:
@@ -248,7 +249,6 @@ def main_lint_config(argv) -> int:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `moeforge lint-config x | head`: not an error of the input
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 

@@ -4,32 +4,33 @@ Parses YAML/JSON with line numbers, coerces each field to its knob kind (clear U
 errors otherwise), maps the deprecated spellings (cuda_graph_scope, the per-backend SM counts,
 a list-valued moe_layer_freq) onto the canonical knobs, reads the `gpu:` and `versions:` keys
 into platform facts, and marks what nobody can know as UNKNOWN.  Which names exist is
-field_catalogue.py, the type checks are lint_values.py, what each front-end does is frontends.py.
+compiler/knobs/fields.py, the type checks are values.py, what each front-end does is frontends.py.
 """
 from __future__ import annotations
 
-import marshal
 import re
 from dataclasses import dataclass, field
 
 import yaml
 
-from compiler.knobs import table as K
+from compiler.bounded import parse_json
+from compiler.diagnostics import Diagnostic, finding
 from compiler.knobs import layout as L
 from compiler.knobs import pipeline_layout
-from compiler.bounded import parse_json
-from compiler.solver.inputs import flat_config_facts
-from compiler.diagnostics import Diagnostic, finding
-from compiler.knobs.fields import OWN_KEYS, _fields_for, did_you_mean, known_names, megatron_fields
-from compiler.lint.frontends import _bridge_layout, _flatten_bridge, _frontend_of, _frontend_rewrites, _lm_aliases, \
-    _lm_virtual_pipeline
-from compiler.lint.launch import VERSION_KEYS, knob_of_dest, launch_mapping
-from compiler.lint.values import UnusableInput, _bad, _coerce, _graph_modules, _known_int, _layer_freq, \
-    _load_balancing, _version
-from compiler.recipe.load import YamlLoader as _LOADER  # YAML 1.2 exponent floats (lr: 3e-4) as in recipes
-from compiler.rules.expr import UNKNOWN, evaluate
+from compiler.knobs import table as K
+from compiler.knobs.fields import OWN_KEYS, did_you_mean, fields_for, known_names, megatron_fields
 from compiler.knobs.versions import version_int
-from compiler.rules.layout import SHOWN as LAYOUT_SHOWN
+from compiler.lint.frontends import (bridge_layout, flatten_bridge, frontend_of, frontend_rewrites, lm_aliases,
+                                     lm_virtual_pipeline)
+from compiler.lint.launch import VERSION_KEYS, knob_of_dest, launch_mapping
+from compiler.lint.values import (UnusableInput, coerce, read_graph_modules, read_layer_freq, read_load_balancing,
+                                  read_version, wrong_type)
+from compiler.recipe.yaml_nodes import YamlLoader  # YAML 1.2 exponent floats (lr: 3e-4), as in recipes
+from compiler.rules import CATALOGUE
+from compiler.rules.display import known_int, shown_values
+from compiler.rules.expr import UNKNOWN
+from compiler.solver.inputs import flat_config_facts
+from compiler.targets.megatron_args import lm_parser
 
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not TransformerConfig fields but whose "not given" value is known (the optimizer's precision:
@@ -77,7 +78,7 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
         if name.endswith(".json"):
             data = parse_json(text)
         else:
-            loader = _LOADER(text)
+            loader = YamlLoader(text)
             try:
                 node = loader.get_single_node()
                 data = loader.construct_document(node) if node is not None else None
@@ -89,7 +90,7 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
                         lines.setdefault(k.value, k.start_mark.line + 1)
     except (yaml.YAMLError, ValueError) as exc:  # bounded.Unreadable is a ValueError
         kind = "JSON" if name.endswith(".json") else "YAML"
-        raise UnusableInput(f"cannot parse {kind}: {_one_line(exc)}") from None
+        raise UnusableInput(f"cannot parse {kind}: {one_line(exc)}") from None
     except RecursionError:
         raise UnusableInput("cannot parse YAML: nested too deeply") from None
     if not isinstance(data, dict):
@@ -99,7 +100,7 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
             raise UnusableInput(f"field names must be strings, got {key!r}")
     if name.endswith(".json"):  # JSON is YAML: positions are best effort
         try:
-            node = yaml.compose(text, Loader=_LOADER)
+            node = yaml.compose(text, Loader=YamlLoader)
             if isinstance(node, yaml.MappingNode):
                 for k, _ in node.value:
                     lines.setdefault(k.value, k.start_mark.line + 1)
@@ -121,8 +122,6 @@ def _lm_flag_names(data: dict, lines: dict) -> dict:
     """Megatron-LM argument names as written on a command line (--num-layers, num-layers), and its flags that
     set another dest (--no-masked-softmax-fusion, --disable-bias-linear, --fp8-format), under the dest and
     with the value the dest receives; then the dests the knob table names differently, under the field."""
-    from compiler.targets.megatron_args import lm_parser
-
     options = lm_parser()["options"]
     out: dict = {}
 
@@ -162,17 +161,17 @@ def _lm_flag_names(data: dict, lines: dict) -> dict:
     return out
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
 def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> Config:
     lines = dict(lines or {})
-    frontend, frontend_reason = _frontend_of(data, frontend)
-    if _bridge_layout(data):
-        data, flat_lines = _flatten_bridge(data, lines)
+    frontend, frontend_reason = frontend_of(data, frontend)
+    if bridge_layout(data):
+        data, flat_lines = flatten_bridge(data, lines)
         lines.update(flat_lines)
-    data = _lm_aliases(_lm_flag_names(data, lines), lines)
+    data = lm_aliases(_lm_flag_names(data, lines), lines)
     env: dict = {}
     given: dict = {}
     display: dict = {}
@@ -186,11 +185,11 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
     if versions is None:
         versions = {}
     if not isinstance(versions, dict):
-        raise _bad("versions", "a mapping {torch, transformer_engine, megatron_core}", versions)
+        raise wrong_type("versions", "a mapping {torch, transformer_engine, megatron_core}", versions)
     for key, value in versions.items():
         if key not in VERSION_KEYS:
             raise UnusableInput(f"versions.{key}: unknown package (expected {', '.join(VERSION_KEYS)})")
-        env[key] = _version(key, value)
+        env[key] = read_version(key, value)
         display[key] = "None" if value is None else str(value)
     if versions.get("transformer_engine", "") is None and isinstance(env.get("megatron_core"), int) \
             and env["megatron_core"] >= version_int("0.19.0"):
@@ -210,7 +209,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             name = gpu.get("name")
             if name is not None:
                 if not isinstance(name, str):
-                    raise _bad("gpu.name", "a string", name)
+                    raise wrong_type("gpu.name", "a string", name)
                 env["gpu_product"] = K.gpu_product(name)
                 display["gpu_name"] = name
                 if env["gpu_product"] in GPU_MAJOR:
@@ -218,14 +217,14 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             cc = gpu.get("compute_capability")
             if cc is not None:
                 if isinstance(cc, bool) or not re.match(r"^\d+(\.\d+)?$", str(cc)):
-                    raise _bad("gpu.compute_capability", 'a version such as "9.0"', cc)
+                    raise wrong_type("gpu.compute_capability", 'a version such as "9.0"', cc)
                 env["gpu_major"] = int(str(cc).split(".")[0])
         else:
-            raise _bad("gpu", "a mapping {name, compute_capability}, a GPU name (H100) or null", gpu)
+            raise wrong_type("gpu", "a mapping {name, compute_capability}, a GPU name (H100) or null", gpu)
 
     # --- fields
     mcore = env["megatron_core"]
-    version_fields = _fields_for(mcore) if isinstance(mcore, int) and mcore else None
+    version_fields = fields_for(mcore) if isinstance(mcore, int) and mcore else None
     known = known_names()
     problems: list[str] = []
     launch_only: list[str] = []
@@ -287,12 +286,12 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
 
     _normalise(env, given, findings, lines, mcore)
     _derive(env)
-    _lm_virtual_pipeline(env, data, frontend)
+    lm_virtual_pipeline(env, data, frontend)
     written = dict(env)
-    rewrites = _frontend_rewrites(env, given, frontend)
+    rewrites = frontend_rewrites(env, given, frontend)
     if rewrites:
         _derive(env)
-    display.update(_display(env, display))
+    display.update(shown_values(env, display))
     return Config(env, given, lines, display, findings, frontend, frontend_reason, written, rewrites, launch)
 
 
@@ -308,21 +307,21 @@ def _read_field(key, value, env, given, known, findings, lines) -> bool:
         fact = K.FACT_BY_FIELD[key]
         if fact.kind == "version":
             raise UnusableInput(f"{key}: give package versions under versions:")
-        env[key] = _coerce(fact, value)
+        env[key] = coerce(fact, value)
         given[key] = value
         return True
     if key in ("cuda_graph_modules", "cuda_graph_scope"):
         given[key] = value
-        env[key] = _graph_modules(key, value)
+        env[key] = read_graph_modules(key, value)
     elif key == "moe_layer_freq":
         given[key] = value
-        env[key] = _layer_freq(value)
+        env[key] = read_layer_freq(value)
     elif key == "moe_router_load_balancing_type":
         given[key] = value
-        env[key] = _load_balancing(value)
+        env[key] = read_load_balancing(value)
     elif key in K.BY_FIELD:
         given[key] = value
-        env[key] = _coerce(K.BY_FIELD[key], value)
+        env[key] = coerce(K.BY_FIELD[key], value)
     elif key in known:
         given[key] = value
     else:
@@ -345,7 +344,6 @@ def _rule_fields() -> frozenset:
     """Every field some rule of the catalogue reads."""
     global _RULE_FIELDS
     if _RULE_FIELDS is None:
-        from compiler.rules import CATALOGUE
         _RULE_FIELDS = frozenset(f for r in CATALOGUE for f in r.fields)
     return _RULE_FIELDS
 
@@ -395,7 +393,7 @@ def _derive(env: dict) -> None:
     world = env.get("world_size")
     if world is UNKNOWN or world is None:
         nodes, per = env.get("num_nodes"), env.get("gpus_per_node")
-        world = nodes * per if _known_int(nodes, per) else UNKNOWN
+        world = nodes * per if known_int(nodes, per) else UNKNOWN
         env["world_size"] = world
     tp, cp, pp = (env.get(k) for k in ("tensor_model_parallel_size", "context_parallel_size",
                                         "pipeline_model_parallel_size"))
@@ -408,69 +406,12 @@ def _derive(env: dict) -> None:
     env["data_parallel_size"] = UNKNOWN
     env["expert_data_parallel_size"] = UNKNOWN
     # the foldings are compiler/knobs/layout.py's; a size that does not divide stays UNKNOWN
-    if _known_int(world, tp, cp, pp):
+    if known_int(world, tp, cp, pp):
         dp = L.quotient(world, L.model_size(tp, cp, pp))
         if dp is not None:
             env["data_parallel_size"] = dp
     etp_eff = L.effective_etp(etp, tp)
-    if _known_int(world, etp_eff, ep, pp):
+    if known_int(world, etp_eff, ep, pp):
         edp = L.quotient(world, L.expert_model_size(etp_eff, ep, pp))
         if edp is not None:
             env["expert_data_parallel_size"] = edp
-
-
-def _show(v) -> str:
-    return "None" if v is None else str(v)
-
-
-def _display(env: dict, display: dict) -> dict:
-    out = {}
-    for key, value in env.items():
-        if value is UNKNOWN or key in display:
-            continue
-        out[key] = _show(value)
-    g = env.get
-    tp, cp, pp = g("tensor_model_parallel_size"), g("context_parallel_size"), g("pipeline_model_parallel_size")
-    if _known_int(tp, cp, pp):
-        out["model_size"] = str(L.model_size(tp, cp, pp))
-    etp = L.effective_etp(g("expert_tensor_parallel_size"), tp)
-    if _known_int(etp):
-        out["etp"] = str(etp)
-    if _known_int(etp, g("expert_model_parallel_size"), pp):
-        out["expert_tensor_model_pipeline_parallel_size"] = str(L.expert_model_size(etp, g("expert_model_parallel_size"), pp))
-    if _known_int(g("num_layers"), pp) and pp:
-        out["num_layers_per_pipeline_rank"] = str(g("num_layers") // pp)
-    if _known_int(g("pipeline_layout_stages"), pp) and pp:
-        out["pipeline_layout_vpp"] = str(g("pipeline_layout_stages") // pp)
-    for key, expr in LAYOUT_SHOWN.items():
-        value = evaluate(expr, env)
-        if _known_int(value):
-            out[key] = str(value)
-    deprecated = {n: g(n) for n in ("moe_deepep_num_sms", "moe_hybridep_num_sms") if _known_int(g(n))}
-    out["deprecated_num_sms"] = str(deprecated)
-    modules = g("cuda_graph_modules")
-    out["cuda_graph_scopes_msg"] = f" with scopes {modules}" if isinstance(modules, list) and modules else ""
-    offload = g("offload_modules")
-    if isinstance(offload, list):  # megatron-core's own set expressions, so the text is the one it prints
-        # before 0.19 (fused_group_mlp came with it)
-        allowed = _set_literal(*K.OFFLOAD_MODULES[:-1])
-        out["invalid_modules"], out["allowed_modules"] = str(set(offload) - allowed), str(allowed)
-        out["offload_inside_moe"] = str(_set_literal("moe_act", "expert_fc1", "fused_group_mlp") & set(offload))
-        out["moe_partial_offload"] = str(_set_literal("expert_fc1", "moe_act") & set(offload))
-        out["local_unsupported_offload"] = str(sorted(set(offload) - {"expert_fc1", "moe_act", "fused_group_mlp"}))
-    return out
-
-
-def _set_literal(*items: str) -> set:
-    """The set a literal {items...} in an installed (byte-compiled) module is, in its iteration order, so that
-    printing it gives the text Megatron prints.  CPython builds a literal of three or more constants as
-    set().update(a frozenset constant), and the .pyc stores that frozenset sorted by marshal.dumps (bpo-37596),
-    so its elements are re-added in that order on import; a shorter literal adds its items in source order.
-    A set's iteration order depends on its insertion history, so any other construction (set(frozenset(...)),
-    a fresh compile) prints the same elements in another order under some hash seeds."""
-    if len(items) < 3:
-        out: set = set()
-        for item in items:
-            out.add(item)
-        return out
-    return set(marshal.loads(marshal.dumps(frozenset(items))))

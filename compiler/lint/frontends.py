@@ -10,7 +10,8 @@ from __future__ import annotations
 from compiler.knobs import table as K
 from compiler.knobs.fields import BRIDGE_PROVIDER_FIELDS, LM_ALIASES, NEUTRAL_NAMES, lm_names
 from compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
-from compiler.lint.values import UnusableInput, _bad, _known_int
+from compiler.lint.values import UnusableInput, wrong_type
+from compiler.rules.display import known_int
 from compiler.rules.expr import UNKNOWN
 
 # Megatron-Bridge: the sections of a ConfigContainer (nested mappings or dotted keys such as
@@ -22,14 +23,14 @@ FRONTEND_WORDS = {"megatron-core": "megatron-core", "mcore": "megatron-core", "m
                   "mlm": "megatron-lm", "bridge": "bridge", "megatron-bridge": "bridge"}
 
 
-def _bridge_layout(data: dict) -> list[str]:
+def bridge_layout(data: dict) -> list[str]:
     return [k for k in data if (k in BRIDGE_SECTIONS and isinstance(data[k], (dict, str)) and k != "frontend")
             or ("." in k and k.split(".", 1)[0] in BRIDGE_SECTIONS)]
 
 
 def infer_frontend(data: dict) -> tuple[str, str]:
     """(front-end, why) from the names a mapping uses."""
-    nested = _bridge_layout(data)
+    nested = bridge_layout(data)
     bridge_only = sorted(k for k in data if k in BRIDGE_PROVIDER_FIELDS - lm_names() - NEUTRAL_NAMES
                          and k not in ("position_embedding_type", "rotary_base", "rotary_percent", "vocab_size",
                                        "make_vocab_size_divisible_by", "fp16_lm_cross_entropy",
@@ -46,7 +47,7 @@ def infer_frontend(data: dict) -> tuple[str, str]:
     return "megatron-core", "inferred: only megatron-core field names"
 
 
-def _flatten_bridge(data: dict, lines: dict) -> tuple[dict, dict]:
+def flatten_bridge(data: dict, lines: dict) -> tuple[dict, dict]:
     """A Bridge ConfigContainer layout (nested sections or dotted keys) as flat Megatron names."""
     flat: dict = {}
     flat_lines: dict = {}
@@ -90,7 +91,7 @@ def _true(v) -> bool:
     return v is True
 
 
-def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
+def frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
     """Apply what the front-end changes before megatron-core's TransformerConfig sees the values.
 
     Megatron-Bridge 0.6.2 (ConfigContainer.runtime_config_update: CommOverlapConfig.setup, then
@@ -118,8 +119,8 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
                 _set(env, rw, "tp_comm_overlap", False, f"{cc}: no Transformer Engine")
             elif te is UNKNOWN:
                 _set(env, rw, "tp_comm_overlap", UNKNOWN, f"{cc}: dropped if Transformer Engine is missing")
-        if "overlap_p2p_comm" not in given and _known_int(pp):
-            interleaved = pp > 1 and _known_int(vpp) and vpp > 1
+        if "overlap_p2p_comm" not in given and known_int(pp):
+            interleaved = pp > 1 and known_int(vpp) and vpp > 1
             _set(env, rw, "overlap_p2p_comm", interleaved,
                  f"{cc}: {'PP > 1 with VPP' if interleaved else 'not the interleaved schedule'}")
         if _true(g("use_distributed_optimizer")):
@@ -135,9 +136,9 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
         if g("moe_token_dispatcher_type") == "flex" and g("moe_flex_dispatcher_backend") is None:
             _set(env, rw, "moe_token_dispatcher_type", "alltoall",
                  "Megatron-Bridge validate_flex_dispatcher_backend: flex without a backend")
-        if _true(g("sequence_parallel")) and _known_int(tp) and tp <= 1:
+        if _true(g("sequence_parallel")) and known_int(tp) and tp <= 1:
             _set(env, rw, "sequence_parallel", False, "Megatron-Bridge TransformerConfig.finalize: TP = 1")
-        if g("expert_tensor_parallel_size") is None and _known_int(ep) and ep > 1:
+        if g("expert_tensor_parallel_size") is None and known_int(ep) and ep > 1:
             _set(env, rw, "expert_tensor_parallel_size", 1,
                  "Megatron-Bridge _set_moe_expert_tensor_parallel_default: EP > 1")
     elif frontend == "megatron-lm":
@@ -159,10 +160,10 @@ def _frontend_rewrites(env: dict, given: dict, frontend: str) -> list:
 def validate_args_rewrites(env: dict, given: dict) -> list:
     """Megatron-LM's validate_args rewrites of a flat megatron-core env (for `moeforge import`, which reads a
     launch as Megatron-LM runs it): [(field, before, after, why)]; env is changed in place."""
-    return _frontend_rewrites(env, given, "megatron-lm")
+    return frontend_rewrites(env, given, "megatron-lm")
 
 
-def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
+def frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     if frontend is not None:
         if frontend not in FRONTEND_WORDS:
             raise UnusableInput(f"--frontend: expected one of {', '.join(K.FRONTENDS)}, got {frontend!r}")
@@ -170,7 +171,7 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     if "frontend" in data:
         value = data["frontend"]
         if not isinstance(value, str) or value not in FRONTEND_WORDS:
-            raise _bad("frontend", f"one of {', '.join(K.FRONTENDS)}", value)
+            raise wrong_type("frontend", f"one of {', '.join(K.FRONTENDS)}", value)
         return FRONTEND_WORDS[value], "given: frontend key"
     launch = data.get("launch")
     if isinstance(launch, dict) and launch.get("frontend"):
@@ -178,7 +179,7 @@ def _frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
     return infer_frontend(data)
 
 
-def _lm_aliases(data: dict, lines: dict) -> dict:
+def lm_aliases(data: dict, lines: dict) -> dict:
     """Megatron-LM dests that name a megatron-core field differently, under the megatron-core name."""
     out = dict(data)
     for alias, name in LM_ALIASES.items():
@@ -200,13 +201,13 @@ def _lm_aliases(data: dict, lines: dict) -> dict:
     return out
 
 
-def _lm_virtual_pipeline(env: dict, data: dict, frontend: str) -> None:
+def lm_virtual_pipeline(env: dict, data: dict, frontend: str) -> None:
     """Megatron-LM's num_layers_per_virtual_pipeline_stage as the VPP size megatron-core reads."""
-    if frontend == "megatron-lm" and _known_int(data.get("num_layers_per_virtual_pipeline_stage")) \
+    if frontend == "megatron-lm" and known_int(data.get("num_layers_per_virtual_pipeline_stage")) \
             and env.get("virtual_pipeline_model_parallel_size") is None:
         per, layers, pp = data["num_layers_per_virtual_pipeline_stage"], env.get("num_layers"), \
             env.get("pipeline_model_parallel_size")
-        if _known_int(layers, pp):
+        if known_int(layers, pp):
             try:
                 env["virtual_pipeline_model_parallel_size"] = vpp_from_layers_per_virtual_stage(
                     layers, pp, per, env.get("account_for_embedding_in_pipeline_split") is True,

@@ -3,7 +3,7 @@ functional-test MODEL_ARGS or Bridge override list stands for.
 
 Why its own module: `moeforge lint-config` accepts what `moeforge import` reads (compiler/launch_reader/text.py
 reads the text), and the mapping carries each value's line and the platform's `gpu` and `versions`
-when the launch names one; lint_input.py then reads the mapping like any other.
+when the launch names one; flat_config.py then reads the mapping like any other.
 """
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import re
 
 import yaml
 
+from compiler import project
 from compiler.knobs import table as K
-from compiler.lint.values import UnusableInput
 from compiler.knobs.versions import version_int
+from compiler.launch_reader import kinds, text as launch_text
+from compiler.lint.values import UnusableInput
 
 VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
 V19 = version_int("0.19.2")
@@ -25,9 +27,6 @@ def launch_mapping(text: str, name: str) -> tuple[dict, dict] | None:
     (pretrain_gpt.py), an args file, a functional-test model_config.yaml (MODEL_ARGS) or a Megatron-Bridge
     override list; with `gpu` and `versions` from the platform the launch names, when it names one.
     None: not one of those (an ordinary YAML / JSON mapping)."""
-    from compiler import project
-    from compiler.launch_reader import kinds, text as launch_text
-
     kind = kinds.detect(text, name)
     if kind not in kinds.LAUNCHES:
         return None

@@ -21,30 +21,30 @@ class UnusableInput(Exception):
     """The input cannot be linted (exit 2)."""
 
 
-def _bad(name: str, want: str, value) -> UnusableInput:
+def wrong_type(name: str, want: str, value) -> UnusableInput:
     return UnusableInput(f"{name}: expected {want}, got {value!r}")
 
 
-def _coerce(k: K.Knob, value):
+def coerce(k: K.Knob, value):
     """A knob's value, type-checked (UnusableInput when it has the wrong type)."""
     name = k.field
     if k.kind == "bool":
         if not isinstance(value, bool):
-            raise _bad(name, "true or false", value)
+            raise wrong_type(name, "true or false", value)
         return value
     if k.kind in ("int", "opt_int", "version"):
         if value is None and k.kind == "opt_int":
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad(name, "an integer" + (" or null" if k.kind == "opt_int" else ""), value)
+            raise wrong_type(name, "an integer" + (" or null" if k.kind == "opt_int" else ""), value)
         if value < 0:
-            raise _bad(name, "a non-negative integer", value)
+            raise wrong_type(name, "a non-negative integer", value)
         return value
     if k.kind == "float":
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _bad(name, "a number or null", value)
+            raise wrong_type(name, "a number or null", value)
         return value
     if k.kind == "enum":
         value = k.plan_value(value)  # Megatron's spelling of a value (lr_decay_style WSD) read as the plan's
@@ -52,69 +52,65 @@ def _coerce(k: K.Knob, value):
             return value  # a keyword of the domain, or a path (checkpoint.load)
         if value not in k.domain:
             shown = ", ".join("null" if d is None else str(d) for d in k.domain)
-            raise _bad(name, f"one of {shown}", value)
+            raise wrong_type(name, f"one of {shown}", value)
         return value
     if k.kind == "set":
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _bad(name, "a list of names or null", value)
+            raise wrong_type(name, "a list of names or null", value)
         bad = [v for v in value if v not in k.domain]
         if bad:
-            raise _bad(name, f"names among {', '.join(k.domain)}", bad if len(bad) > 1 else bad[0])
+            raise wrong_type(name, f"names among {', '.join(k.domain)}", bad if len(bad) > 1 else bad[0])
         return list(dict.fromkeys(value))
     return value  # str: anything (layout strings or lists)
 
 
-def _graph_modules(name: str, value):
+def read_graph_modules(name: str, value):
     """cuda_graph_modules / cuda_graph_scope as megatron-core normalises them."""
     if value is None:
         return None
     if isinstance(value, str):
         value = [v for v in value.split(",") if v] if value else []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _bad(name, "a list of module names, a comma-separated string, or null", value)
+        raise wrong_type(name, "a list of module names, a comma-separated string, or null", value)
     if "full" in value:
         if value != ["full"]:
             raise UnusableInput(f"{name}: full scope cannot be used with other scopes.")
         return []
-    return _coerce(K.BY_FIELD["cuda_graph_modules"], value)
+    return coerce(K.BY_FIELD["cuda_graph_modules"], value)
 
 
-def _layer_freq(value):
+def read_layer_freq(value):
     if isinstance(value, bool):
-        raise _bad("moe_layer_freq", "an integer or a list of 0/1", value)
+        raise wrong_type("moe_layer_freq", "an integer or a list of 0/1", value)
     if isinstance(value, int):
         if value < 1:
-            raise _bad("moe_layer_freq", "a positive integer or a list of 0/1", value)
+            raise wrong_type("moe_layer_freq", "a positive integer or a list of 0/1", value)
         return value
     if isinstance(value, list):
         if not value or any(v not in (0, 1) or isinstance(v, bool) for v in value):
-            raise _bad("moe_layer_freq", "a list of 0/1", value)
+            raise wrong_type("moe_layer_freq", "a list of 0/1", value)
         return 1 if all(v == 1 for v in value) else 2
     if isinstance(value, str):
         return UNKNOWN  # a Megatron-LM pattern string such as "([0]*3+[1]*58)": not evaluated
-    raise _bad("moe_layer_freq", "an integer or a list of 0/1", value)
+    raise wrong_type("moe_layer_freq", "an integer or a list of 0/1", value)
 
 
-def _load_balancing(value):
+def read_load_balancing(value):
     dom = K.BY_FIELD["moe_router_load_balancing_type"].domain
     items = value if isinstance(value, list) else [value]
     if not items or any(v not in dom for v in items):
-        raise _bad("moe_router_load_balancing_type", f"one of {', '.join(dom)} (or a list of them)", value)
+        raise wrong_type("moe_router_load_balancing_type", f"one of {', '.join(dom)} (or a list of them)", value)
     return "sinkhorn" if "sinkhorn" in items else items[0]
 
 
-def _version(key: str, value) -> int:
+def read_version(key: str, value) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _bad(f"versions.{key}", "a version string or null", value)
+        raise wrong_type(f"versions.{key}", "a version string or null", value)
     text = str(value)
     if not _VERSION_RE.match(text):
-        raise _bad(f"versions.{key}", "a version such as 2.12.0", value)
+        raise wrong_type(f"versions.{key}", "a version such as 2.12.0", value)
     return version_int(text)
-
-
-def _known_int(*values) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)

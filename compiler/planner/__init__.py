@@ -4,4 +4,6 @@ space.py enumerates candidates (Layout arithmetic prunes first), search.py ranks
 analytic estimators (compiler/estimate) and confirms the best through the real pipeline (the rule
 catalogue and solver of `check` are the only judge of legality), report.py prints them, emit.py
 writes the winner as a recipe, cli.py is the command line.
+
+May import: compiler.driver, compiler.estimate and everything below them (compiler.LAYERS).
 """

@@ -4,9 +4,10 @@ on stderr), 2 usage."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from compiler.diagnostics import CompileError
+from compiler.diagnostics import CompileError, render_all
 from compiler.estimate import calibration
 from compiler.planner import emit, report, search
 
@@ -112,14 +113,10 @@ def _evaluate(args) -> int:
         with calibration.using(cal):
             ev = search.evaluate_recipe(args.evaluate)
     except CompileError as exc:
-        from compiler.diagnostics import render_all
-
         print(render_all(exc.diagnostics, "text"))
         return 1
     cap = (ev.plan["platform"].get("gpu") or {}).get("memory_gb")
     if args.format == "json":
-        import json
-
         print(json.dumps({**report.record(ev, cap), "calibration": calibration.record(cal)}, indent=2))
     else:
         print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE + "\n" + calibration.note(cal))
@@ -128,8 +125,6 @@ def _evaluate(args) -> int:
 
 def _print(result: search.Result, fmt: str, cal) -> None:
     if fmt == "json":
-        import json
-
         print(json.dumps({**json.loads(report.as_json(result)), "calibration": calibration.record(cal)}, indent=2))
     else:
         print(report.table(result) + "\n" + calibration.note(cal))

@@ -365,7 +365,7 @@ def _progress_bar(wanted: bool):
     """tqdm on stderr, only for an interactive terminal."""
     if not wanted or not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: only an interactive terminal shows a progress bar
 
     return tqdm(desc="layouts", unit="layout", file=sys.stderr, leave=False, delay=1.0)  # only a long search shows it
 

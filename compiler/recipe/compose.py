@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.load import INT_MAX, INT_MIN, Document, load_file, out_of_range
-from compiler.recipe.migrate import upgrade_document
+from compiler.recipe.document import INT_MAX, INT_MIN, Document, out_of_range
+from compiler.recipe.load import load_file
+from compiler import project
 from compiler.project import BUILTIN_PREFIX
+from compiler.recipe.migrate import MOVED_KEYS, upgrade_document
 from compiler.resources import BUILTIN_RECIPES
 
 RECIPES = BUILTIN_RECIPES  # the built-in catalogue; the user's recipes/ is compiler.project.recipes()
@@ -59,8 +61,6 @@ def display_path(path: Path, root: Path) -> str:
 
 
 def _default_root(root: Path | None) -> Path:
-    from compiler import project
-
     return project.recipes() if root is None else root
 
 
@@ -308,9 +308,9 @@ def parse_override(text: str) -> tuple[tuple, object]:
     parts = tuple(key.strip().split("."))
     if not all(p.isidentifier() for p in parts):
         raise CompileError([error("E_OVERRIDE", f"override key '{key}' is not a dotted name", pos)])
-    import yaml  # only for --set values (a recipe file is read by compiler.recipe.load, from its cache when unchanged)
+    import yaml  # lazy: PyYAML only for --set values (a recipe file comes from the parse cache when unchanged)
 
-    from compiler.recipe.yaml_nodes import YamlLoader
+    from compiler.recipe.yaml_nodes import YamlLoader  # lazy: PyYAML, as above
 
     try:
         value = yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""
@@ -332,8 +332,6 @@ def parse_override(text: str) -> tuple[tuple, object]:
 
 
 def apply_overrides(data: dict, origins: dict, overrides) -> None:
-    from compiler.recipe.migrate import MOVED_KEYS
-
     errors = []
     for text in overrides:
         try:

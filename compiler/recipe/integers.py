@@ -12,7 +12,7 @@ diff see one spelling.
 from __future__ import annotations
 
 from compiler.diagnostics import Diagnostic
-from compiler.recipe.load import INT_MAX, INT_MIN, out_of_range
+from compiler.recipe.document import INT_MAX, INT_MIN, out_of_range
 
 
 def floats(data) -> list[tuple]:

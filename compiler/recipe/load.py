@@ -8,55 +8,13 @@ That half lives in compiler.recipe.yaml_nodes and is imported only for a documen
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.recipe import cache
 from compiler.diagnostics import CompileError, Position, error
+from compiler.recipe import cache
+from compiler.recipe.document import MAX_BYTES, Document
 
-MAX_BYTES = 1 << 20          # a recipe is a page, not a data set
-MAX_NODES = 50_000           # after alias expansion
-MAX_DEPTH = 64
-INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1  # integers as Megatron holds them (int64)
-
-Path_ = tuple  # a path into the document: ("moe", "overlap", "ep_comm")
-KEY = "\x00key"  # positions[path + (KEY,)] is where the key itself stands (for unknown-key errors)
 PARSER = "2"  # part of every parse-cache entry's key: bump when what load_yaml builds changes
-
-
-def out_of_range(text: str, pos: Position):
-    """An integer Megatron cannot take (its arguments and checkpoints hold 64-bit integers)."""
-    shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
-    return error("E_INT_RANGE", f"{shown} is out of range: integers are 64-bit (at most {INT_MAX})", pos,
-                 help="write the value Megatron should get; no knob takes an integer this large")
-
-
-def __getattr__(name: str):
-    """compiler.recipe.load.YamlLoader, imported on first use (it needs PyYAML)."""
-    if name == "YamlLoader":
-        from compiler.recipe.yaml_nodes import YamlLoader
-
-        return YamlLoader
-    raise AttributeError(name)
-
-
-@dataclass(frozen=True)
-class Document:
-    """A loaded YAML document: plain values plus the source position of each path."""
-
-    file: str
-    data: object
-    positions: dict = field(default_factory=dict, compare=False, repr=False)
-    migrated_from: int | None = field(default=None, compare=False)  # the schema version read, when migrated
-
-    def pos(self, path: Path_) -> Position:
-        """Position of the value at path, or of its nearest ancestor that exists."""
-        path = tuple(path)
-        while path:
-            if path in self.positions:
-                return self.positions[path]
-            path = path[:-1]
-        return self.positions.get((), Position(self.file, 1, 1))
 
 
 def load_text(text: str | bytes, file: str) -> Document:
@@ -86,7 +44,7 @@ def load_text(text: str | bytes, file: str) -> Document:
                                                    for p, line, col in cached["positions"]})
         except (KeyError, TypeError, ValueError):
             pass  # an entry of another shape (not ours): parsed again, and overwritten
-    from compiler.recipe.yaml_nodes import parse
+    from compiler.recipe.yaml_nodes import parse  # lazy: PyYAML, only for a document the parse cache has not seen
 
     doc = parse(text, file)
     cache.store(entry, {"data": doc.data, "positions": [[list(p), pos.line, pos.col]

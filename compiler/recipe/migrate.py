@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import re
+import stat
 from pathlib import Path
 
-from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.load import Document
+from compiler.bounded import LIMITS, read_text
+from compiler.diagnostics import CompileError, Diagnostic, Position, error
+from compiler.recipe.document import Document
 
 CURRENT = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
 
@@ -217,8 +220,6 @@ def upgrade_document(doc: Document) -> Document:
 def old_schema_notes(documents) -> list:
     """An advice note for each document written for an older schema version (it still compiles: the
     pipeline migrates it in memory), pointing at `moeforge migrate`."""
-    from compiler.diagnostics import Diagnostic
-
     out = []
     for doc in documents:
         version = declared_version(doc.data)
@@ -238,11 +239,7 @@ def migrate_file(path: Path, write: bool = True) -> bool:
     """Rewrite a document in place at the current schema version, comments kept; whether it changed
     (with write=False: whether it would, nothing written). A symbolic link stays a link: the file it
     points to is migrated. The file keeps its mode (and, run as root, its owner)."""
-    import os
-
-    from ruamel.yaml import YAML  # only `moeforge migrate` needs a round-trip parser
-
-    from compiler.bounded import LIMITS, read_text
+    from ruamel.yaml import YAML  # lazy: only `moeforge migrate` needs a round-trip parser
 
     yaml = YAML()
     yaml.preserve_quotes = True
@@ -267,9 +264,7 @@ def migrate_file(path: Path, write: bool = True) -> bool:
 def _replace(path: Path, text: str) -> None:
     """`path` (a real file) replaced by `text` whole or not at all, with the file's mode and owner; the
     temporary beside it is removed whatever goes wrong (a full disk, an interrupt)."""
-    import os
-    import stat
-    import tempfile
+    import tempfile  # lazy: only a migration writes a file
 
     st = os.stat(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".migrate.tmp", dir=path.parent)

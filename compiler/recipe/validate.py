@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from compiler.recipe import cache, integers
 from compiler.diagnostics import Diagnostic, Position, error
-from compiler.recipe.load import KEY
+from compiler.recipe import cache, integers
+from compiler.recipe.document import KEY
+from compiler.recipe.migrate import declared_version
 from compiler.resources import SCHEMAS
 
 KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
@@ -19,7 +20,7 @@ MAX_UNKNOWN_KEYS = 20  # unknown keys of one mapping reported one by one; the re
 
 @lru_cache(maxsize=None)
 def validator(name: str):
-    import jsonschema  # deferred: only the validating stage pays for the import
+    import jsonschema  # lazy: an unchanged document is known valid (recipe/cache.py) without it
 
     schema = json.loads((SCHEMAS / name).read_text())
     # the schemas themselves are checked against their meta-schema by the tests, not on every run
@@ -45,7 +46,7 @@ def accept(data, schema_name: str, pos_of) -> tuple[list[Diagnostic], list[tuple
     for err in sorted(v.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
         out.extend(diagnose(err, pos_of, v.schema))
     if out:
-        return _dedupe(out), []
+        return dedupe(out), []
     paths = integers.wanted(v.schema, candidates)
     cache.remember_valid(entry, paths if candidates else None)
     return [], paths
@@ -56,7 +57,7 @@ def diagnose(err, pos_of, root_schema) -> list[Diagnostic]:
     path = tuple(err.absolute_path)
     where = ".".join(map(str, path)) or "(document)"
     if err.validator == "additionalProperties":
-        import difflib
+        import difflib  # lazy: only an unknown key needs it
 
         allowed = sorted(err.schema.get("properties", {}))
         unknown = sorted(set(err.instance) - set(allowed))
@@ -117,7 +118,7 @@ def _show(value) -> str:
     return text if len(text) < 60 else text[:57] + "..."
 
 
-def _dedupe(diags):
+def dedupe(diags):
     seen, out = set(), []
     for d in diags:
         key = (d.code, d.message, d.pos)
@@ -129,8 +130,6 @@ def _dedupe(diags):
 
 def document_schema(data, default_kind: str) -> str:
     """Which schema file a document declares (`schema: moeforge/<kind>/v<N>`)."""
-    from compiler.recipe.migrate import declared_version
-
     version = declared_version(data)
     if version:
         name = f"{version[0]}.v{version[1]}.json"

@@ -12,7 +12,7 @@ import re
 import yaml
 
 from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.load import INT_MAX, INT_MIN, KEY, MAX_DEPTH, MAX_NODES, Document, out_of_range
+from compiler.recipe.document import INT_MAX, INT_MIN, KEY, MAX_DEPTH, MAX_NODES, Document, out_of_range
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}

@@ -23,6 +23,7 @@ from functools import lru_cache
 from importlib import import_module
 
 from compiler.rules.expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate)
+from compiler.knobs.table import BY_FIELD, LINT_ONLY
 from compiler.knobs.versions import version_int
 
 CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute", "comm_overlap", "layout",
@@ -155,8 +156,6 @@ def _specialise(rule: Rule, defaults: dict) -> Rule:
 
 
 def _load():
-    from compiler.knobs.table import BY_FIELD, LINT_ONLY
-
     rules, prefs = [], []
     for name in CONCERNS:
         mod = import_module(f"{__name__}.{name}")

@@ -225,7 +225,7 @@ TE_INSTALLED = AtLeast("transformer_engine", "0.1.0")
 
 # ---------------------------------------------------------------- concrete evaluation
 
-_CMP: dict[str, Callable[[object, object], bool]] = {
+COMPARISONS: dict[str, Callable[[object, object], bool]] = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
@@ -278,8 +278,8 @@ def evaluate(expr: Expr, env: dict) -> object:
         return UNKNOWN
     if t is Cmp:
         if expr.op in ("==", "!="):
-            return _CMP[expr.op](a, b)
-        return _CMP[expr.op](_num(a), _num(b))
+            return COMPARISONS[expr.op](a, b)
+        return COMPARISONS[expr.op](_num(a), _num(b))
     if t is Arith:
         a, b = _num(a), _num(b)
         if expr.op in _RING:

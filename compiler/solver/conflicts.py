@@ -2,7 +2,7 @@
 
 Each violated rule (or minimal set of rules that conflict together) is reported with the
 smallest set of pins that takes part, found by setting pins free one at a time, and for each
-pin the values it could take instead. All of it runs within a budget of z3 work (problem.EXPLAIN_RLIMIT).
+pin the values it could take instead. All of it runs within a budget of z3 work (domain.EXPLAIN_RLIMIT).
 
 Fixes are checked together, not one rule at a time: a value offered for a pin satisfies every
 hard rule that pin can influence (the other violations that involve it included), triggers no
@@ -17,40 +17,42 @@ from dataclasses import replace
 
 import z3
 
-from compiler.knobs import table as K
 from compiler.diagnostics import Diagnostic, Note, Position, from_rule
-from compiler.solver.encoding import _check, _tracked
 from compiler.knobs import layout as L
-from compiler.solver.problem import _DERIVED, _SET as _SET_VALUE, _SPEC, EXPLAIN_RLIMIT, _budget, _fixed, _out_of_budget, _Problem
+from compiler.knobs import table as K
+from compiler.knobs.display import display
+from compiler.recipe import validate
 from compiler.rules import Rule
+from compiler.rules.display import megatron_display
+from compiler.solver.domain import BUDGET, DERIVED, SET_VALUE, SPEC
+from compiler.solver.encoding import check, encode, tracked
+from compiler.solver.inputs import vpp_from_layout
+from compiler.solver.problem import Problem, fixed_values
 
 
 def _residual_verdict(problem):
     """z3's verdict on what the fixed values leave of the rules (within the query's resource limit)."""
-    enc = problem.encoding()
+    enc = encode(problem)
     s = z3.Solver(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
-    return _check(s)
+    return check(s)
 
 
 def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
     """Do these rules conflict with the pins when the `relaxed` pins are set free? (False: not shown)"""
-    problem = _Problem(rules, _fixed(pins, relaxed))
+    problem = Problem(rules, fixed_values(pins, relaxed))
     if problem.violated:
         return True
-    if _out_of_budget():
+    if BUDGET.spent():
         return False
     return _residual_verdict(problem) == z3.unsat
 
 
 def explain(pins, rules, problem, silent: list[Rule] = ()) -> list[Diagnostic]:
-    """Every violation, each with its minimal conflicting pins and fixes, within EXPLAIN_RLIMIT.
+    """Every violation, each with its minimal conflicting pins and fixes, within domain.EXPLAIN_RLIMIT.
     silent: the rules for what Megatron rewrites without an error (no fix may trigger one)."""
-    _budget[0] = EXPLAIN_RLIMIT
-    try:
+    with BUDGET.explaining():
         return _explain_within_budget(pins, rules, problem, list(silent))
-    finally:
-        _budget[0] = math.inf
 
 
 def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
@@ -61,7 +63,7 @@ def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
     groups = [g for g in groups if g]
     # silent rewrites the pins already trigger are the recipe's own (reported as warnings); a fix
     # must not add one
-    quiet = [r for r in silent if r not in _Problem(silent, _fixed(pins)).violated]
+    quiet = [r for r in silent if r not in Problem(silent, fixed_values(pins)).violated]
     out = []
     for group in groups:
         others = [r for g in groups if g is not group for r in g]
@@ -71,17 +73,14 @@ def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
 
 def explain_rules(pins, rules, problem) -> list[list[Rule]]:
     """Only which rules conflict, grouped as explain() groups them (each violated rule; a minimal set of the
-    others that conflict together), within EXPLAIN_RLIMIT: what `moeforge matrix` shows, without the pins and
-    fixes of a full explanation, which take most of its time."""
-    _budget[0] = EXPLAIN_RLIMIT
-    try:
+    others that conflict together), within domain.EXPLAIN_RLIMIT: what `moeforge matrix` shows, without the pins
+    and fixes of a full explanation, which take most of its time."""
+    with BUDGET.explaining():
         groups = [[r] for r in problem.violated]
         sound = [r for r in rules if r not in problem.violated]
         if not groups or _unsat(sound, pins, set()):
             groups.append(_rule_core(sound, pins))
         return [g for g in groups if g]
-    finally:
-        _budget[0] = math.inf
 
 
 def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
@@ -90,26 +89,26 @@ def _rule_core(rules: list[Rule], pins: dict) -> list[Rule]:
     Without propagation a rule's residual does not depend on the other rules, so one z3 solver holds them all,
     each behind a literal of its own, and each deletion is a check under the remaining literals: the same core
     as building a problem per trial, in one encoding instead of one per rule."""
-    problem = _Problem(rules, _fixed(pins))
+    problem = Problem(rules, fixed_values(pins))
     if problem.violated:  # callers pass rules the pins keep; else the last broken one, as deletion would leave
         return problem.violated[-1:]
-    if _out_of_budget():
+    if BUDGET.spent():
         return list(rules)
-    enc = problem.encoding()
-    s, literal = _tracked(enc, {rid: enc.term(e) for rid, e in problem.residual.items()})
+    enc = encode(problem)
+    s, literal = tracked(enc, {rid: enc.term(e) for rid, e in problem.residual.items()})
     keep = list(rules)
     for r in list(keep):
         trial = [x for x in keep if x is not r]
-        if _out_of_budget():
+        if BUDGET.spent():
             break
-        if _check(s, *[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
+        if check(s, *[literal[x.id] for x in trial if x.id in literal]) == z3.unsat:
             keep = trial
     return keep
 
 
 def _closure(fields: set[str]) -> set[str]:
     fields = set(fields)
-    if fields & set(_DERIVED):
+    if fields & set(DERIVED):
         fields |= {"num_nodes", "gpus_per_node", *L.ATTENTION_FACTORS, *L.EXPERT_FACTORS}
     return fields
 
@@ -138,7 +137,7 @@ def _violation(pins, rules: list[Rule], core: list[str], hard: list[Rule], other
     located = [f for f in core if pins[f].origin in ("pinned", "override")] or \
         [f for f in core if pins[f].pos is not None]
     anchor = next((f for f in located if f in rule.when.fields()), located[0] if located else None)
-    notes = tuple(Note(f"{K.display(f)} = {_show(pins[f].value)}"
+    notes = tuple(Note(f"{display(f)} = {_show(pins[f].value)}"
                        + ("  (not set: megatron-core's default)" if pins[f].origin == "default" else ""),
                        pins[f].pos) for f in core)
     direct = set().union(*(r.fields for r in rules))  # the rules' own fields first: within the
@@ -148,13 +147,11 @@ def _violation(pins, rules: list[Rule], core: list[str], hard: list[Rule], other
     code = rule.id if len(rules) == 1 else "+".join(r.id for r in rules)
     message = rule.message if len(rules) == 1 else "conflict between " + "; ".join(r.message for r in rules)
     values = {f: p.value for f, p in pins.items()}
-    from compiler.driver import megatron_display
-
     return from_rule(rule, values, message=message, severity="error", pos=pins[anchor].pos if anchor else _file_of(pins),
                      notes=notes, help=help_, code=code,
                      source="; ".join(dict.fromkeys(part for r in rules for part in r.source.split("; "))),
                      fields=sorted({f for r in rules for f in r.fields}), display=megatron_display(rule, values),
-                     fixes=tuple((K.display(f), v) for f, v, _ in fixes))
+                     fixes=tuple((display(f), v) for f, v, _ in fixes))
 
 
 def _file_of(pins: dict) -> Position | None:
@@ -185,11 +182,11 @@ def fixes_for(names: list[str], pins: dict, hard: list[Rule], others: list[Rule]
 
 def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
     """Up to five other values for this pin under the rules, the others kept (nearest first)."""
-    problem = _Problem(rules, _fixed(pins, {name}))
-    if problem.violated or _out_of_budget():
+    problem = Problem(rules, fixed_values(pins, {name}))
+    if problem.violated or BUDGET.spent():
         return []
-    enc = problem.encoding({name})
-    spec, var = _SPEC[name], enc.vars[name]
+    enc = encode(problem, {name})
+    spec, var = SPEC[name], enc.vars[name]
     s = z3.Optimize(ctx=enc.ctx)
     s.add(*enc.domain, *[enc.term(e) for e in problem.residual.values()])
     reference = _reference(name, pins)
@@ -198,7 +195,7 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
         s.minimize(z3.If(distance >= 0, distance, -distance))
     found = []
     for _ in range(1 if spec.kind in ("bool", "set", "float", "str") else 5):
-        if _out_of_budget() or _check(s) != z3.sat:
+        if BUDGET.spent() or check(s) != z3.sat:
             break
         value = enc.read(s.model(), name)
         if value == pins[name].value or value in found:
@@ -206,7 +203,7 @@ def _candidates(name: str, pins: dict, rules: list[Rule]) -> list:
         found.append(value)
         s.add(z3.Not(enc.value_term(name, value)))
     # a float or string knob is only known to the solver as set or not: "set it to something" is no fix
-    return [v for v in found if v is not _SET_VALUE]
+    return [v for v in found if v is not SET_VALUE]
 
 
 def _reference(name: str, pins: dict):
@@ -215,15 +212,13 @@ def _reference(name: str, pins: dict):
     value = pins[name].value
     if value is not None:
         return value
-    return _SPEC[name].derived(lambda f: pins[f].value if f in pins else None)
+    return SPEC[name].derived(lambda f: pins[f].value if f in pins else None)
 
 
 def _writable(name: str, value) -> bool:
     """Whether a recipe can say it: the value at the knob's recipe path passes the recipe schema
     (an unset training.global_batch_size is Megatron's, but a recipe states a number)."""
-    path = K.display(name).split(".")
-    from compiler.recipe import validate
-
+    path = display(name).split(".")
     v = validate.validator(f"recipe.v{validate.KINDS['recipe']}.json")
     if path[0] not in v.schema.get("properties", {}):
         return True
@@ -240,12 +235,12 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
     trial = dict(pins)
     trial[name] = replace(pins[name], value=value)
     _rederive(trial)
-    problem = _Problem(rules, _fixed(trial))
+    problem = Problem(rules, fixed_values(trial))
     if problem.violated:
         return False
     if not problem.residual:
         return True
-    if _out_of_budget():
+    if BUDGET.spent():
         return False
     return _residual_verdict(problem) == z3.sat
 
@@ -253,8 +248,6 @@ def _verified(name: str, value, pins: dict, rules: list[Rule]) -> bool:
 def _rederive(trial: dict) -> None:
     """What the compile derives from the changed pins: VPP from an explicit pipeline layout, when the fix leaves
     VPP unset (so "set parallelism.vpp to null" is no fix while the layout implies VPP 4)."""
-    from compiler.solver.inputs import vpp_from_layout  # config imports the solver, which imports this module
-
     vpp = trial.get("virtual_pipeline_model_parallel_size")
     if vpp is None or "pipeline_layout_stages" not in trial:
         return
@@ -280,11 +273,11 @@ def _render_fixes(fixes: list[tuple[str, object, float]]) -> str:
         by_field.setdefault(name, []).append(value)
     parts = []
     for name, values in by_field.items():
-        if _SPEC[name].kind in ("float", "str"):
-            parts.append(f"unset {K.display(name)}")  # only None is ever concrete for these
+        if SPEC[name].kind in ("float", "str"):
+            parts.append(f"unset {display(name)}")  # only None is ever concrete for these
             continue
         shown = ", ".join(_show(v) for v in values)
-        parts.append(f"set {K.display(name)} to {'one of ' if len(values) > 1 else ''}{shown}")
+        parts.append(f"set {display(name)} to {'one of ' if len(values) > 1 else ''}{shown}")
     return ", or ".join(parts)
 
 

@@ -1,8 +1,8 @@
 """The z3 side of solving: variables for the free knobs and translation of folded rules.
 
-Imported only when a problem has free knobs (or a violation to explain): an _Encoding turns
-what is still free into z3 terms, in a z3 context of its own so that answers depend on the
-problem alone.
+Imported only when a problem has free knobs (or a violation to explain): encode() turns what a
+Problem leaves free into z3 terms (an Encoding), in a z3 context of its own so that answers depend
+on the problem alone.
 """
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from typing import Any
 import z3
 
 from compiler.knobs import layout as L
-from compiler.solver.problem import _DERIVED, _INPUTS, _SET, _SPEC, MAX_INT, QUERY_RLIMIT, _budget
+from compiler.solver.domain import BUDGET, DERIVED, INPUTS, MAX_INT, QUERY_RLIMIT, SET_VALUE, SPEC
 from compiler.rules import expr as E
 
 
-def _check(solver, *assumptions):
+def check(solver, *assumptions):
     """solver.check within a query's resource limit and what is left of the explanation budget, its work charged to
     that budget (z3's rlimit counts work, not time: the same question gets the same answer on a busy machine)."""
-    solver.set("rlimit", int(max(1, min(QUERY_RLIMIT, _budget[0]))))
+    solver.set("rlimit", int(max(1, min(QUERY_RLIMIT, BUDGET.left))))
     before = _units(solver)
     verdict = solver.check(*assumptions)
-    _budget[0] -= _units(solver) - before
+    BUDGET.left -= _units(solver) - before
     return verdict
 
 
@@ -30,7 +30,7 @@ def _units(solver) -> int:
     return stats.get_key_value("rlimit count") if "rlimit count" in stats.keys() else 0
 
 
-def _tracked(enc, terms: dict) -> tuple:
+def tracked(enc, terms: dict) -> tuple:
     """A solver over the encoding's domain with each term behind a literal of its own ({id: literal}): checked under
     some literals, it answers for those terms alone; its unsat core names terms."""
     s = z3.SimpleSolver(ctx=enc.ctx)
@@ -42,7 +42,12 @@ def _tracked(enc, terms: dict) -> tuple:
     return s, literals
 
 
-class _Encoding:
+def encode(problem, extra: set[str] = frozenset()) -> "Encoding":
+    """z3 variables and terms for what the problem leaves free (and the `extra` fields set free)."""
+    return Encoding(problem.free | set(extra), problem.fixed)
+
+
+class Encoding:
     """z3 variables for the fields that are still free, and translation of folded rules."""
 
     def __init__(self, free: set[str], fixed: dict):
@@ -51,13 +56,13 @@ class _Encoding:
         self.ctx = ctx = z3.Context()
         self.fixed = fixed
         free = set(free)
-        for name in _DERIVED:  # a free derived field needs its free inputs too
+        for name in DERIVED:  # a free derived field needs its free inputs too
             if name in free:
-                free |= {f for f in _INPUTS[name] if f not in fixed}
+                free |= {f for f in INPUTS[name] if f not in fixed}
         self.vars: dict[str, Any] = {}
         self.domain: list = []
         for name in sorted(free):
-            spec = _SPEC[name]
+            spec = SPEC[name]
             if spec.kind == "bool":
                 self.vars[name] = z3.Bool(name, ctx)
             elif spec.kind == "set":
@@ -103,7 +108,7 @@ class _Encoding:
         return out
 
     def value_term(self, name: str, value: Any):
-        spec, var = _SPEC[name], self.vars[name]
+        spec, var = SPEC[name], self.vars[name]
         if spec.kind == "set":
             members = set(value or ())
             return z3.And(*[b if m in members else z3.Not(b) for m, b in var.items()])
@@ -112,7 +117,7 @@ class _Encoding:
         return var == self.const(name, value)
 
     def const(self, name: str, value: Any):
-        spec = _SPEC[name]
+        spec = SPEC[name]
         if spec.kind == "bool":
             return z3.BoolVal(bool(value), self.ctx)
         if spec.kind == "enum":
@@ -120,14 +125,14 @@ class _Encoding:
         return z3.IntVal(0 if value is None else int(value), self.ctx)
 
     def read(self, model, name: str) -> Any:
-        spec, var = _SPEC[name], self.vars[name]
+        spec, var = SPEC[name], self.vars[name]
         if spec.kind == "set":
             chosen = [m for m, b in var.items() if z3.is_true(model.eval(b, model_completion=True))]
             return chosen or None
         if spec.kind == "bool":
             return z3.is_true(model.eval(var, model_completion=True))
         if spec.kind in ("float", "str"):
-            return _SET if z3.is_true(model.eval(var, model_completion=True)) else None
+            return SET_VALUE if z3.is_true(model.eval(var, model_completion=True)) else None
         raw = model.eval(var, model_completion=True).as_long()
         if spec.kind == "enum":
             return spec.domain[raw]
@@ -151,7 +156,7 @@ class _Encoding:
             return self.vars[expr.item.name][expr.member]
         if t is E.IsSet:
             name = expr.item.name
-            spec, var = _SPEC[name], self.vars[name]
+            spec, var = SPEC[name], self.vars[name]
             if spec.kind == "set":
                 return z3.Or(*var.values())
             if spec.kind in ("float", "str"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from compiler.solver.problem import _DERIVED, _SPEC, MAX_INT
+from compiler.solver.domain import DERIVED, MAX_INT, SPEC
 from compiler.rules import expr as E
 
 MAX_COMBINATIONS = 4096   # per independent group of knobs: above this, z3 (2^12, a dozen booleans)
@@ -74,8 +74,8 @@ def _settle(problem, auto_free: list[str]) -> Settled | None:
     soft = [(e, p.weight) for p, e in problem.prefs]
     names = sorted(problem.free)
     for name in names:
-        spec = _SPEC.get(name)
-        if spec is None or name in _DERIVED or spec.kind in ("float", "str"):
+        spec = SPEC.get(name)
+        if spec is None or name in DERIVED or spec.kind in ("float", "str"):
             raise _Unsupported(name)
     atoms = {n: set() for n in names}  # integer knob -> its points (constants, divisors)
     for e, _ in [(e, 0) for e in hard] + soft:
@@ -110,8 +110,8 @@ def _settle(problem, auto_free: list[str]) -> Settled | None:
 # ----------------------------------------------------------------------------- value classes
 
 def _const(name: str, value):
-    """A constant as compiler.solver.encoding._Encoding.const encodes it for this knob."""
-    spec = _SPEC[name]
+    """A constant as compiler.solver.encoding.Encoding.const encodes it for this knob."""
+    spec = SPEC[name]
     if spec.kind == "bool":
         return bool(value)
     if spec.kind == "enum":
@@ -122,7 +122,7 @@ def _const(name: str, value):
 
 
 def _is_int(name: str) -> bool:
-    return _SPEC[name].kind in ("int", "opt_int")
+    return SPEC[name].kind in ("int", "opt_int")
 
 
 def _scan(e: E.Expr, atoms: dict) -> None:
@@ -134,19 +134,19 @@ def _scan(e: E.Expr, atoms: dict) -> None:
     elif t is E.Not:
         _scan(e.item, atoms)
     elif t is E.Field:  # a boolean knob used as a condition
-        if _SPEC[e.name].kind != "bool":
+        if SPEC[e.name].kind != "bool":
             raise _Unsupported(repr(e))
     elif t is E.Const:
         if not isinstance(e.value, bool):
             raise _Unsupported(repr(e))
     elif t in (E.Has, E.IsSet):
-        kind = _SPEC[e.item.name].kind if type(e.item) is E.Field else None
+        kind = SPEC[e.item.name].kind if type(e.item) is E.Field else None
         if kind is None or (t is E.Has and kind != "set") or (t is E.IsSet and kind == "bool"):
             raise _Unsupported(repr(e))
         if t is E.IsSet and _is_int(e.item.name):
             atoms[e.item.name].add(0)
     elif t is E.In:
-        if type(e.item) is not E.Field or _SPEC[e.item.name].kind == "set":
+        if type(e.item) is not E.Field or SPEC[e.item.name].kind == "set":
             raise _Unsupported(repr(e))
         if _is_int(e.item.name):
             atoms[e.item.name].update(_const(e.item.name, v) for v in e.values)
@@ -157,8 +157,8 @@ def _scan(e: E.Expr, atoms: dict) -> None:
         elif type(b) is E.Field and type(a) is E.Const:
             _point(b.name, a.value, e.op, atoms)
         elif type(a) is E.Field and type(b) is E.Field:
-            kind = _SPEC[a.name].kind
-            if kind not in ("bool", "enum") or _SPEC[b.name].kind != kind or (kind == "bool" and e.op not in ("==", "!=")):
+            kind = SPEC[a.name].kind
+            if kind not in ("bool", "enum") or SPEC[b.name].kind != kind or (kind == "bool" and e.op not in ("==", "!=")):
                 raise _Unsupported(repr(e))
         else:
             n, factors = _divides(e)
@@ -169,7 +169,7 @@ def _scan(e: E.Expr, atoms: dict) -> None:
 
 
 def _point(name: str, value, op: str, atoms: dict) -> None:
-    kind = _SPEC[name].kind
+    kind = SPEC[name].kind
     if kind == "set" or (kind == "bool" and op not in ("==", "!=")):
         raise _Unsupported(name)
     c = _const(name, value)
@@ -210,7 +210,7 @@ def _divisors(n: int) -> set[int]:
 
 def _classes(name: str, points: set, fixed: dict) -> list[tuple[object, int]]:
     """(encoded representative, how many values it stands for) per class of this knob's domain."""
-    spec = _SPEC[name]
+    spec = SPEC[name]
     if spec.kind == "bool":
         return [(False, 1), (True, 1)]
     if spec.kind == "enum":
@@ -237,8 +237,8 @@ def _classes(name: str, points: set, fixed: dict) -> list[tuple[object, int]]:
 
 
 def _decode(name: str, raw):
-    """A value as compiler.solver.encoding._Encoding.read decodes it."""
-    spec = _SPEC[name]
+    """A value as compiler.solver.encoding.Encoding.read decodes it."""
+    spec = SPEC[name]
     if spec.kind == "set":
         return [m for m, on in zip(spec.domain, raw) if on] or None
     if spec.kind == "enum":
@@ -281,10 +281,10 @@ def _value(e: E.Expr, env: dict):
         return v if v is _U else not v
     if t is E.Has:
         name = e.item.name
-        return env[name][_SPEC[name].domain.index(e.member)]
+        return env[name][SPEC[name].domain.index(e.member)]
     if t is E.IsSet:
         name = e.item.name
-        kind = _SPEC[name].kind
+        kind = SPEC[name].kind
         if kind == "set":
             return any(env[name])
         return env[name] != (_const(name, None) if kind == "enum" else 0)
@@ -303,7 +303,7 @@ def _value(e: E.Expr, env: dict):
         if d == 0:
             return _U
         lhs, rhs = a.a.value % d, 0
-    return E._CMP[e.op](lhs, rhs)
+    return E.COMPARISONS[e.op](lhs, rhs)
 
 
 def _product(e: E.Expr, env: dict) -> int:
@@ -336,7 +336,7 @@ class _Group:
 
     @staticmethod
     def _default(name: str):
-        spec = _SPEC[name]
+        spec = SPEC[name]
         if spec.kind == "set":
             members = set(spec.default or ())
             return tuple(m in members for m in spec.domain)

@@ -14,7 +14,7 @@ from compiler.recipe.compose import Composed
 from compiler.knobs.table import AUTO, FACTS, KNOBS, gpu_product
 from compiler.knobs.layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe, list_entries
 from compiler.knobs.versions import version_int
-from compiler.solver.solve import Pin
+from compiler.solver.values import Pin
 
 MISSING = object()  # lookup's answer for a path the data does not have
 DTYPES = {"bf16": (True, False), "fp16": (False, True), "fp32": (False, False)}

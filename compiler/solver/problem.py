@@ -1,49 +1,15 @@
 """Rules with the pins folded in: what is decided by the pins alone, and what is still free.
 
-A _Problem is the rules (and preferences) specialised to what is fixed. When nothing stays free,
+A Problem is the rules (and preferences) specialised to what is fixed. When nothing stays free,
 this is the whole answer and z3 is never imported (a fully pinned recipe checks without it);
-otherwise compiler.solver.finite settles what is free, or compiler.solver.encoding turns it into z3 terms. Query budgets live here too.
+otherwise compiler.solver.finite settles what is free, or compiler.solver.encoding turns it into z3 terms.
 """
 from __future__ import annotations
 
-import math
-
-from compiler.knobs import table as K
-from compiler.knobs import layout as L
+from compiler.knobs.layout import derive_sizes
 from compiler.rules import Rule, fold
 from compiler.rules import expr as E
-
-
-_SPEC = {**K.BY_FIELD, **K.FACT_BY_FIELD}
-_DERIVED = ("world_size", "data_parallel_size", "expert_data_parallel_size")
-_INPUTS = {"world_size": ("num_nodes", "gpus_per_node"),
-           "data_parallel_size": ("world_size",) + L.ATTENTION_FACTORS,
-           # expert TP falls back to TP (compiler/knobs/layout.py effective_etp)
-           "expert_data_parallel_size": ("world_size", "tensor_model_parallel_size") + L.EXPERT_FACTORS}
-MAX_INT = 1 << 20
-SOLVE_MS = 10_000      # the main optimisation; a recipe takes milliseconds, this only bounds the pathological
-# Explanation and provenance queries are bounded in z3's resource units, not in seconds: a bound in seconds made
-# what an error says (its conflict, pins and fixes) depend on how busy the machine was. Of 9,587 queries explaining
-# 790 random refusals of catalogue variants, every one z3 decided took under 2M units (0.43 s at most here); the
-# nonlinear layout questions it cannot settle stop at the bound (it does 1.3-15M units a second, by query).
-QUERY_RLIMIT = 2_000_000      # one explanation or provenance query
-EXPLAIN_RLIMIT = 12_000_000   # all queries explaining one failed recipe together
-_budget = [math.inf]          # units left to the explanation in progress (inf: none in progress)
-
-
-def _out_of_budget() -> bool:
-    return _budget[0] <= 0
-_SET = "(set)"  # a float or string knob that the solver only knows to be set
-
-
-def derive(values: dict) -> dict:
-    """World, DP and EDP from the layout, where every input is known (None: does not divide).
-
-    The arithmetic is compiler/knobs/layout.py's; world comes from num_nodes x gpus_per_node only."""
-    if values.get("num_nodes") is None or values.get("gpus_per_node") is None:
-        return {}
-    return L.derived({k: v for k, v in values.items() if k != "world_size"})
-
+from compiler.solver.domain import DERIVED, SPEC
 
 _IMPLICATIONS: dict[str, E.Expr] = {}
 
@@ -63,16 +29,16 @@ def _specialise(expr: E.Expr, fields: set, fixed: dict) -> E.Expr:
     return fold(expr, fixed)
 
 
-def _fixed(pins: dict, relaxed: set[str] = frozenset()) -> dict:
+def fixed_values(pins: dict, relaxed: set[str] = frozenset()) -> dict:
     values = {f: p.value for f, p in pins.items() if f not in relaxed}
-    values.update({f: v for f, v in derive(values).items() if f not in relaxed})
+    values.update({f: v for f, v in derive_sizes(values).items() if f not in relaxed})
     return values
 
 
 def _candidates(name: str) -> tuple | None:
     """Every value a free knob can take, when there are few (None: too many, or not enumerable)."""
-    spec = _SPEC.get(name)
-    if spec is None or name in _DERIVED:
+    spec = SPEC.get(name)
+    if spec is None or name in DERIVED:
         return None
     if spec.kind == "bool":
         return (False, True)
@@ -86,7 +52,7 @@ def _candidates(name: str) -> tuple | None:
 
 def _only_value(expr: E.Expr, name: str):
     """The one value of `name` that satisfies expr (which reads nothing else), or _NONE."""
-    if type(expr) is E.Not and type(expr.item) is E.IsSet and _SPEC[name].kind == "opt_int":
+    if type(expr) is E.Not and type(expr.item) is E.IsSet and SPEC[name].kind == "opt_int":
         return None  # `not (vpp is set)`: an optional integer that must stay unset
     values = _candidates(name)
     if values is None:
@@ -98,7 +64,7 @@ def _only_value(expr: E.Expr, name: str):
 _NONE = object()
 
 
-class _Problem:
+class Problem:
     """Rules (and preferences) with the fixed values folded in, over the remaining free fields.
 
     propagate=True (the solver's main problem) also settles every knob that one residual rule alone
@@ -174,9 +140,3 @@ class _Problem:
         self.residual, self.fixed = residual, fixed
         self.forced = {n: (v, tuple(sorted(rs, key=order.__getitem__))) for n, (v, rs) in forced.items()}
         self.because = {rid: tuple(sorted(rs, key=order.__getitem__)) for rid, rs in because.items() if rid in residual}
-
-    def encoding(self, extra: set[str] = frozenset()):
-        """z3 variables and terms for what is free (imports z3: only called when something is)."""
-        from compiler.solver.encoding import _Encoding
-
-        return _Encoding(self.free | set(extra), self.fixed)

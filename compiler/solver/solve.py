@@ -10,62 +10,29 @@ deterministic.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from compiler.diagnostics import Diagnostic
 from compiler.knobs import table as K
-from compiler.diagnostics import Diagnostic, Position
-from compiler.solver.finite import settle
-from compiler.solver.problem import _SPEC, _DERIVED, SOLVE_MS, _Problem, _fixed, derive
+from compiler.knobs.layout import derive_sizes
 from compiler.rules import Preference, Rule
 from compiler.rules import expr as E
-
-
-@dataclass(frozen=True)
-class Pin:
-    value: object
-    pos: Position | None = None
-    origin: str = "pinned"   # pinned | default | fact | override | model
-
-
-@dataclass(frozen=True)
-class Decision:
-    field: str
-    value: object
-    source: str               # pinned | override | default | platform | model | rule | preference | derived | megatron | solver
-    where: str | None = None
-    reason: str | None = None
-    rule: str | None = None
-
-
-@dataclass
-class Solution:
-    values: dict
-    decisions: dict
-    diagnostics: list = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(d.is_error for d in self.diagnostics)
+from compiler.solver.domain import DERIVED, SOLVE_MS, SPEC
+from compiler.solver.finite import settle
+from compiler.solver.problem import Problem, fixed_values
+from compiler.solver.values import Decision, Pin, Solution
 
 
 def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[Preference],
           silent_rules: list[Rule], explain_errors: bool = True) -> Solution:
     """Values for every auto knob under the hard rules, or a diagnostic per violation (explain_errors=False:
     only which rules, without the minimal pins and fixes, which take most of the time of a failure)."""
-    fixed = _fixed(pins)
-    problem = _Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules], propagate=True)
+    fixed = fixed_values(pins)
+    problem = Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules], propagate=True)
     if problem.violated:
-        if not explain_errors:
-            from compiler.solver.conflicts import explain_rules
-
-            return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
-        from compiler.solver.conflicts import explain  # z3: only for a recipe that needs explaining
-
-        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
-    values = {f: _SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
+        return _refused(pins, rules, problem, silent_rules, explain_errors)
+    values = {f: SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
     values.update({f: v for f, (v, _) in problem.forced.items() if f in auto})
     enc = terms = settled = None
-    if problem.free:  # something is left to choose: enumerated when small (finite_solve), else z3
+    if problem.free:  # something is left to choose: enumerated when small (compiler.solver.finite), else z3
         settled = settle(problem, sorted(set(auto) & problem.free))
         if settled is not None:
             values.update(settled.values)
@@ -76,7 +43,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
             if isinstance(chosen, Solution):
                 return chosen
             values.update(chosen)
-    values.update(derive({**fixed, **values}))
+    values.update(derive_sizes({**fixed, **values}))
     ruled = set().union(*(e.fields() for e in problem.residual.values()))  # only these can be forced
     suspects = _maybe_forced(problem, sorted(set(auto) & ruled), {**fixed, **values})
     if suspects and settled is not None:  # z3 only for the unsat cores of knobs really forced
@@ -91,8 +58,20 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
 
 def _encode(problem):
     """The z3 encoding of the residual problem and its rules' terms (imports z3)."""
-    enc = problem.encoding()
+    from compiler.solver.encoding import encode  # lazy: z3 only when finite.settle cannot answer
+
+    enc = encode(problem)
     return enc, {rid: enc.term(e) for rid, e in problem.residual.items()}
+
+
+def _refused(pins, rules, problem, silent_rules, explain_errors: bool) -> Solution:
+    """The answer for a recipe that cannot be solved: each conflict with its pins and fixes (explain_errors=False:
+    only which rules conflict)."""
+    from compiler.solver import conflicts  # lazy: z3, only for a recipe that is refused
+
+    if not explain_errors:
+        return Solution({}, {}, _unexplained(conflicts.explain_rules(pins, rules, problem)))
+    return Solution({}, {}, conflicts.explain(pins, rules, problem, silent_rules))
 
 
 def _unexplained(groups: list[list[Rule]]) -> list[Diagnostic]:
@@ -107,7 +86,7 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_e
               silent_rules=()):
     """The auto knobs' values under the residual rules and the weighted preferences (or a Solution
     carrying the error)."""
-    import z3
+    import z3  # lazy: only a problem finite.settle cannot answer gets here
 
     opt = z3.Optimize(ctx=enc.ctx)
     opt.set("timeout", SOLVE_MS)
@@ -116,20 +95,14 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_e
     for p, e in problem.prefs:
         opt.add_soft(enc.term(e), p.weight)
     for name in free:  # among equals, keep Megatron's default
-        opt.add_soft(enc.value_term(name, _SPEC[name].default), 1)
+        opt.add_soft(enc.value_term(name, SPEC[name].default), 1)
     verdict = opt.check()
     if verdict == z3.unknown:
         return Solution({}, {}, [Diagnostic(
             "error", "E_SOLVER_UNKNOWN", f"the solver did not finish within {SOLVE_MS // 1000} s "
             f"({opt.reason_unknown()})", help="pin more of the auto knobs (parallelism.vpp, moe.dispatcher, ...)")])
     if verdict != z3.sat:
-        if not explain_errors:
-            from compiler.solver.conflicts import explain_rules
-
-            return Solution({}, {}, _unexplained(explain_rules(pins, rules, problem)))
-        from compiler.solver.conflicts import explain
-
-        return Solution({}, {}, explain(pins, rules, problem, silent_rules))
+        return _refused(pins, rules, problem, silent_rules, explain_errors)
     model = opt.model()
     return {f: enc.read(model, f) for f in free}
 
@@ -157,11 +130,11 @@ def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed, problem=None
                   and E.evaluate(p.when, env) is True and E.evaluate(p.prefer, env) is True]
         if chosen:
             out[name] = Decision(name, value, "preference", rule=chosen[0].id, reason=chosen[0].reason)
-        elif value == _SPEC[name].default or problem is None:
+        elif value == SPEC[name].default or problem is None:
             out[name] = Decision(name, value, "default", reason="megatron-core default")
         else:
             out[name] = _excluding_default(name, value, env, by_id, prefs, problem)
-    for name in _DERIVED:
+    for name in DERIVED:
         if name in values:
             out[name] = Decision(name, values[name], "derived", reason=K.BY_FIELD[name].doc)
     return out
@@ -170,9 +143,9 @@ def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed, problem=None
 def _excluding_default(name: str, value, env: dict, by_id, prefs, problem) -> Decision:
     """The decision for an auto knob moved off megatron-core's default without one value being forced:
     the residual rules (else the preferences) that the default would break, all else as solved."""
-    default = _SPEC[name].default
+    default = SPEC[name].default
     trial = {**env, name: default}
-    trial.update(derive(trial))
+    trial.update(derive_sizes(trial))
     shown = "null" if default is None else default
     rules = [rid for rid, e in problem.residual.items() if E.evaluate(e, trial) is False]
     if rules:
@@ -194,7 +167,7 @@ def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:
     rule, all else as solved, is free by example, and needs no z3 query (most auto knobs are)."""
     out = []
     for name in names:
-        spec = _SPEC[name]
+        spec = SPEC[name]
         if spec.kind == "bool":
             others = [not env[name]]
         elif spec.kind == "enum":
@@ -204,7 +177,7 @@ def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:
             continue
         for other in others:
             trial = {**env, name: other}
-            trial.update(derive(trial))
+            trial.update(derive_sizes(trial))
             if all(E.evaluate(e, trial) is True for e in problem.residual.values()):
                 break
         else:
@@ -215,14 +188,14 @@ def _maybe_forced(problem, names: list[str], env: dict) -> list[str]:
 def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=None) -> dict[str, list[str]]:
     """name -> the residual rules (catalogue order) that leave it no other value, for each forced name,
     with the rules behind the propagated values folded into them (`because`)."""
-    import z3
+    import z3  # lazy: only a knob the pure-Python checks cannot clear gets here
 
-    from compiler.solver.encoding import _check, _tracked
+    from compiler.solver.encoding import check, tracked  # lazy: z3, as above
 
-    s, literals = _tracked(enc, terms)
+    s, literals = tracked(enc, terms)
     out = {}
     for name in names:
-        if _check(s, *literals.values(), z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
+        if check(s, *literals.values(), z3.Not(enc.value_term(name, values[name]))) == z3.unsat:
             core = {t.get_id() for t in s.unsat_core()}
             found = [rid for rid, t in literals.items() if t.get_id() in core]
             extra = {r for rid in found for r in (because or {}).get(rid, ())}

@@ -10,7 +10,8 @@ from pathlib import Path
 from compiler import project
 from compiler.recipe import validate
 from compiler.diagnostics import CompileError, Diagnostic, Note, Position, error
-from compiler.recipe.load import KEY, Document, load_file
+from compiler.recipe.document import KEY, Document
+from compiler.recipe.load import load_file
 from compiler.recipe.migrate import MOVED_KEYS, upgrade_document
 
 SCHEMA = f"sweep.v{validate.KINDS['sweep']}.json"
@@ -112,7 +113,7 @@ def _sweep(doc: Document) -> Sweep:
                    for i, point in enumerate(data.get("points") or ()))
     diags += _repeated_axes(axes, doc)
     if diags:
-        raise CompileError(validate._dedupe(diags))
+        raise CompileError(validate.dedupe(diags))
     return Sweep(doc.file, data["name"], data["recipe"], fixed, tuple(axes), points,
                  data.get("repeats", DEFAULTS["repeats"]), data.get("warmup_steps", DEFAULTS["warmup_steps"]),
                  {**LAUNCH_DEFAULTS, **(data.get("launch") or {})}, data.get("description"), tuple(notes), doc)
@@ -161,7 +162,7 @@ def check_knob(k: Knob) -> list[Diagnostic]:
                              if guess else f"allowed keys here: {', '.join(allowed)}"))
         elif where[: len(inner)] == inner and err.validator != "required":
             out.append(_value_error(k, err))
-    return validate._dedupe(out)
+    return validate.dedupe(out)
 
 
 def _value_error(k: Knob, err) -> Diagnostic:

@@ -6,6 +6,7 @@ processes get SIGTERM (SIGKILL 30 s later), the run is recorded as cancelled, an
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler import project
-from compiler.commands import launch
 from compiler.sweep import status
 from compiler.sweep.builds import relative
 from compiler.sweep.progress import Progress
+from compiler.targets.job import job_env, job_python, local_command
 
 KILL_AFTER_S = 30
 
@@ -54,18 +55,16 @@ def run(jobs: list[Job], stream=None) -> list[dict]:
 
 
 def run_one(job: Job) -> dict:
-    import json
-
     here = status.run_dir(job.build, job.repeat)
     here.mkdir(parents=True, exist_ok=True)
     log = here / "run.log"
     (job.build / "report.json").unlink(missing_ok=True)  # an earlier run's: never taken for this one's
     plan = json.loads((job.build / "plan.json").read_text(encoding="utf-8"))
-    env = launch.job_env(launch.job_python(plan))
+    env = job_env(job_python(plan))
     record = {"point": job.point, "repeat": job.repeat, "fingerprint": job.fingerprint[:16], "state": "running",
               "log": relative(log), "host": socket.gethostname(), "started": time.time()}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(launch.local_command(job.build), cwd=project.root(), env=env, stdout=out,
+        proc = subprocess.Popen(local_command(job.build), cwd=project.root(), env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record["pid"] = proc.pid
         status.write(here / "status.json", record)

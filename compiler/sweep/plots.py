@@ -44,7 +44,7 @@ def series(doc: dict) -> dict:
 def figure(doc: dict, data: dict | None = None):
     """The matplotlib Figure: one panel per entry of series(doc), one bar container per series."""
     try:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # lazy: matplotlib is optional (results without plots)
     except ImportError:
         raise NoPlotting("matplotlib is not installed: pip install 'moeforge[plots]' (the table, CSV and JSON "
                          "are written without it)") from None
@@ -75,7 +75,7 @@ def png(fig) -> bytes:
 
 
 def svg(fig) -> str:
-    import matplotlib
+    import matplotlib  # lazy: as above
 
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "moeforge"}):

@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass, field, replace
 
 from compiler.diagnostics import CompileError, Note, Position, error
+from compiler.driver import load, resolve
 from compiler.sweep.document import Knob, Sweep
+from compiler.targets.plan import build
 
 MAX_POINTS = 1000
 
@@ -65,9 +67,6 @@ def set_text(k: Knob) -> str:
 
 def compile_recipe(recipe: str, overrides: list[str]):
     """(composed, plan, warnings): the compile `moeforge check` and `compile` run; CompileError when refused."""
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
-
     resolved = resolve(load(recipe, overrides))
     return resolved.composed, build(resolved), list(resolved.diagnostics)
 

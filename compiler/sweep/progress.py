@@ -10,7 +10,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.bar = None
         if total and getattr(self.stream, "isatty", lambda: False)():
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: only a terminal shows a progress bar
 
             self.bar = tqdm(total=total, desc=what, unit="point", file=self.stream, leave=True,
                             bar_format="{desc}: {n}/{total} {bar} {elapsed} {postfix}")

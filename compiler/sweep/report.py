@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from compiler.diagnostics import render_all
+from compiler.sweep.builds import relative
 from compiler.sweep.estimates import of_plan
 
 GIB = 2 ** 30
@@ -84,8 +85,6 @@ def check_text(checked) -> str:
 
 
 def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
-    from compiler.sweep.builds import relative
-
     if not todo:
         return f"sweep {sweep.name}: every point already has a successful result (results: moeforge results " \
                f"{relative(top)})"

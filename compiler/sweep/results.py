@@ -18,9 +18,10 @@ from pathlib import Path
 
 from compiler import __version__, project
 from compiler.recipe.validate import validator
-from compiler.sweep import estimates, slurm, status
+from compiler.sweep import estimates, plots, slurm, status
 from compiler.sweep.builds import MANIFEST, relative
 from compiler.sweep.report import num, short_names, table, value
+from compiler.targets.emit import write_file_atomically
 
 SCHEMA = "results.v1.json"
 GIB, MIB = 2 ** 30, 2 ** 20
@@ -157,7 +158,7 @@ def ratio(m: dict, est: dict | None) -> dict:
 def _relative(doc: dict, baseline: str) -> None:
     by_id = {p["id"]: p for p in doc["points"]}
     if baseline not in by_id:
-        import difflib
+        import difflib  # lazy: only an unknown baseline needs it
 
         near = difflib.get_close_matches(baseline, list(by_id), n=1)
         raise ResultsError(f"--baseline {baseline}: no such point" + (f"; did you mean {near[0]}?" if near else
@@ -276,15 +277,11 @@ def to_text(doc: dict) -> str:
 def write_all(doc: dict, out: Path, plot: bool = True) -> tuple[list[Path], list[str]]:
     """results.json, results.csv and (with matplotlib) results.png, results.html, results.plot.json in out,
     each written atomically; (the files, notes for the user)."""
-    from compiler.targets.emit import write_file_atomically
-
     check(doc)
     text = to_text(doc)
     files = {"results.json": to_json(doc), "results.csv": to_csv(doc)}
     notes, png = [], None
     if plot:
-        from compiler.sweep import plots
-
         try:
             data = plots.series(doc)
             fig = plots.figure(doc, data)

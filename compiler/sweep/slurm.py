@@ -76,7 +76,7 @@ def context(sweep, tasks: list[dict], contexts: dict, logs_dir: str, concurrency
 
 
 def render(ctx: dict) -> str:
-    return emit._env().get_template(f"{SCRIPT}.j2").render(**ctx)
+    return emit.template_env().get_template(f"{SCRIPT}.j2").render(**ctx)
 
 
 def submit(script: Path, env: dict) -> str:

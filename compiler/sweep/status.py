@@ -14,6 +14,8 @@ import re
 import signal
 from pathlib import Path
 
+from compiler import project
+
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
 from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL, write_file_atomically  # noqa: E402  (75: saved on a signal)
@@ -133,8 +135,6 @@ def read_text(path) -> str:
     if not path:
         return ""
     if not os.path.isabs(path):
-        from compiler import project
-
         path = project.root() / path
     try:
         with open(path, "rb") as fh:  # the end is where a run says why it stopped

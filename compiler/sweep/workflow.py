@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler import project
-from compiler.commands import launch
 from compiler.targets import emit
+from compiler.targets.job import LaunchError, job_env, job_python, local_command
 from compiler.sweep import builds, document, k8s, local, points, slurm, status
 from compiler.sweep.collapse import Collapsed, collapse
 from compiler.sweep.document import Sweep
@@ -121,23 +121,23 @@ def _write_array(checked: Checked, top: Path, todo: list[dict], concurrency: int
 
 
 def _env(checked: Checked, todo: list[dict]) -> dict:
-    """The jobs' environment (compiler.launch.job_env): one Python for the whole sweep."""
+    """The jobs' environment (compiler.targets.job.job_env): one Python for the whole sweep."""
     by_id = {c.point.id: c for c in checked.compiled}
     try:
-        pythons = {launch.job_python(by_id[t["point"]].plan) for t in todo}
-    except launch.LaunchError as exc:
+        pythons = {job_python(by_id[t["point"]].plan) for t in todo}
+    except LaunchError as exc:
         raise SweepError(str(exc)) from None
     if len(pythons) > 1:
         raise SweepError(f"{checked.sweep.file}: the points need different Pythons ({', '.join(map(str, sorted(pythons)))}:"
                          " their megatron-core releases differ); split the sweep by platform.software.megatron_core")
-    return launch.job_env(pythons.pop())
+    return job_env(pythons.pop())
 
 
 def _print(top: Path, todo: list[dict], script: Path, jobs_file: Path) -> None:
     root = shlex.quote(str(project.root()))
     for t in todo:
         for r in t["repeats"]:
-            print(f"local {t['point']} repeat {r}: cd {root} && {shlex.join(launch.local_command(project.root() / t['build_dir']))}")
+            print(f"local {t['point']} repeat {r}: cd {root} && {shlex.join(local_command(project.root() / t['build_dir']))}")
     logs = shlex.quote(str(project.root() / _logs_dir(top)))
     print(f"slurm: cd {root} && mkdir -p {logs} && sbatch --chdir={root} {shlex.quote(str(script))}")
     print(f"k8s:   kubectl apply -f {shlex.quote(str(jobs_file))}")

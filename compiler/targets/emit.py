@@ -47,8 +47,8 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @lru_cache(maxsize=1)
-def _env():
-    import jinja2
+def template_env():
+    import jinja2  # lazy: only rendering needs it (plan-layout, import and matrix write files through this module)
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
@@ -292,7 +292,7 @@ def render(plan: dict, composed_data: dict, build_dir: str, labels: dict | None 
     ctx["k8s"]["labels"] = dict(labels or {})
     files = {"plan.json": json.dumps(plan, indent=2, sort_keys=True) + "\n"}
     for name in OUTPUTS:
-        files[name] = _env().get_template(f"{name}.j2").render(**ctx)
+        files[name] = template_env().get_template(f"{name}.j2").render(**ctx)
     return files
 
 

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from compiler import project
 from compiler.knobs import table as K
-from compiler.driver import Resolved
+from compiler.recipe.compose import display_path
+from compiler.knobs.display import display
+from compiler.solver.values import Resolved
 
 ORDER = {"override": 0, "pinned": 1, "rule": 2, "megatron": 3, "preference": 4, "solver": 5, "model": 6,
          "platform": 7, "derived": 8, "default": 9}
@@ -19,7 +23,7 @@ def changed(d) -> bool:
 
 def decisions(r: Resolved, only_changed: bool = False) -> list:
     rows = [d for d in r.decisions.values() if d.field in K.BY_FIELD and (not only_changed or changed(d))]
-    return sorted(rows, key=lambda d: (ORDER.get(d.source, 99), K.display(d.field)))
+    return sorted(rows, key=lambda d: (ORDER.get(d.source, 99), display(d.field)))
 
 
 def why(d) -> str:
@@ -48,12 +52,12 @@ def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimate
     if fmt == "json":
         return json.dumps({"recipe": r.composed.recipe_id, "file": r.composed.file, "changed_only": only_changed,
                            **({"estimate": estimated} if estimated is not None else {}),
-                           "decisions": [{"knob": K.display(d.field), "field": d.field, "value": d.value,
+                           "decisions": [{"knob": display(d.field), "field": d.field, "value": d.value,
                                           "source": d.source, "rule": d.rule, "where": d.where, "reason": d.reason,
                                           "default": K.BY_FIELD[d.field].default, "auto": d.field in r.auto}
                                          for d in chosen],
                            "diagnostics": [d.to_json() for d in r.diagnostics]}, indent=2, default=str)
-    rows = [(K.display(d.field), _show(d.value), d.source, why(d)) for d in chosen]
+    rows = [(display(d.field), _show(d.value), d.source, why(d)) for d in chosen]
     width = [max([len(row[i]) for row in rows] or [0]) for i in range(3)]
     lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r),
              *([_estimate_line(estimated)] if estimated is not None else []), LEGEND, ""]
@@ -67,11 +71,6 @@ def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimate
 
 def _files(r: Resolved) -> list[str]:
     """Which platform and model file won: the project's (recipes/platforms/...) or the built-in one."""
-    from pathlib import Path
-
-    from compiler import project
-    from compiler.recipe.compose import display_path
-
     out = []
     for key in ("platform", "model"):
         path = r.composed.files.get(key)

@@ -10,15 +10,17 @@ import json
 from dataclasses import asdict
 
 from compiler import __version__
-from compiler.knobs import table as K
-from compiler.solver.inputs import env_vars
 from compiler.diagnostics import CompileError, error
+from compiler.knobs import table as K
+from compiler.knobs.display import display
+from compiler.knobs.fields import megatron_fields
 from compiler.knobs.layout import Layout
+from compiler.knobs.versions import version_int, version_text
+from compiler.recipe.validate import validator
 from compiler.rules.cuda_graphs import FULL_ITER
 from compiler.rules.expr import evaluate
-from compiler.knobs.versions import version_int
-from compiler.driver import Resolved
-from compiler.recipe.validate import validator
+from compiler.solver.inputs import env_vars
+from compiler.solver.values import Resolved
 
 CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
            "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
@@ -102,7 +104,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
             continue
         out[k.section][name] = list(value) if k.kind == "set" else value
     tc, arch, moe = out["tc"], model.get("architecture", {}), model.get("moe", {})
-    # DDP and optimizer fields no recipe sets (knobs.py, the derived rows), stated so that no front-end default
+    # DDP and optimizer fields no recipe sets (compiler/knobs/table.py, the derived rows), stated so that no front-end default
     # or Bridge recipe stands in: the front-ends' gradient NaN check, the DDP's copy of delayed wgrad (its hooks
     # wait for backward_dw), param all-gathers aligned across stages on the interleaved schedule (Megatron-LM and
     # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, the MXFP8 buffer reuse,
@@ -219,8 +221,6 @@ def _existing(tc: dict, mcore: int) -> dict:
 
 def config_fields(mcore: int) -> frozenset | None:
     """TransformerConfig + ModelParallelConfig fields of the newest catalogued release <= mcore."""
-    from compiler.lint.flat_config import megatron_fields
-
     versions = sorted(megatron_fields()["versions"].items(), key=lambda kv: version_int(kv[0]))
     chosen = None
     for name, fields in versions:
@@ -234,16 +234,6 @@ def _overrides(r) -> dict:
     texts = list(dict.fromkeys(p.file[len("--set "):] for p in r.composed.origins.values()
                                if p.file.startswith("--set ")))
     return {"overrides": texts} if texts else {}
-
-
-def megatron_core_release(plan: dict) -> str | None:
-    """The megatron-core release a plan is for (platform.software.megatron_core); None when a plan
-    written by hand names none."""
-    return ((plan.get("platform") or {}).get("software") or {}).get("megatron_core")
-
-
-def version_text(v: int) -> str:
-    return f"{v // 1_000_000}.{v // 1000 % 1000}.{v % 1000}"
 
 
 def _layout(env) -> dict:
@@ -328,5 +318,5 @@ def environment(env) -> dict:
 
 def _decision(d) -> dict:
     data = asdict(d)
-    data["knob"] = K.display(d.field)
+    data["knob"] = display(d.field)
     return data

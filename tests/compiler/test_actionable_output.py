@@ -270,7 +270,7 @@ def test_a_conflict_core_is_found_in_one_encoding(monkeypatch):
     from compiler.solver import conflicts, encoding
 
     contexts, inside = [], [False]
-    real_init, real_core = encoding._Encoding.__init__, conflicts._rule_core
+    real_init, real_core = encoding.Encoding.__init__, conflicts._rule_core
 
     def counting_init(self, *a, **k):
         contexts.append(inside[0])
@@ -283,7 +283,7 @@ def test_a_conflict_core_is_found_in_one_encoding(monkeypatch):
         finally:
             inside[0] = False
 
-    monkeypatch.setattr(encoding._Encoding, "__init__", counting_init)
+    monkeypatch.setattr(encoding.Encoding, "__init__", counting_init)
     monkeypatch.setattr(conflicts, "_rule_core", core)
     with pytest.raises(CompileError) as err:
         resolve(load("tiny-moe/cpu", ["parallelism.tp=2"], RECIPES))

@@ -17,7 +17,7 @@ from compiler.solver import solve as S
 from compiler.commands.check import recipe_ids
 from compiler.diagnostics import CompileError
 from compiler.driver import load, resolve
-from compiler.solver.problem import _Problem
+from compiler.solver.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = recipe_ids(ROOT / "recipes")
@@ -94,12 +94,12 @@ def test_the_catalogue_never_needs_z3_and_some_variants_do(outcomes):
 def _problem(rid: str, sets=()):
     from compiler.solver.inputs import pins_and_auto
     from compiler.driver import rules_in_force
-    from compiler.solver.problem import _fixed
+    from compiler.solver.problem import fixed_values
     from compiler.rules import PREFERENCES
 
     pins, auto = pins_and_auto(load(rid, list(sets)))
     rules = [r for r in rules_in_force({f: p.value for f, p in pins.items()}) if r.severity == "error" and not r.silent]
-    return _Problem(rules, _fixed(pins), PREFERENCES, propagate=True), sorted(auto)
+    return Problem(rules, fixed_values(pins), PREFERENCES, propagate=True), sorted(auto)
 
 
 def test_an_integer_left_to_a_range_of_values_goes_to_z3():

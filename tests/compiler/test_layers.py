@@ -1,30 +1,179 @@
-"""The compiler never imports torch/megatron/TE; the runtime never imports the compiler."""
+"""The house's layering, read from the sources (ast, nothing imported but compiler.LAYERS):
+
+- no import cycles between the compiler's modules (function-level imports count);
+- packages import only downward, in the order compiler.LAYERS declares;
+- no private name (`_x`) is imported, or read off an imported module, across modules;
+- an import inside a function says why it is lazy (`# lazy: ...`, on its line or the line above);
+- the compiler never imports torch/megatron/transformer_engine; the runtime never imports the compiler.
+"""
 import ast
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
+
+from compiler import LAYERS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "megatron", "transformer_engine")
 
 
-def _imports(package: str):
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@lru_cache(maxsize=None)
+def _sources(package: str) -> dict:
+    """module name -> (path, source lines, ast)."""
+    out = {}
     for path in sorted((ROOT / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        text = path.read_text(encoding="utf-8")
+        out[_module_name(path)] = (path, text.splitlines(), ast.parse(text))
+    return out
+
+
+def _imports(package: str):
+    """(module, imported name, node) for every import statement, absolute names resolved."""
+    for module, (path, _, tree) in _sources(package).items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    yield path, alias.name
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                yield path, node.module
+                    yield module, alias.name, node
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = node.module
+                if node.level:
+                    anchor = module.split(".")[:len(module.split(".")) - node.level + (path.name == "__init__.py")]
+                    base = ".".join(anchor + [node.module])
+                for alias in node.names:
+                    yield module, f"{base}.{alias.name}", node
+
+
+def _target(name: str) -> str | None:
+    """The compiler module an imported name lives in (a module itself, or the module defining it)."""
+    modules = _sources("compiler")
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@lru_cache(maxsize=None)
+def _graph() -> dict:
+    graph = {m: set() for m in _sources("compiler")}
+    for module, name, _ in _imports("compiler"):
+        target = _target(name) if name.split(".")[0] == "compiler" else None
+        if target and target != module:
+            graph[module].add(target)
+    return graph
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a module: its package under compiler/ (or top-level module); 'compiler' for the root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "compiler"
+
+
+def _cycles(graph: dict) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_package_is_in_a_layer_once():
+    units = {_unit(m) for m in _sources("compiler")} - {"compiler"}
+    layered = [u for layer in LAYERS for u in layer]
+    assert len(layered) == len(set(layered)), "a unit in two layers"
+    assert units <= set(layered), f"add {sorted(units - set(layered))} to compiler.LAYERS"
+
+
+def test_packages_import_only_downward():
+    level = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    wrong = sorted(f"{a} -> {b}" for a, targets in _graph().items() for b in targets
+                   if _unit(a) != _unit(b) and _unit(b) != "compiler" and level[_unit(b)] >= level[_unit(a)])
+    assert wrong == [], "upward or sideways imports (compiler.LAYERS): " + ", ".join(wrong)
+
+
+def test_no_private_name_is_imported_across_modules():
+    modules = _sources("compiler")
+    wrong = []
+    for module, name, node in _imports("compiler"):
+        if not name.startswith("compiler."):
+            continue
+        owner, _, last = name.rpartition(".")
+        if last.startswith("_") and not last.startswith("__") and owner in modules and owner != module:
+            wrong.append(f"{module} imports {name}")
+    for module, (_, _, tree) in modules.items():  # `from compiler.x import y` / `import compiler.x as y`, then y._z
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("compiler"):
+                aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                                if f"{node.module}.{a.name}" in modules})
+            elif isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                wrong.append(f"{module} reads {aliases[node.value.id]}.{node.attr}")
+    assert wrong == []
+
+
+def test_a_lazy_import_says_why():
+    """An import inside a function is there for the cold check (or to keep a heavy package out of the commands
+    that do not need it); it says so, `# lazy: <why>`, so that no import is deferred only to dodge a cycle."""
+    silent = []
+    for module, (path, lines, tree) in _sources("compiler").items():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    here = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
+                    if "# lazy:" not in here:
+                        silent.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert silent == [], "function-level imports without a `# lazy: why` comment: " + ", ".join(sorted(set(silent)))
 
 
 def test_compiler_sources_do_not_import_heavy_packages():
-    bad = [(str(p), m) for p, m in _imports("compiler") if m.split(".")[0] in HEAVY]
+    bad = [(m, n) for m, n, _ in _imports("compiler") if n.split(".")[0] in HEAVY]
     assert bad == []
 
 
 def test_runtime_sources_do_not_import_the_compiler():
-    bad = [(str(p), m) for p, m in _imports("runtime") if m.split(".")[0] == "compiler"]
+    bad = [(m, n) for m, n, _ in _imports("runtime") if n.split(".")[0] == "compiler"]
     assert bad == []
 
 

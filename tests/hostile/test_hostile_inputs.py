@@ -154,7 +154,7 @@ def test_hostile_platform_and_model_documents(fresh_sandbox, kind, case):
 
 def test_documents_at_the_limits_load():
     """Just under each limit: accepted, whole (how fast is bench/'s business, not a test's)."""
-    from compiler.recipe import load as L
+    from compiler.recipe import document as L
 
     def leaves(value):
         return sum(leaves(v) for v in value) if isinstance(value, list) else 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.targets import emit
+from compiler.targets import emit, job
 from compiler.commands import launch as L
 from compiler.diagnostics import CompileError
 from compiler.driver import load, resolve
@@ -225,18 +225,18 @@ def _build(tmp_path: Path, sets=(), **launch) -> Path:
 
 
 def test_job_python_by_megatron_core(tmp_path, monkeypatch):
-    assert L.job_python({"platform": {"software": {"megatron_core": "0.16.1"}}}) == Path(sys.executable)
-    assert not L.needs_venv312({"platform": {"software": {"megatron_core": "0.16.1"}}})
+    assert job.job_python({"platform": {"software": {"megatron_core": "0.16.1"}}}) == Path(sys.executable)
+    assert not job.needs_venv312({"platform": {"software": {"megatron_core": "0.16.1"}}})
     plan = {"platform": {"software": {"megatron_core": "0.19.2"}}}
-    assert L.needs_venv312(plan)
-    monkeypatch.setattr(L, "VENV312", tmp_path / "no-venv")
-    with pytest.raises(L.LaunchError, match="make setup312"):
-        L.job_python(plan)
+    assert job.needs_venv312(plan)
+    monkeypatch.setattr(job, "VENV312", tmp_path / "no-venv")
+    with pytest.raises(job.LaunchError, match="make setup312"):
+        job.job_python(plan)
     fake = tmp_path / "venv" / "bin" / "python"
     fake.parent.mkdir(parents=True)
     fake.write_text("")
-    monkeypatch.setattr(L, "VENV312", tmp_path / "venv")
-    assert L.job_python(plan) == fake
+    monkeypatch.setattr(job, "VENV312", tmp_path / "venv")
+    assert job.job_python(plan) == fake
 
 
 def test_needs_venv312_flag(tmp_path):
@@ -301,5 +301,5 @@ def test_print_target_shows_the_exact_commands(tmp_path):
 
 def test_missing_venv312_is_a_clear_error(tmp_path, monkeypatch):
     build_dir = _build(tmp_path, MEGATRON_LM)
-    monkeypatch.setattr(L, "VENV312", tmp_path / "absent")
+    monkeypatch.setattr(job, "VENV312", tmp_path / "absent")
     assert L.main(["--target", "local", str(build_dir)]) == 2

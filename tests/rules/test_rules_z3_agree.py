@@ -14,11 +14,12 @@ from compiler.knobs.table import FACT_BY_FIELD, LINT_ONLY
 from compiler.lint.config_lint import read
 from compiler.rules import BY_ID, RULES
 from compiler.rules.expr import UNKNOWN
-from compiler.solver.solve import _SPEC, Pin, solve
+from compiler.solver.domain import DERIVED, SPEC
+from compiler.solver.solve import solve
+from compiler.solver.values import Pin
 
 from test_rule_cases import BASE, CASES  # noqa: E402  (same directory)
 
-DERIVED = ("world_size", "data_parallel_size", "expert_data_parallel_size")
 RECIPE_RULES = {r.id: r for r in RULES}
 
 
@@ -30,7 +31,7 @@ def pins_for(delta: dict):
         env["num_nodes"] = env["world_size"] // env["gpus_per_node"]
     pins = {}
     for name, value in env.items():
-        if name in DERIVED or name not in _SPEC or value is UNKNOWN:
+        if name in DERIVED or name not in SPEC or value is UNKNOWN:
             continue
         pins[name] = Pin(value, None, "fact" if name in FACT_BY_FIELD else "pinned")
     return pins
