@@ -9,7 +9,6 @@ error. No command ever shows a traceback for bad input.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -281,32 +280,43 @@ def _plain_check(argv: list[str]):
 
 
 def cmd_compile(args) -> int:
-    from compiler.targets import emit  # lazy: compile only (jinja2)
-    from compiler.driver import load, resolve  # lazy: as above
-    from compiler.targets.plan import build  # lazy: as above
+    compiled, build_dir, kept = _write_build(args)
+    _report_build(compiled, build_dir, kept, args)
+    return 0
 
-    resolved = resolve(load(args.recipe, args.overrides), args.strict)
-    plan = build(resolved)
+
+def _write_build(args):
+    """Compile args.recipe and write its build directory (under args.out): (the compiled recipe, the build
+    directory as the scripts name it, the build directory's warnings)."""
+    from compiler import driver  # lazy: compile only
+    from compiler.targets import emit  # lazy: compile only (jinja2)
+
+    compiled = driver.compile(args.recipe, args.overrides, strict=args.strict)
     # through a symlinked build directory to where it points: the scripts name that place (build_dir)
-    out = (Path(args.out or project.build()) / resolved.composed.recipe_id).resolve()
+    out = (Path(args.out or project.build()) / compiled.composed.recipe_id).resolve()
     build_dir = _relative(out)
     try:
-        kept = emit.write_atomically(out, emit.render(plan, resolved.composed.data, build_dir))
+        kept = emit.write_atomically(out, emit.render(compiled.plan, compiled.composed.data, build_dir))
     except OSError as exc:
         raise CompileError([error("E_IO", f"cannot write the build to {out}: {exc.strerror or exc}",
                                   help="choose a writable --out directory")]) from None
-    printed = shown(resolved.diagnostics + kept, args.quiet, args.advice)
+    return compiled, build_dir, kept
+
+
+def _report_build(compiled, build_dir: str, kept: list, args) -> None:
+    """What compile prints: the warnings (and advice) shown, with those of the build directory (kept: a run's
+    results both kept), then a one-line summary of the build."""
+    printed = shown(compiled.diagnostics + kept, args.quiet, args.advice)
     if printed:
         print(render_all(printed, args.format))
     if args.format == "text":
-        lay = plan["layout"]
-        tc = plan["transformer_config"]
-        print(f"compiled {resolved.composed.recipe_id} -> {build_dir}/  "
+        lay = compiled.plan["layout"]
+        tc = compiled.plan["transformer_config"]
+        print(f"compiled {compiled.composed.recipe_id} -> {build_dir}/  "
               f"({lay['world_size']} ranks: TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']}; "
               f"dispatcher {tc.get('moe_token_dispatcher_type')}; EP overlap "
               f"{'on' if tc.get('overlap_moe_expert_parallel_comm') else 'off'}; delayed wgrad "
               f"{'on' if tc.get('delay_wgrad_compute') else 'off'})")
-    return 0
 
 
 def _relative(path: Path) -> str:
@@ -317,18 +327,19 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from compiler.driver import load, resolve  # lazy: explain only
+    from compiler import driver  # lazy: explain only
+    from compiler.estimate import summary  # lazy: as above
     from compiler.estimate.calibration import CalibrationError  # lazy: as above
-    from compiler.targets.explain import estimate, explain  # lazy: as above
+    from compiler.targets.explain import explain  # lazy: as above
 
     fmt = "json" if args.format == "json" else "text"
-    resolved = resolve(load(args.recipe, args.overrides), args.strict)
-    try:
-        estimated = estimate(resolved, args.calibration)
+    compiled = driver.compile(args.recipe, args.overrides, strict=args.strict)
+    try:  # the planner's estimate, with the calibration beside the platform (or the one chosen; "none": none)
+        estimated = summary.of_plan(compiled.plan, args.calibration, compiled.composed.files.get("platform"))
     except CalibrationError as exc:
         print(f"moeforge explain: error: {exc}", file=sys.stderr)
         return 1
-    out = explain(resolved, fmt, args.changed, estimated)
+    out = explain(compiled.resolved, fmt, args.changed, estimated)
     print(out if fmt == "json" else "\n".join(printable(line) for line in out.split("\n")))  # values are documents'
     return 0
 
@@ -445,24 +456,15 @@ def cmd_launch(args) -> int:
     from compiler.commands import launch  # lazy: launch only
 
     build = Path(args.build)
-    if not (build / "plan.json").exists() and not build.is_dir():
-        from compiler.driver import load  # lazy: as above
-
-        composed = load(args.build, args.overrides)  # a recipe: unknown names are located errors
+    if not (build / "plan.json").exists() and not build.is_dir():  # a recipe: compiled into --out first
         import argparse  # lazy: as above
 
-        compiled = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
-                                      out=args.out, quiet=False, advice=False)
-        if args.needs_venv312:
-            import contextlib  # lazy: as above
-
-            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
-                rc = cmd_compile(compiled)
-        else:
-            rc = cmd_compile(compiled)
-        if rc:
-            return rc
-        args.build = str(Path(args.out or project.build()) / composed.recipe_id)
+        options = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
+                                     out=args.out, quiet=False, advice=False)
+        compiled, build_dir, kept = _write_build(options)
+        if not args.needs_venv312:  # that answer is the only output
+            _report_build(compiled, build_dir, kept, options)
+        args.build = str(Path(args.out or project.build()) / compiled.composed.recipe_id)
     elif args.overrides:
         print(f"moeforge launch: --set applies to a recipe; {build} is already compiled "
               "(compile it again with the overrides)", file=sys.stderr)

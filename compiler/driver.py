@@ -1,13 +1,15 @@
-"""The compiler's stages wired together: load/compose -> migrate -> validate -> solve.
+"""The compiler's stages wired together: load/compose -> migrate -> validate -> solve -> plan.
 
-Each stage collects all of its diagnostics before the next runs; a stage that found
-errors stops the pipeline with a CompileError carrying every one of them.
+compile() is the one entry every command uses (check, compile, explain, diff, matrix, launch, plan-layout):
+a recipe in, its plan (and the resolved values it came from) out, or a CompileError. Each stage collects
+all of its diagnostics before the next runs; a stage that found errors stops the pipeline with a
+CompileError carrying every one of them.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
@@ -22,6 +24,39 @@ from compiler.rules.expr import evaluate
 from compiler.solver.inputs import concrete, pins_and_auto
 from compiler.solver.solve import solve
 from compiler.solver.values import Decision, Resolved
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled recipe: the values the solver resolved (with the composed recipe and its warnings and advice)
+    and, unless compile() stopped before it, the plan (plan.json's content)."""
+
+    resolved: Resolved
+    plan: dict | None = None
+
+    @property
+    def composed(self) -> Composed:
+        return self.resolved.composed
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return self.resolved.diagnostics
+
+
+def compile(recipe: str | Path, overrides=(), root: Path | None = None, *, strict: bool = False,
+            explain_errors: bool = True, plan: bool = True) -> Compiled:
+    """Load, compose, validate and solve a recipe (an id, a path, or builtin:ID of `root`), then build its plan;
+    or raise CompileError with every diagnostic of the first stage that found errors.
+
+    strict: Megatron's silent rewrites are errors. explain_errors=False: a conflict names its rules without the
+    minimal pins and fixes (most of the time of a failure; matrix and the planner's search). plan=False: stop
+    after solving (check, explain, diff and matrix read the values, not plan.json)."""
+    resolved = resolve(load(recipe, overrides, root), strict, explain_errors)
+    if not plan:
+        return Compiled(resolved)
+    from compiler.targets.plan import build  # lazy: the cold check stops before the plan
+
+    return Compiled(resolved, build(resolved))
 
 
 def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from compiler import project
 from compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
-from compiler.driver import load, resolve
+from compiler import driver
 from compiler.knobs.fields import megatron_core_diagnostics
 from compiler.recipe import validate
 from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
@@ -52,8 +52,8 @@ def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     try:
         if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
             return check_document(path, path.resolve().parent.name[:-1])
-        composed = load(path)
-        return old_schema_notes(composed.documents) + resolve(composed, strict).diagnostics
+        compiled = driver.compile(path, strict=strict, plan=False)
+        return old_schema_notes(compiled.composed.documents) + compiled.diagnostics
     except CompileError as exc:
         return exc.diagnostics
     except (RecursionError, MemoryError, ValueError, OSError, RuntimeError) as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compiler.bounded import LIMITS, Unreadable, read_json
 from compiler.diagnostics import CompileError, Position, error
-from compiler.driver import load, resolve
+from compiler import driver
 from compiler.knobs import table as K
 from compiler.knobs.display import display
 from compiler.targets.plan import environment
@@ -30,7 +30,7 @@ def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:
             why = f"{type(exc).__name__}: {exc}"
         raise CompileError([error("E_NOT_A_PLAN", f"not a compiled plan.json ({why})", Position(str(plan_path)),
                                   help="give a recipe id, a build/<recipe> directory or its plan.json")])
-    r = resolve(load(ref, overrides))
+    r = driver.compile(ref, overrides, plan=False).resolved
     return r.composed.file, {f: {"field": f, "value": d.value, "source": d.source, "where": d.where,
                                  "rule": d.rule, "reason": d.reason} for f, d in r.decisions.items()}, \
         environment(r.env)

@@ -19,7 +19,7 @@ from pathlib import Path
 from compiler import project
 from compiler.commands.check import recipe_files
 from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
+from compiler import driver
 from compiler.recipe.compose import RECIPES, display_path
 from compiler.recipe.load import load_file
 
@@ -49,7 +49,7 @@ def gpus_per_node() -> dict[str, int]:
 def world_of(recipe: Path) -> tuple[str, int] | None:
     """(platform name, world size) of the recipe as written; None when it does not load."""
     try:
-        data = load(recipe).data
+        data = driver.load(recipe).data  # the recipe as composed: its platform and size before any cell's swap
     except CompileError:
         return None
     platform, nodes = data.get("platform") or {}, (data.get("resources") or {}).get("nodes", 1)
@@ -68,7 +68,7 @@ def cell(recipe: Path, platform: str, nodes: int | None = None) -> dict:
     """The recipe on `platform` (with `nodes` nodes when given): status, choices, warnings, errors."""
     overrides = [f"platform={platform}"] + ([f"resources.nodes={nodes}"] if nodes is not None else [])
     try:
-        r = resolve(load(recipe, overrides), explain_errors=False)
+        r = driver.compile(recipe, overrides, explain_errors=False, plan=False).resolved
     except CompileError as exc:
         errors = [d for d in exc.diagnostics if d.is_error]
         return {"status": "error", "nodes": nodes, "errors": [d.code for d in errors],

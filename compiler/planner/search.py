@@ -17,18 +17,16 @@ from pathlib import Path
 
 import yaml
 
-from compiler.targets import plan as plan_mod
-from compiler import project
-from compiler.recipe import integers, validate
-from compiler.recipe.compose import display_path
-from compiler.recipe.load import load_file
+from compiler import driver, project
 from compiler.diagnostics import CompileError
 from compiler.estimate import memory, steptime
 from compiler.estimate.steptime_terms import elementwise_bytes
 from compiler.knobs.layout import Layout
-from compiler.driver import load, resolve
-from compiler.resources import BUILTIN_RECIPES
 from compiler.planner import space, splits
+from compiler.recipe import integers, validate
+from compiler.recipe.compose import display_path
+from compiler.recipe.load import load_file
+from compiler.resources import BUILTIN_RECIPES
 
 GIB = memory.GIB
 CONFIRM_BUDGET = 150     # pipeline compiles per search at most (~16 ms each on this machine)
@@ -145,7 +143,7 @@ class Compiler:
         if explain:
             path = self.dir / "explained.yaml"
             path.write_text(text)
-            return plan_mod.build(resolve(load(path, (), self.dir)))
+            return driver.compile(path, root=self.dir).plan
         if text in self.cache:
             hit = self.cache[text]
             if isinstance(hit, CompileError):
@@ -155,7 +153,7 @@ class Compiler:
         path = self.dir / "candidate.yaml"
         path.write_text(text)
         try:
-            out = plan_mod.build(resolve(load(path, (), self.dir), explain_errors=False))
+            out = driver.compile(path, root=self.dir, explain_errors=False).plan
         except CompileError as exc:
             self.cache[text] = exc
             raise
@@ -372,7 +370,7 @@ def _progress_bar(wanted: bool):
 
 def evaluate_recipe(recipe: str) -> Evaluated:
     """The estimate of one given recipe (`plan-layout --evaluate`)."""
-    plan = plan_mod.build(resolve(load(recipe)))
+    plan = driver.compile(recipe).plan
     try:
         steptime.performance(plan)
     except steptime.PerformanceError as exc:

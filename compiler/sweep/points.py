@@ -3,8 +3,8 @@
 A point is the base recipe with the sweep's fixed overrides, then its own values, as `--set` overrides
 (so a knob path means what it means to `moeforge compile --set`), and `name=<sweep>-<point>` so every
 job, log and PyTorchJob of the sweep has a name of its own. Each point goes through the same compile as
-`moeforge check` (compile_recipe: the one call to swap for compiler.driver.compile); a refused point keeps
-its diagnostics, moved from the `--set` text to the line of the sweep file that set the value.
+`moeforge check` (compiler.driver.compile); a refused point keeps its diagnostics, moved from the `--set`
+text to the line of the sweep file that set the value.
 """
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import itertools
 import json
 from dataclasses import dataclass, field, replace
 
+from compiler import driver
 from compiler.diagnostics import CompileError, Note, Position, error
-from compiler.driver import load, resolve
 from compiler.sweep.document import Knob, Sweep
-from compiler.targets.plan import build
 
 MAX_POINTS = 1000
 
@@ -67,8 +66,8 @@ def set_text(k: Knob) -> str:
 
 def compile_recipe(recipe: str, overrides: list[str]):
     """(composed, plan, warnings): the compile `moeforge check` and `compile` run; CompileError when refused."""
-    resolved = resolve(load(recipe, overrides))
-    return resolved.composed, build(resolved), list(resolved.diagnostics)
+    compiled = driver.compile(recipe, overrides)
+    return compiled.composed, compiled.plan, list(compiled.diagnostics)
 
 
 def compile_point(sweep: Sweep, point: Point) -> Compiled:

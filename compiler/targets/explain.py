@@ -32,15 +32,6 @@ def why(d) -> str:
     return d.where or d.reason or ""
 
 
-def estimate(r: Resolved, calibration_choice: str | None = None) -> dict:
-    """The planner's estimate of the recipe, with the calibration beside its platform (or the one chosen;
-    "none": the fixed constants), and which one that was (compiler/estimate/summary.py)."""
-    from compiler.estimate import summary
-    from compiler.targets import plan as plan_mod
-
-    return summary.of_plan(plan_mod.build(r), calibration_choice, r.composed.files.get("platform"))
-
-
 def _estimate_line(e: dict) -> str:
     time = (f"step {e['step_time_s']:.4g} s ({e['dominant']})" if e["step_time_s"] is not None
             else "no step time (the platform has no performance block and no calibration)")

@@ -189,3 +189,21 @@ def test_a_whole_compile_loads_no_heavy_module(tmp_path):
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_the_stages_are_wired_together_only_in_the_driver():
+    """compiler.driver.compile() is the one pipeline: no other module calls a stage's result into the next."""
+    import re
+
+    wired = re.compile(r"\b(build|resolve)\(\s*(resolve|load)\(")
+    found = [f"{path.relative_to(ROOT)}:{n}" for module, (path, lines, _) in _sources("compiler").items()
+             if module != "compiler.driver" for n, line in enumerate(lines, 1) if wired.search(line)]
+    assert found == [], "use compiler.driver.compile(): " + ", ".join(found)
+
+
+def test_compile_stops_before_the_plan_when_asked(tmp_path):
+    from compiler import driver
+
+    whole, solved = driver.compile("tiny-moe/cpu"), driver.compile("tiny-moe/cpu", plan=False)
+    assert solved.plan is None and whole.plan["layout"]["ep"] == 2
+    assert whole.resolved.env == solved.resolved.env and whole.diagnostics == solved.diagnostics

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from compiler import driver
 from compiler.commands.check import recipe_files
 from compiler.targets.emit import render
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent
@@ -20,8 +19,8 @@ RECIPES = [str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_
 
 
 def _compiled(rid: str) -> dict[str, str]:
-    resolved = resolve(load(rid))
-    return render(build(resolved), resolved.composed.data, f"build/{rid}")
+    compiled = driver.compile(rid)  # the compile every command runs
+    return render(compiled.plan, compiled.composed.data, f"build/{rid}")
 
 
 @pytest.mark.parametrize("rid", RECIPES)
