@@ -22,7 +22,7 @@ from functools import cached_property
 from functools import lru_cache
 from importlib import import_module
 
-from compiler.rules.expr import (TRUE, And, Arith, Cmp, Const, Expr, Field, Has, In, IsSet, Not, Or, evaluate)
+from compiler.rules.expr import TRUE, Expr, fold
 from compiler.knobs.table import BY_FIELD, LINT_ONLY
 from compiler.knobs.versions import version_int
 
@@ -57,8 +57,10 @@ def _version_ok(facts: dict, versions: tuple) -> bool | None:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rule:
+    """One compatibility rule, written as data: `Rule(id=..., severity=..., when=..., require=..., ...)`."""
+
     id: str
     severity: str                       # error | warning | advice
     when: Expr
@@ -97,7 +99,7 @@ class Rule:
         return self.when.fields() | self.require.fields()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Preference:
     """Soft guidance from the seeds: the solver honours it unless a pin or rule says no."""
 
@@ -109,45 +111,6 @@ class Preference:
 
 
 # ------------------------------------------------------------- specialising for recipes
-
-def fold(expr: Expr, values: dict) -> Expr:
-    """expr with the given fields replaced by constants and constant subtrees evaluated."""
-    t = type(expr)
-    if t is Field:
-        return Const(values[expr.name]) if expr.name in values else expr
-    if t is Const:
-        return expr
-    if t in (And, Or):
-        items = tuple(fold(i, values) for i in expr.items)
-        absorbing, neutral = (False, True) if t is And else (True, False)
-        if any(type(i) is Const and i.value is absorbing for i in items):
-            return Const(absorbing)
-        rest = tuple(i for i in items if not (type(i) is Const and i.value is neutral))
-        if not rest:
-            return Const(neutral)
-        return rest[0] if len(rest) == 1 else t(*rest)
-    if t is Not:
-        new = Not(fold(expr.item, values))
-    elif t is In:
-        new = In(fold(expr.item, values), expr.values)
-    elif t is Has:
-        item = fold(expr.item, values)
-        new = Has(item, expr.member) if type(item) is Field else _HasConst(item, expr.member)
-    elif t is IsSet:
-        item = fold(expr.item, values)
-        new = IsSet(item) if type(item) is Field else Const(item.value is not None)
-    elif t in (Cmp, Arith):
-        new = t(expr.op, fold(expr.a, values), fold(expr.b, values))
-    else:
-        return expr
-    if all(type(c) is Const for c in new.children()):
-        return Const(evaluate(new, {}))
-    return new
-
-
-def _HasConst(item: Const, member) -> Const:
-    return Const(member in (item.value or ()))
-
 
 def _specialise(rule: Rule, defaults: dict) -> Rule:
     if not rule.fields & defaults.keys():

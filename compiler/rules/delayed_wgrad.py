@@ -20,136 +20,128 @@ MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__pos
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
 LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 
-DWG = F("delay_wgrad_compute") == True  # noqa: E712
-EP_OVERLAP = F("overlap_moe_expert_parallel_comm") == True  # noqa: E712
+DWG = F("delay_wgrad_compute").is_(True)
+EP_OVERLAP = F("overlap_moe_expert_parallel_comm").is_(True)
 M = F("cuda_graph_modules")
 ATTN_GRAPHED = Has(M, "attn")
 WGRAD_IN_GRAPH = Or(ATTN_GRAPHED,
                     Has(M, "moe_router") & IsSet(F("moe_shared_expert_intermediate_size"))
-                    & (F("moe_shared_expert_overlap") == False))  # noqa: E712
+                    & F("moe_shared_expert_overlap").is_(False))
 OFF = "or set moe.overlap.delay_wgrad: false"
 
 RULES = (
-    Rule("DELAY_WGRAD_NEEDS_EP_OVERLAP", "error", DWG, EP_OVERLAP,
-         "delayed wgrad needs EP overlap", f"{MCORE}; {BRIDGE}",
-         "set moe.overlap.ep_comm: true, or moe.overlap.delay_wgrad: false",
-         "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute",
+    Rule(id="DELAY_WGRAD_NEEDS_EP_OVERLAP", severity="error", when=DWG, require=EP_OVERLAP,
+         message="delayed wgrad needs EP overlap", source=f"{MCORE}; {BRIDGE}",
+         fix="set moe.overlap.ep_comm: true, or moe.overlap.delay_wgrad: false",
+         megatron_message="overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute",
          also=(("megatron-bridge CommOverlapConfig",
                 "overlap_moe_expert_parallel_comm is required for delay_wgrad_compute"),)),
-    Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7", "error", DWG & (F("overlap_grad_reduce") == True),  # noqa: E712
-         AtLeast("transformer_engine", "2.7.0"),
-         "delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.7.0", BRIDGE,
-         f"use a platform with TE >= 2.7.0, or set overlap.grad_reduce: false, {OFF}",
+    Rule(id="DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_7", severity="error", when=DWG & F("overlap_grad_reduce").is_(True),
+         require=AtLeast("transformer_engine", "2.7.0"),
+         message="delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.7.0", source=BRIDGE,
+         fix=f"use a platform with TE >= 2.7.0, or set overlap.grad_reduce: false, {OFF}",
          # Bridge's f-string pieces join without a space ("usingdelay_wgrad_compute").
-         "TE version >= 2.7.0 is required for overlap_grad_reduce when usingdelay_wgrad_compute. "
-         "Current TE version: {transformer_engine}",
+         megatron_message="TE version >= 2.7.0 is required for overlap_grad_reduce when usingdelay_wgrad_compute. "
+                          "Current TE version: {transformer_engine}", origin="megatron-bridge"),
+    Rule(id="DELAY_WGRAD_GRAD_ACC_FUSION_NEEDS_TE_2_7", severity="error",
+         when=DWG & F("gradient_accumulation_fusion").is_(True), require=AtLeast("transformer_engine", "2.7.0"),
+         message="delayed wgrad with gradient accumulation fusion needs Transformer Engine >= 2.7.0", source=BRIDGE,
+         fix=f"use a platform with TE >= 2.7.0, or set training.gradient_accumulation_fusion: false, {OFF}",
+         megatron_message="TE version >= 2.7.0 is required for gradient_accumulation_fusion when "
+                          "usingdelay_wgrad_compute. Current TE version: {transformer_engine}",
          origin="megatron-bridge"),
-    Rule("DELAY_WGRAD_GRAD_ACC_FUSION_NEEDS_TE_2_7", "error",
-         DWG & (F("gradient_accumulation_fusion") == True),  # noqa: E712
-         AtLeast("transformer_engine", "2.7.0"),
-         "delayed wgrad with gradient accumulation fusion needs Transformer Engine >= 2.7.0", BRIDGE,
-         f"use a platform with TE >= 2.7.0, or set training.gradient_accumulation_fusion: false, {OFF}",
-         "TE version >= 2.7.0 is required for gradient_accumulation_fusion when usingdelay_wgrad_compute. "
-         "Current TE version: {transformer_engine}",
+    Rule(id="DELAY_WGRAD_CUDA_GRAPH_NEEDS_TE_2_12", severity="error", when=DWG & WGRAD_IN_GRAPH,
+         require=AtLeast("transformer_engine", "2.12.0"),
+         message="delayed wgrad inside a CUDA graph (attn scope, or moe_router with non-overlapped shared experts) "
+                 "needs Transformer Engine >= 2.12.0", source=BRIDGE,
+         fix=f"use a platform with TE >= 2.12.0, drop attn (and moe_router) from cuda_graph.modules, {OFF}",
+         megatron_message="CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.",
          origin="megatron-bridge"),
-    Rule("DELAY_WGRAD_CUDA_GRAPH_NEEDS_TE_2_12", "error", DWG & WGRAD_IN_GRAPH,
-         AtLeast("transformer_engine", "2.12.0"),
-         "delayed wgrad inside a CUDA graph (attn scope, or moe_router with non-overlapped shared "
-         "experts) needs Transformer Engine >= 2.12.0", BRIDGE,
-         f"use a platform with TE >= 2.12.0, drop attn (and moe_router) from cuda_graph.modules, {OFF}",
-         "CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.",
+    Rule(id="DELAY_WGRAD_CUDA_GRAPH_NEEDS_GRAD_ACC_FUSION", severity="error", when=DWG & WGRAD_IN_GRAPH,
+         require=F("gradient_accumulation_fusion").is_(True),
+         message="delayed wgrad inside a CUDA graph needs gradient accumulation fusion (static main-grad addresses)",
+         source=BRIDGE,
+         fix=f"set training.gradient_accumulation_fusion: true, drop attn from cuda_graph.modules, {OFF}",
+         megatron_message="CUDA graph with delay_wgrad_compute requires gradient_accumulation_fusion to be enabled. "
+                          "This is because default gradient accumulation does not use static memory addresses, which "
+                          "breaks CUDA graph requirements.", origin="megatron-bridge"),
+    Rule(id="DELAY_WGRAD_CUDA_GRAPH_NO_ATTN_BIAS", severity="error", when=DWG & ATTN_GRAPHED,
+         require=F("add_bias_linear").is_(False) & F("add_qkv_bias").is_(False),
+         message="delayed wgrad with a graphed attention cannot have attention biases", source=BRIDGE,
+         fix=f"drop attn from cuda_graph.modules, use a model without linear/QKV bias, {OFF}",
+         megatron_message="CUDA graph with delay_wgrad_compute does not support attention bias for now.",
          origin="megatron-bridge"),
-    Rule("DELAY_WGRAD_CUDA_GRAPH_NEEDS_GRAD_ACC_FUSION", "error", DWG & WGRAD_IN_GRAPH,
-         F("gradient_accumulation_fusion") == True,  # noqa: E712
-         "delayed wgrad inside a CUDA graph needs gradient accumulation fusion (static main-grad "
-         "addresses)", BRIDGE,
-         f"set training.gradient_accumulation_fusion: true, drop attn from cuda_graph.modules, {OFF}",
-         "CUDA graph with delay_wgrad_compute requires gradient_accumulation_fusion to be enabled. "
-         "This is because default gradient accumulation does not use static memory addresses, which "
-         "breaks CUDA graph requirements.",
-         origin="megatron-bridge"),
-    Rule("DELAY_WGRAD_CUDA_GRAPH_NO_ATTN_BIAS", "error", DWG & ATTN_GRAPHED,
-         (F("add_bias_linear") == False) & (F("add_qkv_bias") == False),  # noqa: E712
-         "delayed wgrad with a graphed attention cannot have attention biases", BRIDGE,
-         f"drop attn from cuda_graph.modules, use a model without linear/QKV bias, {OFF}",
-         "CUDA graph with delay_wgrad_compute does not support attention bias for now.",
-         origin="megatron-bridge"),
-    Rule("DELAY_WGRAD_PARTIAL_CUDA_GRAPH_NEEDS_TE_2_10", "error", DWG & GRAPH_TE,
-         AtLeast("transformer_engine", "2.10.0"),
-         "delayed wgrad with transformer_engine (partial) CUDA graphs needs Transformer Engine >= 2.10.0",
-         MCORE, f"use a platform with TE >= 2.10.0, or set cuda_graph.impl: none, {OFF}",
-         "TE version >= 2.10.0 is required for delay_wgrad_compute with partial cuda graph"),
-    Rule("DELAY_WGRAD_NO_LEGACY_GROUPED_GEMM", "error", DWG, F("moe_use_legacy_grouped_gemm") == False,  # noqa: E712
-         "delayed wgrad does not work with the legacy grouped GEMM",
-         "megatron-core 0.16 transformer/transformer_config.py TransformerConfig.__post_init__",
-         "drop moe_use_legacy_grouped_gemm",
-         "delay_wgrad_compute is not supported with legacy groupedgemm implementation",
+    Rule(id="DELAY_WGRAD_PARTIAL_CUDA_GRAPH_NEEDS_TE_2_10", severity="error", when=DWG & GRAPH_TE,
+         require=AtLeast("transformer_engine", "2.10.0"),
+         message="delayed wgrad with transformer_engine (partial) CUDA graphs needs Transformer Engine >= 2.10.0",
+         source=MCORE, fix=f"use a platform with TE >= 2.10.0, or set cuda_graph.impl: none, {OFF}",
+         megatron_message="TE version >= 2.10.0 is required for delay_wgrad_compute with partial cuda graph"),
+    Rule(id="DELAY_WGRAD_NO_LEGACY_GROUPED_GEMM", severity="error", when=DWG,
+         require=F("moe_use_legacy_grouped_gemm").is_(False),
+         message="delayed wgrad does not work with the legacy grouped GEMM",
+         source="megatron-core 0.16 transformer/transformer_config.py TransformerConfig.__post_init__",
+         fix="drop moe_use_legacy_grouped_gemm",
+         megatron_message="delay_wgrad_compute is not supported with legacy groupedgemm implementation",
          versions=(("megatron_core", "<0.17.0"),), lint_only=True),
-    Rule("DELAY_WGRAD_NEEDS_TE_BACKWARD_DW", "error", DWG,
-         Or(AtLeast("megatron_core", "0.17.0"), TE_INSTALLED),
-         "delayed wgrad needs Transformer Engine on megatron-core 0.16 (its local linear layers "
-         "have no backward_dw)",
-         "measured: megatron-core 0.16.1 without TE raises AttributeError "
-         "\"'RowParallelLinear' object has no attribute 'backward_dw'\" (shared/reference/megatron-core-on-cpu.md)",
-         "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
-         None, origin="moeforge"),
+    Rule(id="DELAY_WGRAD_NEEDS_TE_BACKWARD_DW", severity="error", when=DWG,
+         require=Or(AtLeast("megatron_core", "0.17.0"), TE_INSTALLED),
+         message="delayed wgrad needs Transformer Engine on megatron-core 0.16 (its local linear layers have no "
+                 "backward_dw)",
+         source="measured: megatron-core 0.16.1 without TE raises AttributeError \"'RowParallelLinear' object has no "
+                "attribute 'backward_dw'\" (shared/reference/megatron-core-on-cpu.md)",
+         fix="set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine", megatron_message=None,
+         origin="moeforge"),
     # from megatron-core 0.17 the local layers have backward_dw, but Megatron-LM still refuses the local spec
-    Rule("DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", "error", DWG, TE_INSTALLED,
-         "delayed wgrad needs the Transformer Engine layer spec in Megatron-LM",
-         LM_ARGS,
-         "set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
-         "Delaying wgrad compute is only supported with transformer_engine implementation", origin="megatron-lm",
-         versions=(("megatron_core", ">=0.17.0"),)),
+    Rule(id="DELAY_WGRAD_NEEDS_TE_IN_MEGATRON_LM", severity="error", when=DWG, require=TE_INSTALLED,
+         message="delayed wgrad needs the Transformer Engine layer spec in Megatron-LM", source=LM_ARGS,
+         fix="set moe.overlap.delay_wgrad: false, or use a platform with Transformer Engine",
+         megatron_message="Delaying wgrad compute is only supported with transformer_engine implementation",
+         origin="megatron-lm", versions=(("megatron_core", ">=0.17.0"),)),
     # validate_args' own TE gates (Megatron-LM 0.16-0.19), stricter than Bridge's: grad-reduce overlap from TE 2.8,
     # and gradient accumulation fusion off only from TE 2.7, where Bridge allows fusion on only from TE 2.7; so
     # below TE 2.7 no setting of the fusion passes both front-ends, and delayed wgrad needs a newer TE.  Without
     # TE at all the rules above that want TE speak (one reason, one fix)
-    Rule("DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", "error",
-         DWG & TE_INSTALLED & (F("overlap_grad_reduce") == True),  # noqa: E712
-         AtLeast("transformer_engine", "2.8.0"),
-         "delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.8.0 in Megatron-LM", LM_ARGS,
-         f"use a platform with TE >= 2.8.0, or set overlap.grad_reduce: false, {OFF}",
-         "overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute",
+    Rule(id="DELAY_WGRAD_GRAD_REDUCE_NEEDS_TE_2_8_IN_MEGATRON_LM", severity="error",
+         when=DWG & TE_INSTALLED & F("overlap_grad_reduce").is_(True), require=AtLeast("transformer_engine", "2.8.0"),
+         message="delayed wgrad with grad-reduce overlap needs Transformer Engine >= 2.8.0 in Megatron-LM",
+         source=LM_ARGS, fix=f"use a platform with TE >= 2.8.0, or set overlap.grad_reduce: false, {OFF}",
+         megatron_message="overlap_grad_reduce is only supported with TE >= 2.8.0 when enabling delay_wgrad_compute",
          origin="megatron-lm"),
-    Rule("DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM", "error",
-         DWG & TE_INSTALLED & (F("gradient_accumulation_fusion") == False),  # noqa: E712
-         AtLeast("transformer_engine", "2.7.0"),
-         "delayed wgrad without gradient accumulation fusion needs Transformer Engine >= 2.7.0 in Megatron-LM "
-         "(and Megatron-Bridge refuses the fusion with delayed wgrad below TE 2.7.0)", LM_ARGS,
-         f"use a platform with TE >= 2.7.0, {OFF}",
-         "disabling gradient_accumulation_fusion is only supported with TE >= 2.7.0 when enabling "
-         "delay_wgrad_compute",
-         origin="megatron-lm"),
+    Rule(id="DELAY_WGRAD_NO_GRAD_ACC_FUSION_NEEDS_TE_2_7_IN_MEGATRON_LM", severity="error",
+         when=DWG & TE_INSTALLED & F("gradient_accumulation_fusion").is_(False),
+         require=AtLeast("transformer_engine", "2.7.0"),
+         message="delayed wgrad without gradient accumulation fusion needs Transformer Engine >= 2.7.0 in Megatron-LM "
+                 "(and Megatron-Bridge refuses the fusion with delayed wgrad below TE 2.7.0)", source=LM_ARGS,
+         fix=f"use a platform with TE >= 2.7.0, {OFF}",
+         megatron_message="disabling gradient_accumulation_fusion is only supported with TE >= 2.7.0 when enabling "
+                          "delay_wgrad_compute", origin="megatron-lm"),
     # megatron-core 0.18+: the other way of hiding the dispatch backward behind expert wgrad
-    Rule("DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18", "error",
-         F("overlap_dispatch_backward_with_experts_wgrad") == True,  # noqa: E712
-         AtLeast("megatron_core", "0.18.0"),
-         "overlap_dispatch_backward_with_experts_wgrad exists from megatron-core 0.18 on",
-         "megatron-core model_parallel_config.py (field added in 0.18)",
-         "set moe.overlap.dispatch_backward_with_wgrad: false, or use megatron-core >= 0.18",
-         None, origin="moeforge"),
-    Rule("DISPATCH_BWD_OVERLAP_NOT_WITH_EP_OVERLAP", "error",
-         F("overlap_dispatch_backward_with_experts_wgrad") == True, Not(EP_OVERLAP),  # noqa: E712
-         "overlap_dispatch_backward_with_experts_wgrad and EP overlap are alternatives",
-         f"{MCORE.replace('(0.14+)', '(0.18+)')}",
-         "set moe.overlap.ep_comm: false, or moe.overlap.dispatch_backward_with_wgrad: false",
-         "overlap_moe_expert_parallel_comm must be disabled when enabling "
-         "overlap_dispatch_backward_with_experts_wgrad.",
+    Rule(id="DISPATCH_BWD_OVERLAP_NEEDS_MCORE_0_18", severity="error",
+         when=F("overlap_dispatch_backward_with_experts_wgrad").is_(True), require=AtLeast("megatron_core", "0.18.0"),
+         message="overlap_dispatch_backward_with_experts_wgrad exists from megatron-core 0.18 on",
+         source="megatron-core model_parallel_config.py (field added in 0.18)",
+         fix="set moe.overlap.dispatch_backward_with_wgrad: false, or use megatron-core >= 0.18", megatron_message=None,
+         origin="moeforge"),
+    Rule(id="DISPATCH_BWD_OVERLAP_NOT_WITH_EP_OVERLAP", severity="error",
+         when=F("overlap_dispatch_backward_with_experts_wgrad").is_(True), require=Not(EP_OVERLAP),
+         message="overlap_dispatch_backward_with_experts_wgrad and EP overlap are alternatives",
+         source=f"{MCORE.replace('(0.14+)', '(0.18+)')}",
+         fix="set moe.overlap.ep_comm: false, or moe.overlap.dispatch_backward_with_wgrad: false",
+         megatron_message="overlap_moe_expert_parallel_comm must be disabled when enabling "
+                          "overlap_dispatch_backward_with_experts_wgrad.", versions=(("megatron_core", ">=0.18.0"),)),
+    Rule(id="DISPATCH_BWD_OVERLAP_NEEDS_TE_2_3", severity="error",
+         when=F("overlap_dispatch_backward_with_experts_wgrad").is_(True),
+         require=AtLeast("transformer_engine", "2.3.0"),
+         message="overlap_dispatch_backward_with_experts_wgrad needs Transformer Engine >= 2.3.0",
+         source=f"{MCORE.replace('(0.14+)', '(0.18+)')}",
+         fix="use a platform with TE >= 2.3.0, or set moe.overlap.dispatch_backward_with_wgrad: false",
+         megatron_message="TE version >= 2.3.0 is required for overlap_dispatch_backward_with_experts_wgrad",
          versions=(("megatron_core", ">=0.18.0"),)),
-    Rule("DISPATCH_BWD_OVERLAP_NEEDS_TE_2_3", "error",
-         F("overlap_dispatch_backward_with_experts_wgrad") == True,  # noqa: E712
-         AtLeast("transformer_engine", "2.3.0"),
-         "overlap_dispatch_backward_with_experts_wgrad needs Transformer Engine >= 2.3.0",
-         f"{MCORE.replace('(0.14+)', '(0.18+)')}",
-         "use a platform with TE >= 2.3.0, or set moe.overlap.dispatch_backward_with_wgrad: false",
-         "TE version >= 2.3.0 is required for overlap_dispatch_backward_with_experts_wgrad",
-         versions=(("megatron_core", ">=0.18.0"),)),
-    Rule("DISPATCH_BWD_OVERLAP_NOT_WITH_DELAY_WGRAD", "error",
-         F("overlap_dispatch_backward_with_experts_wgrad") == True, Not(DWG),  # noqa: E712
-         "overlap_dispatch_backward_with_experts_wgrad and delayed wgrad are mutually exclusive",
-         f"{MCORE.replace('(0.14+)', '(0.18+)')}",
-         "keep only one of moe.overlap.dispatch_backward_with_wgrad and moe.overlap.delay_wgrad",
-         "delay_wgrad_compute and overlap_dispatch_backward_with_experts_wgrad are mutually exclusive; "
-         "use only one",
-         versions=(("megatron_core", ">=0.18.0"),)),
+    Rule(id="DISPATCH_BWD_OVERLAP_NOT_WITH_DELAY_WGRAD", severity="error",
+         when=F("overlap_dispatch_backward_with_experts_wgrad").is_(True), require=Not(DWG),
+         message="overlap_dispatch_backward_with_experts_wgrad and delayed wgrad are mutually exclusive",
+         source=f"{MCORE.replace('(0.14+)', '(0.18+)')}",
+         fix="keep only one of moe.overlap.dispatch_backward_with_wgrad and moe.overlap.delay_wgrad",
+         megatron_message="delay_wgrad_compute and overlap_dispatch_backward_with_experts_wgrad are mutually "
+                          "exclusive; use only one", versions=(("megatron_core", ">=0.18.0"),)),
 )

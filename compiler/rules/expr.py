@@ -1,9 +1,10 @@
-"""A tiny expression language for rules, with two interpreters.
+"""A tiny expression language for rules, and the one walk its interpreters share.
 
-A rule's `when` and `require` are written once, as data (`F("expert_model_parallel_size") > 1`),
-and read two ways: `evaluate` on concrete values (lint-config, warnings on a finished plan;
-three-valued so that an unknown quantity skips a check instead of failing it) and
-`compiler.solver.solve` translating them to z3 for solving and explaining.
+A rule's `when` and `require` are written once, as data (`F("expert_model_parallel_size") > 1`), and read
+several ways (Walk says where they differ and why): `evaluate` on concrete values (lint-config, warnings on a
+finished plan; three-valued so that an unknown quantity skips a check instead of failing it), `fold` with the
+pins (what the solver must still decide), and the solver's own two readings of what is left (finite.py, z3 in
+encoding.py).
 """
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class Expr:
 
     def __ne__(self, other):  # type: ignore[override]
         return Cmp("!=", self, self._wrap(other))
+
+    def is_(self, value: bool) -> "Cmp":
+        """`F(x).is_(True)`: the same node as `F(x) == True`, spelled so that no linter reads it as a Python
+        comparison with a boolean (flake8 E712)."""
+        return Cmp("==", self, self._wrap(value))
 
     def __lt__(self, other):
         return Cmp("<", self, self._wrap(other))
@@ -223,71 +229,112 @@ TRUE = Const(True)
 # Transformer Engine installed (a platform with it builds the Transformer Engine layer spec)
 TE_INSTALLED = AtLeast("transformer_engine", "0.1.0")
 
-# ---------------------------------------------------------------- concrete evaluation
+# ---------------------------------------------------------------- one walk, several interpreters
+
+class Walk:
+    """One walk over a rule expression, shared by every interpreter of it: walk(expr, env) dispatches on the
+    node's type to the step named for it (on_field, on_const, on_and, ... on_arith); a step
+    walks the node's children as it needs them.
+
+    The interpreters differ only where their semantics do, each saying why in its own steps:
+    - Evaluate (here): concrete values, three-valued, so that an unknown quantity (a field the values lack, a
+      division by zero) skips a check instead of failing it: lint-config, a finished plan's warnings, the solver's
+      trials of candidate values.
+    - Fold (here): partial evaluation: the known fields become constants, constant subtrees are evaluated, the rest
+      stays an expression (what the solver must still decide).
+    - compiler/solver/finite.py: z3's semantics over the solver's encoding of values (an enum is its index, an
+      unset optional integer 0); its connectives are Evaluate's, UNKNOWN standing for z3's unspecified x % 0.
+    - compiler/solver/encoding.py: z3 terms instead of values (nothing short-circuits: z3 decides).
+    """
+
+    STEPS = {}  # node type -> the step's name; filled in below, once the node classes exist
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._table = {node: getattr(cls, name) for node, name in Walk.STEPS.items() if hasattr(cls, name)}
+
+    def walk(self, expr: Expr, env):
+        step = self._table.get(type(expr))
+        if step is None:
+            raise TypeError(f"{type(self).__name__} cannot read {expr!r}")
+        return step(self, expr, env)
+
+
+Walk.STEPS = {Field: "on_field", Const: "on_const", And: "on_and", Or: "on_or", Not: "on_not", In: "on_in",
+              Has: "on_has", IsSet: "on_is_set", Cmp: "on_cmp", Arith: "on_arith"}
 
 COMPARISONS: dict[str, Callable[[object, object], bool]] = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
-
-
 _RING: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
                                                "*": lambda a, b: a * b}
 
 
-def evaluate(expr: Expr, env: dict) -> object:
-    """Value of expr over env (field -> value); UNKNOWN propagates like SQL NULL."""
-    t = type(expr)
-    if t is Field:
-        return env.get(expr.name, UNKNOWN)
-    if t is Const:
-        return expr.value
-    if t is And:
+class Evaluate(Walk):
+    """The value of an expression over field values (field -> value); UNKNOWN propagates like SQL NULL."""
+
+    def on_field(self, e, env):
+        return env.get(e.name, UNKNOWN)
+
+    def on_const(self, e, env):
+        return e.value
+
+    def on_and(self, e, env):
         unknown = False
-        for item in expr.items:
-            v = evaluate(item, env)
+        for item in e.items:
+            v = self.walk(item, env)
             if v is UNKNOWN:
                 unknown = True
             elif not v:
                 return False
         return UNKNOWN if unknown else True
-    if t is Or:
+
+    def on_or(self, e, env):
         unknown = False
-        for item in expr.items:
-            v = evaluate(item, env)
+        for item in e.items:
+            v = self.walk(item, env)
             if v is UNKNOWN:
                 unknown = True
             elif v:
                 return True
         return UNKNOWN if unknown else False
-    if t is Not:
-        v = evaluate(expr.item, env)
+
+    def on_not(self, e, env):
+        v = self.walk(e.item, env)
         return v if v is UNKNOWN else not v
-    if t is In:
-        v = evaluate(expr.item, env)
-        return v if v is UNKNOWN else v in expr.values
-    if t is Has:
-        v = evaluate(expr.item, env)
-        return v if v is UNKNOWN else expr.member in (v or ())
-    if t is IsSet:
-        v = evaluate(expr.item, env)
+
+    def on_in(self, e, env):
+        v = self.walk(e.item, env)
+        return v if v is UNKNOWN else v in e.values
+
+    def on_has(self, e, env):
+        v = self.walk(e.item, env)
+        return v if v is UNKNOWN else e.member in (v or ())
+
+    def on_is_set(self, e, env):
+        v = self.walk(e.item, env)
         return v if v is UNKNOWN else v is not None
-    a, b = evaluate(expr.a, env), evaluate(expr.b, env)
-    if a is UNKNOWN or b is UNKNOWN:
-        return UNKNOWN
-    if t is Cmp:
-        if expr.op in ("==", "!="):
-            return COMPARISONS[expr.op](a, b)
-        return COMPARISONS[expr.op](_num(a), _num(b))
-    if t is Arith:
+
+    def on_cmp(self, e, env):
+        a, b = self.walk(e.a, env), self.walk(e.b, env)
+        if a is UNKNOWN or b is UNKNOWN:
+            return UNKNOWN
+        if e.op in ("==", "!="):
+            return COMPARISONS[e.op](a, b)
+        return COMPARISONS[e.op](_num(a), _num(b))
+
+    def on_arith(self, e, env):
+        a, b = self.walk(e.a, env), self.walk(e.b, env)
+        if a is UNKNOWN or b is UNKNOWN:
+            return UNKNOWN
         a, b = _num(a), _num(b)
-        if expr.op in _RING:
-            return _RING[expr.op](a, b)
+        if e.op in _RING:
+            return _RING[e.op](a, b)
         if b == 0:
             return UNKNOWN
-        return a // b if expr.op == "//" else a % b
-    raise TypeError(f"cannot evaluate {expr!r}")
+        return a // b if e.op == "//" else a % b
 
 
 def _num(v):
@@ -298,3 +345,62 @@ def _num(v):
     if v is True:
         return 1
     return v
+
+
+evaluate = Evaluate().walk  # evaluate(expr, env): expr's value over env (field -> value); UNKNOWN propagates
+
+
+class Fold(Walk):
+    """expr with the given fields replaced by constants and constant subtrees evaluated (by Evaluate)."""
+
+    def on_field(self, e, values):
+        return Const(values[e.name]) if e.name in values else e
+
+    def on_const(self, e, values):
+        return e
+
+    def _junction(self, e, values, absorbing: bool):
+        """And (absorbing False) / Or (absorbing True): an absorbing constant decides, neutral ones drop out."""
+        items = tuple(self.walk(i, values) for i in e.items)
+        if any(type(i) is Const and i.value is absorbing for i in items):
+            return Const(absorbing)
+        rest = tuple(i for i in items if not (type(i) is Const and i.value is (not absorbing)))
+        if not rest:
+            return Const(not absorbing)
+        return rest[0] if len(rest) == 1 else type(e)(*rest)
+
+    def on_and(self, e, values):
+        return self._junction(e, values, False)
+
+    def on_or(self, e, values):
+        return self._junction(e, values, True)
+
+    def on_not(self, e, values):
+        return _settled(Not(self.walk(e.item, values)))
+
+    def on_in(self, e, values):
+        return _settled(In(self.walk(e.item, values), e.values))
+
+    def on_has(self, e, values):
+        item = self.walk(e.item, values)
+        return Has(item, e.member) if type(item) is Field else Const(e.member in (item.value or ()))
+
+    def on_is_set(self, e, values):
+        item = self.walk(e.item, values)
+        return IsSet(item) if type(item) is Field else Const(item.value is not None)
+
+    def on_cmp(self, e, values):
+        return _settled(Cmp(e.op, self.walk(e.a, values), self.walk(e.b, values)))
+
+    def on_arith(self, e, values):
+        return _settled(Arith(e.op, self.walk(e.a, values), self.walk(e.b, values)))
+
+
+def _settled(new: Expr) -> Expr:
+    """A node whose children are all constants, evaluated; else the node."""
+    if all(type(c) is Const for c in new.children()):
+        return Const(evaluate(new, {}))
+    return new
+
+
+fold = Fold().walk  # fold(expr, values): expr with these fields' values folded in

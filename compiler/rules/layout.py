@@ -35,8 +35,8 @@ V18, BEFORE_V18 = (("megatron_core", ">=0.18.0"),), (("megatron_core", "<0.18.0"
 LAYOUT, STAGES = F("pipeline_model_parallel_layout"), F("pipeline_layout_stages")
 UNEVEN_PP = Or(IsSet(F("pipeline_model_parallel_layout")), IsSet(F("num_layers_in_first_pipeline_stage")),
                IsSet(F("num_layers_in_last_pipeline_stage")),
-               F("account_for_embedding_in_pipeline_split") == True,  # noqa: E712
-               F("account_for_loss_in_pipeline_split") == True)  # noqa: E712
+               F("account_for_embedding_in_pipeline_split").is_(True),
+               F("account_for_loss_in_pipeline_split").is_(True))
 EVEN_PP = Not(UNEVEN_PP)
 
 # Uneven split by stage sizes or by accounting for the embedding and loss (TransformerConfig.__post_init__):
@@ -45,7 +45,7 @@ EVEN_PP = Not(UNEVEN_PP)
 FIRST, LAST = F("num_layers_in_first_pipeline_stage"), F("num_layers_in_last_pipeline_stage")
 EMB, LOSS = F("account_for_embedding_in_pipeline_split"), F("account_for_loss_in_pipeline_split")
 STAGE_SIZES = Or(IsSet(FIRST), IsSet(LAST))
-ACCOUNT_FOR = Or(EMB == True, LOSS == True)  # noqa: E712
+ACCOUNT_FOR = Or(EMB.is_(True), LOSS.is_(True))
 BY_STAGE_SIZES = Not(IsSet(LAYOUT)) & STAGE_SIZES
 BY_ACCOUNTING = Not(IsSet(LAYOUT)) & Not(STAGE_SIZES) & ACCOUNT_FOR
 MIDDLE_LAYERS = F("num_layers") - FIRST - LAST          # an unset stage size counts 0 ...
@@ -57,7 +57,7 @@ GBS, MBS, DP = F("global_batch_size"), F("micro_batch_size"), F("data_parallel_s
 BATCH_SPLITS = IsSet(DP) & IsSet(GBS) & (GBS % (MBS * DP) == 0)
 MICROBATCHES = GBS // (MBS * DP)
 INTERLEAVED = IsSet(VPP) & (PP > 1) & BATCH_SPLITS
-# megatron-core's local values in its messages, by placeholder (compiler.lint.flat_config._display fills them)
+# megatron-core's local values in its messages, by placeholder (compiler/rules/display.py fills them)
 SHOWN = {"pipeline_middle_layers": MIDDLE_LAYERS, "pipeline_middle_stages": MIDDLE_STAGES,
          "pipeline_middle_rank_layers": MIDDLE_LAYERS // MIDDLE_STAGES,
          "pipeline_split_layers": SPLIT_LAYERS, "pipeline_split_rank_layers": SPLIT_LAYERS // PP,
@@ -69,311 +69,327 @@ ACCOUNT_FIX = ("choose parallelism.pp (and parallelism.vpp) dividing num_layers 
                "parallelism.account_for_embedding and parallelism.account_for_loss that is set, or unset them")
 
 RULES = (
-    Rule("LAYOUT_WORLD_DIVISIBLE", "error", IsSet(WORLD), WORLD % (TP * CP * PP) == 0,
-         "the world size must be divisible by TP x CP x PP (world = TP x CP x DP x PP)", PS,
-         "change resources.nodes or parallelism.tp/cp/pp so that TP x CP x PP divides the GPU count",
-         "world_size ({world_size}) is not divisible by {model_size}",
+    Rule(id="LAYOUT_WORLD_DIVISIBLE", severity="error", when=IsSet(WORLD), require=WORLD % (TP * CP * PP) == 0,
+         message="the world size must be divisible by TP x CP x PP (world = TP x CP x DP x PP)", source=PS,
+         fix="change resources.nodes or parallelism.tp/cp/pp so that TP x CP x PP divides the GPU count",
+         megatron_message="world_size ({world_size}) is not divisible by {model_size}",
          also=(("Megatron-LM arguments.py",
                 "world size ({world_size}) is not divisible by total_model_size (total_model_size={model_size})"),
                ("Megatron-Bridge scripts/common/benchmark_parallelism.py",
                 "Requested {world_size} GPUs is not divisible by TP * PP * CP ({tensor_model_parallel_size} * "
                 "{pipeline_model_parallel_size} * {context_parallel_size} = {model_size}). Override the parallel "
                 "sizes for this GPU count."))),
-    Rule("LAYOUT_EXPERT_WORLD_DIVISIBLE", "error", IsSet(WORLD),
-         Or(IsSet(ETP) & (WORLD % (ETP * EP * PP) == 0),
+    Rule(id="LAYOUT_EXPERT_WORLD_DIVISIBLE", severity="error", when=IsSet(WORLD),
+         require=Or(IsSet(ETP) & (WORLD % (ETP * EP * PP) == 0),
             Not(IsSet(ETP)) & (WORLD % (TP * EP * PP) == 0)),
-         "the world size must be divisible by ETP x EP x PP (world = ETP x EP x EDP x PP)", PS,
-         "change parallelism.ep/etp or resources.nodes so that ETP x EP x PP divides the GPU count",
-         "world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "
-         "({expert_tensor_model_pipeline_parallel_size})",
+         message="the world size must be divisible by ETP x EP x PP (world = ETP x EP x EDP x PP)", source=PS,
+         fix="change parallelism.ep/etp or resources.nodes so that ETP x EP x PP divides the GPU count",
+         megatron_message="world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "
+                          "({expert_tensor_model_pipeline_parallel_size})",
          also=(("Megatron-Bridge scripts/common/benchmark_parallelism.py",
                 "The expert-parallel grid is incompatible with requested {world_size} GPUs: the world size must be "
                 "divisible by ETP * EP * PP ({etp} * {expert_model_parallel_size} * {pipeline_model_parallel_size} = "
                 "{expert_tensor_model_pipeline_parallel_size}). Override the expert or pipeline parallel sizes for "
                 "this GPU count."),)),
-    Rule("LAYOUT_EP_NEEDS_EXPERTS", "error", EP > 1, IsSet(F("num_moe_experts")),
-         "expert parallelism needs an MoE model (num_moe_experts)", TC,
-         "set parallelism.ep: 1 for a dense model",
-         "num_moe_experts must be non None to use expert-parallel."),
-    Rule("LAYOUT_EXPERTS_DIVISIBLE_BY_EP", "error", IsSet(F("num_moe_experts")),
-         F("num_moe_experts") % EP == 0,
-         "the number of experts must be divisible by EP",
-         f"megatron-core transformer/moe/moe_layer.py (bare assert); {ARGS}",
-         "choose parallelism.ep among the divisors of the expert count",
+    Rule(id="LAYOUT_EP_NEEDS_EXPERTS", severity="error", when=EP > 1, require=IsSet(F("num_moe_experts")),
+         message="expert parallelism needs an MoE model (num_moe_experts)", source=TC,
+         fix="set parallelism.ep: 1 for a dense model",
+         megatron_message="num_moe_experts must be non None to use expert-parallel."),
+    Rule(id="LAYOUT_EXPERTS_DIVISIBLE_BY_EP", severity="error", when=IsSet(F("num_moe_experts")),
+         require=F("num_moe_experts") % EP == 0, message="the number of experts must be divisible by EP",
+         source=f"megatron-core transformer/moe/moe_layer.py (bare assert); {ARGS}",
+         fix="choose parallelism.ep among the divisors of the expert count",
          # megatron-core's MoELayer asserts it (bare) at model construction under every front-end;
          # Megatron-LM's validate_args says it first, with these words
-         "Number of experts should be a multiple of expert model parallel_size."),
-    Rule("LAYOUT_VPP_NEEDS_PP", "error", IsSet(VPP), PP > 1,
-         "a virtual pipeline size needs pipeline parallelism (PP > 1)", PS,
-         "unset parallelism.vpp, or set parallelism.pp > 1",
-         "pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
+         megatron_message="Number of experts should be a multiple of expert model parallel_size."),
+    Rule(id="LAYOUT_VPP_NEEDS_PP", severity="error", when=IsSet(VPP), require=PP > 1,
+         message="a virtual pipeline size needs pipeline parallelism (PP > 1)", source=PS,
+         fix="unset parallelism.vpp, or set parallelism.pp > 1",
+         megatron_message="pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
     # megatron-core would build one virtual stage per rank; Megatron-LM's validate_args drops it (VPP None), and
     # with EP overlap its TransformerConfig then refuses PP > 1 without VPP: one value, one meaning, refused
-    Rule("LAYOUT_VPP_ONE_IS_NO_VPP", "error", IsSet(VPP) & (PP > 1), VPP != 1,
-         "parallelism.vpp: 1 is no virtual pipeline (Megatron-LM drops it, megatron-core would keep it)",
-         f"{ARGS}: virtual_pipeline_model_parallel_size == 1 becomes None", "unset parallelism.vpp (or set it >= 2)",
-         None, origin="moeforge"),
-    Rule("LAYOUT_LAYERS_DIVISIBLE_BY_PP", "error", (PP > 1) & EVEN_PP, F("num_layers") % PP == 0,
-         "the number of layers must be divisible by PP (no uneven pipeline layout is set)", TB,
-         "choose parallelism.pp among the divisors of the layer count, or give an uneven pipeline layout",
-         "num_layers should be divisible by pipeline_model_parallel_size",
+    Rule(id="LAYOUT_VPP_ONE_IS_NO_VPP", severity="error", when=IsSet(VPP) & (PP > 1), require=VPP != 1,
+         message="parallelism.vpp: 1 is no virtual pipeline (Megatron-LM drops it, megatron-core would keep it)",
+         source=f"{ARGS}: virtual_pipeline_model_parallel_size == 1 becomes None",
+         fix="unset parallelism.vpp (or set it >= 2)", megatron_message=None, origin="moeforge"),
+    Rule(id="LAYOUT_LAYERS_DIVISIBLE_BY_PP", severity="error", when=(PP > 1) & EVEN_PP,
+         require=F("num_layers") % PP == 0,
+         message="the number of layers must be divisible by PP (no uneven pipeline layout is set)", source=TB,
+         fix="choose parallelism.pp among the divisors of the layer count, or give an uneven pipeline layout",
+         megatron_message="num_layers should be divisible by pipeline_model_parallel_size",
          variants=(((("megatron_core", ">=0.17.0"),),
                     "num_layers={num_layers} should be divisible by "
                     "config.pipeline_model_parallel_size={pipeline_model_parallel_size}"),)),
-    Rule("LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", IsSet(VPP) & (PP > 1) & EVEN_PP,
-         (F("num_layers") // PP) % VPP == 0,
-         "layers per pipeline stage must be divisible by VPP", TB,
-         "choose parallelism.vpp among the divisors of layers per stage",
-         "num_layers_per_pipeline_rank {num_layers_per_pipeline_rank}             should be divisible by "
-         "vp_size {virtual_pipeline_model_parallel_size}",
+    Rule(id="LAYOUT_STAGE_LAYERS_DIVISIBLE_BY_VPP", severity="error", when=IsSet(VPP) & (PP > 1) & EVEN_PP,
+         require=(F("num_layers") // PP) % VPP == 0, message="layers per pipeline stage must be divisible by VPP",
+         source=TB, fix="choose parallelism.vpp among the divisors of layers per stage",
+         megatron_message="num_layers_per_pipeline_rank {num_layers_per_pipeline_rank}             should be "
+                          "divisible by vp_size {virtual_pipeline_model_parallel_size}",
          also=(("Megatron-Bridge models/gpt_provider.py",
                 "Make sure the number of model chunks is the same across all pipeline stages."),)),
     # An explicit layout (parallelism.pipeline_layout), as megatron-core's PipelineParallelLayerLayout
     # parses and validates it (the facts: compiler/knobs/pipeline_layout.py); each check in megatron-core's order.
-    Rule("LAYOUT_PIPELINE_LAYOUT_WELL_FORMED", "error", IsSet(LAYOUT), Not(IsSet(F("pipeline_layout_problem"))),
-         "the pipeline layout must parse and hold the embedding first, the loss last (each once) and MTP "
-         "layers after every decoder layer, all in one virtual stage", PPL,
-         "fix parallelism.pipeline_layout: '|'-separated virtual stages of E (embedding), t (decoder layer), "
-         "m (MTP layer), L (loss), e.g. Et*4|(t*7|)*5t*8|tmL", "{pipeline_layout_problem}"),
-    Rule("LAYOUT_PIPELINE_LAYOUT_DIVISIBLE_BY_PP", "error", IsSet(STAGES), STAGES % PP == 0,
-         "the pipeline layout's virtual stages must be divisible by PP (stages = PP x VPP)", f"{PPL}; {ARGS}",
-         "give parallelism.pipeline_layout PP x VPP '|'-separated stages, or change parallelism.pp",
-         "pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
-         "(len(layout)={pipeline_layout_stages}, pipeline_model_parallel_size={pipeline_model_parallel_size})",
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_WELL_FORMED", severity="error", when=IsSet(LAYOUT),
+         require=Not(IsSet(F("pipeline_layout_problem"))),
+         message="the pipeline layout must parse and hold the embedding first, the loss last (each once) and MTP "
+                 "layers after every decoder layer, all in one virtual stage", source=PPL,
+         fix="fix parallelism.pipeline_layout: '|'-separated virtual stages of E (embedding), t (decoder layer), m "
+             "(MTP layer), L (loss), e.g. Et*4|(t*7|)*5t*8|tmL", megatron_message="{pipeline_layout_problem}"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_DIVISIBLE_BY_PP", severity="error", when=IsSet(STAGES), require=STAGES % PP == 0,
+         message="the pipeline layout's virtual stages must be divisible by PP (stages = PP x VPP)",
+         source=f"{PPL}; {ARGS}",
+         fix="give parallelism.pipeline_layout PP x VPP '|'-separated stages, or change parallelism.pp",
+         megatron_message="pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+                          "(len(layout)={pipeline_layout_stages}, "
+                          "pipeline_model_parallel_size={pipeline_model_parallel_size})",
          also=(("Megatron-LM arguments.py",
                 "The length of pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
                 "(num_stages={pipeline_layout_stages}, args.pipeline_model_parallel_size="
                 "{pipeline_model_parallel_size})"),)),
-    Rule("LAYOUT_PIPELINE_LAYOUT_VPP", "error", IsSet(STAGES) & IsSet(VPP) & (STAGES % PP == 0),
-         VPP * PP == STAGES, "VPP must be the pipeline layout's virtual stages per pipeline rank", TC,
-         "set parallelism.vpp to the layout's stage count / parallelism.pp",
-         "virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout, "
-         "(self.virtual_pipeline_model_parallel_size={virtual_pipeline_model_parallel_size},  "
-         "detected_vpp_size={pipeline_layout_vpp})"),
-    Rule("LAYOUT_PIPELINE_LAYOUT_LAYERS", "error", IsSet(F("pipeline_layout_decoder_layers")),
-         F("pipeline_layout_decoder_layers") == F("num_layers"),
-         "the pipeline layout must place every decoder layer: its t count must equal num_layers", PPL,
-         "give parallelism.pipeline_layout exactly num_layers t's (check the model after a model swap)",
-         "Number of decoder layers {pipeline_layout_decoder_layers}must match num_layers {num_layers}"),
-    Rule("LAYOUT_PIPELINE_LAYOUT_MTP_LAYERS", "error", IsSet(F("pipeline_layout_mtp_layers")),
-         Or(F("pipeline_layout_mtp_layers") == F("mtp_num_layers"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_VPP", severity="error", when=IsSet(STAGES) & IsSet(VPP) & (STAGES % PP == 0),
+         require=VPP * PP == STAGES, message="VPP must be the pipeline layout's virtual stages per pipeline rank",
+         source=TC, fix="set parallelism.vpp to the layout's stage count / parallelism.pp",
+         megatron_message="virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout, "
+                          "(self.virtual_pipeline_model_parallel_size={virtual_pipeline_model_parallel_size},  "
+                          "detected_vpp_size={pipeline_layout_vpp})"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_LAYERS", severity="error", when=IsSet(F("pipeline_layout_decoder_layers")),
+         require=F("pipeline_layout_decoder_layers") == F("num_layers"),
+         message="the pipeline layout must place every decoder layer: its t count must equal num_layers", source=PPL,
+         fix="give parallelism.pipeline_layout exactly num_layers t's (check the model after a model swap)",
+         megatron_message="Number of decoder layers {pipeline_layout_decoder_layers}must match num_layers {num_layers}"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_MTP_LAYERS", severity="error", when=IsSet(F("pipeline_layout_mtp_layers")),
+         require=Or(F("pipeline_layout_mtp_layers") == F("mtp_num_layers"),
             Not(IsSet(F("mtp_num_layers"))) & (F("pipeline_layout_mtp_layers") == 0)),
-         "the pipeline layout's m count must equal the model's MTP layers (mtp_num_layers)", PPL,
-         "give parallelism.pipeline_layout one m per MTP layer of the model, or none without MTP",
-         "Number of mtp layers in layout must match mtp_num_layers"),
-    Rule("LAYOUT_PIPELINE_LAYOUT_MTP_LAST_CHUNK", "error",
-         IsSet(F("pipeline_layout_mtp_layers")) & (F("pipeline_layout_mtp_layers") > 0) & (STAGES % PP == 0),
-         F("pipeline_layout_stages_after_mtp") < PP,
-         "the MTP layers must sit in the last virtual stage of their pipeline rank (one of the last PP stages)",
-         PPL, "move the m's into one of the layout's last parallelism.pp stages (usually the last, before L)",
-         "Currently we restrict that the MTP should be always in the last "),
+         message="the pipeline layout's m count must equal the model's MTP layers (mtp_num_layers)", source=PPL,
+         fix="give parallelism.pipeline_layout one m per MTP layer of the model, or none without MTP",
+         megatron_message="Number of mtp layers in layout must match mtp_num_layers"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_MTP_LAST_CHUNK", severity="error",
+         when=IsSet(F("pipeline_layout_mtp_layers")) & (F("pipeline_layout_mtp_layers") > 0) & (STAGES % PP == 0),
+         require=F("pipeline_layout_stages_after_mtp") < PP,
+         message="the MTP layers must sit in the last virtual stage of their pipeline rank (one of the last PP stages)",
+         source=PPL,
+         fix="move the m's into one of the layout's last parallelism.pp stages (usually the last, before L)",
+         megatron_message="Currently we restrict that the MTP should be always in the last "),
     # Stage sizes or accounting (num_layers_in_first/last_pipeline_stage, account_for_*_in_pipeline_split),
     # each check in TransformerConfig.__post_init__'s order; an explicit layout excludes them all.
-    Rule("LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR", "error", STAGE_SIZES, Not(ACCOUNT_FOR),
-         "first/last stage sizes and accounting for the embedding or loss are two ways to split the pipeline: "
-         "give one", TC, "unset parallelism.first_stage_layers and parallelism.last_stage_layers, or "
-         "parallelism.account_for_embedding and parallelism.account_for_loss",
-         "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at the same "
-         "time with account_for_embedding_in_pipeline_splitand account_for_loss_in_pipeline_split"),
-    Rule("LAYOUT_PIPELINE_LAYOUT_ALONE", "error", IsSet(LAYOUT), Not(STAGE_SIZES) & Not(ACCOUNT_FOR),
-         "an explicit pipeline layout places every layer itself: it cannot be combined with stage sizes or "
-         "accounting for the embedding or loss", TC,
-         "drop parallelism.first_stage_layers, parallelism.last_stage_layers, parallelism.account_for_embedding "
-         "and parallelism.account_for_loss (E and L in parallelism.pipeline_layout place the embedding and the "
-         "loss), or drop parallelism.pipeline_layout",
-         "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments. "
-         "self.num_layers_in_first_pipeline_stage={num_layers_in_first_pipeline_stage}, "
-         "self.num_layers_in_last_pipeline_stage={num_layers_in_last_pipeline_stage}, "
-         "self.account_for_embedding_in_pipeline_split={account_for_embedding_in_pipeline_split}, "
-         "self.account_for_loss_in_pipeline_split={account_for_loss_in_pipeline_split}."),
-    Rule("LAYOUT_FIRST_STAGE_LAYERS_POSITIVE", "error", Not(IsSet(LAYOUT)) & IsSet(FIRST), FIRST > 0,
-         "the first pipeline stage must hold at least one layer", TC,
-         "set parallelism.first_stage_layers >= 1, or unset it",
-         "num_layers_in_first_pipeline_stage must be larger than 0"),
-    Rule("LAYOUT_FIRST_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", Not(IsSet(LAYOUT)) & IsSet(FIRST) & IsSet(VPP),
-         FIRST % VPP == 0, "the first pipeline stage's layers must be divisible by VPP", TC,
-         "set parallelism.first_stage_layers to a multiple of parallelism.vpp",
-         "number of layers at first stage: {num_layers_in_first_pipeline_stage}must be divisible by virtual "
-         "pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
-    Rule("LAYOUT_LAST_STAGE_LAYERS_POSITIVE", "error", Not(IsSet(LAYOUT)) & IsSet(LAST), LAST > 0,
-         "the last pipeline stage must hold at least one layer", TC,
-         "set parallelism.last_stage_layers >= 1, or unset it",
-         "num_layers_in_last_pipeline_stage must be larger than 0"),
-    Rule("LAYOUT_LAST_STAGE_LAYERS_DIVISIBLE_BY_VPP", "error", Not(IsSet(LAYOUT)) & IsSet(LAST) & IsSet(VPP),
-         LAST % VPP == 0, "the last pipeline stage's layers must be divisible by VPP", TC,
-         "set parallelism.last_stage_layers to a multiple of parallelism.vpp",
-         "number of layers at last stage: {num_layers_in_last_pipeline_stage}must be divisible by virtual "
-         "pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
+    Rule(id="LAYOUT_STAGE_SIZES_WITHOUT_ACCOUNT_FOR", severity="error", when=STAGE_SIZES, require=Not(ACCOUNT_FOR),
+         message="first/last stage sizes and accounting for the embedding or loss are two ways to split the pipeline: "
+                 "give one", source=TC,
+         fix="unset parallelism.first_stage_layers and parallelism.last_stage_layers, or "
+             "parallelism.account_for_embedding and parallelism.account_for_loss",
+         megatron_message="num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at "
+                          "the same time with account_for_embedding_in_pipeline_splitand "
+                          "account_for_loss_in_pipeline_split"),
+    Rule(id="LAYOUT_PIPELINE_LAYOUT_ALONE", severity="error", when=IsSet(LAYOUT),
+         require=Not(STAGE_SIZES) & Not(ACCOUNT_FOR),
+         message="an explicit pipeline layout places every layer itself: it cannot be combined with stage sizes or "
+                 "accounting for the embedding or loss", source=TC,
+         fix="drop parallelism.first_stage_layers, parallelism.last_stage_layers, parallelism.account_for_embedding "
+             "and parallelism.account_for_loss (E and L in parallelism.pipeline_layout place the embedding and the "
+             "loss), or drop parallelism.pipeline_layout",
+         megatron_message="pipeline_model_parallel_layout cannot be set with other pipeline layout arguments. "
+                          "self.num_layers_in_first_pipeline_stage={num_layers_in_first_pipeline_stage}, "
+                          "self.num_layers_in_last_pipeline_stage={num_layers_in_last_pipeline_stage}, "
+                          "self.account_for_embedding_in_pipeline_split={account_for_embedding_in_pipeline_split}, "
+                          "self.account_for_loss_in_pipeline_split={account_for_loss_in_pipeline_split}."),
+    Rule(id="LAYOUT_FIRST_STAGE_LAYERS_POSITIVE", severity="error", when=Not(IsSet(LAYOUT)) & IsSet(FIRST),
+         require=FIRST > 0, message="the first pipeline stage must hold at least one layer", source=TC,
+         fix="set parallelism.first_stage_layers >= 1, or unset it",
+         megatron_message="num_layers_in_first_pipeline_stage must be larger than 0"),
+    Rule(id="LAYOUT_FIRST_STAGE_LAYERS_DIVISIBLE_BY_VPP", severity="error",
+         when=Not(IsSet(LAYOUT)) & IsSet(FIRST) & IsSet(VPP), require=FIRST % VPP == 0,
+         message="the first pipeline stage's layers must be divisible by VPP", source=TC,
+         fix="set parallelism.first_stage_layers to a multiple of parallelism.vpp",
+         megatron_message="number of layers at first stage: {num_layers_in_first_pipeline_stage}must be divisible by "
+                          "virtual pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
+    Rule(id="LAYOUT_LAST_STAGE_LAYERS_POSITIVE", severity="error", when=Not(IsSet(LAYOUT)) & IsSet(LAST),
+         require=LAST > 0, message="the last pipeline stage must hold at least one layer", source=TC,
+         fix="set parallelism.last_stage_layers >= 1, or unset it",
+         megatron_message="num_layers_in_last_pipeline_stage must be larger than 0"),
+    Rule(id="LAYOUT_LAST_STAGE_LAYERS_DIVISIBLE_BY_VPP", severity="error",
+         when=Not(IsSet(LAYOUT)) & IsSet(LAST) & IsSet(VPP), require=LAST % VPP == 0,
+         message="the last pipeline stage's layers must be divisible by VPP", source=TC,
+         fix="set parallelism.last_stage_layers to a multiple of parallelism.vpp",
+         megatron_message="number of layers at last stage: {num_layers_in_last_pipeline_stage}must be divisible by "
+                          "virtual pipelineparallel degree {virtual_pipeline_model_parallel_size}"),
     # megatron-core lets the stage sizes exceed the model (36 layers, PP 4, first 10, last 30 passes its
     # checks: the middle ranks get -2 layers each, none built, so 40 layers are built); moeforge refuses it.
-    Rule("LAYOUT_UNEVEN_STAGES_FIT", "error", BY_STAGE_SIZES, MIDDLE_LAYERS >= 0,
-         "the first and last stage sizes together exceed the model's layers", TC, STAGE_FIX, None,
-         origin="moeforge"),
-    Rule("LAYOUT_UNEVEN_MIDDLE_STAGES_MATCH", "error", BY_STAGE_SIZES,
-         Or((MIDDLE_LAYERS == 0) & (MIDDLE_STAGES == 0), (MIDDLE_LAYERS != 0) & (MIDDLE_STAGES != 0)),
-         "with first/last stage sizes, layers must remain for the middle pipeline ranks exactly when there are "
-         "middle ranks", TC, STAGE_FIX,
-         "Mismatch: {pipeline_middle_layers} middle layers remaining but {pipeline_middle_stages} middle PP "
-         "stages available."),
-    Rule("LAYOUT_UNEVEN_MIDDLE_LAYERS_DIVISIBLE", "error", BY_STAGE_SIZES & (MIDDLE_STAGES != 0),
-         MIDDLE_LAYERS % MIDDLE_STAGES == 0,
-         "the layers left after the first/last stages must split evenly over the middle pipeline ranks", TC,
-         STAGE_FIX, "number of layers at middle stage: {pipeline_middle_layers} must be divisible bythe middle "
-         "pipeline model parallel size {pipeline_middle_stages}"),
-    Rule("LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP", "error",
-         BY_STAGE_SIZES & (MIDDLE_STAGES != 0) & IsSet(VPP), (MIDDLE_LAYERS // MIDDLE_STAGES) % VPP == 0,
-         "each middle pipeline rank's layers must be divisible by VPP", TC, STAGE_FIX,
-         "number of layers on each middle pipeline rank:{pipeline_middle_rank_layers} must be divisible by "
-         "virtualpipeline parallel degree {virtual_pipeline_model_parallel_size}"),
-    Rule("LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP", "error", BY_ACCOUNTING & Not(IsSet(VPP)),
-         SPLIT_LAYERS % PP == 0,
-         "num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible by PP",
-         f"{TC}; {ARGS}", ACCOUNT_FIX,
-         "number of middle layers: {pipeline_split_layers} must be divisible by middle "
-         "pipeline_model_parallel_size {pipeline_model_parallel_size}",
+    Rule(id="LAYOUT_UNEVEN_STAGES_FIT", severity="error", when=BY_STAGE_SIZES, require=MIDDLE_LAYERS >= 0,
+         message="the first and last stage sizes together exceed the model's layers", source=TC, fix=STAGE_FIX,
+         megatron_message=None, origin="moeforge"),
+    Rule(id="LAYOUT_UNEVEN_MIDDLE_STAGES_MATCH", severity="error", when=BY_STAGE_SIZES,
+         require=Or((MIDDLE_LAYERS == 0) & (MIDDLE_STAGES == 0), (MIDDLE_LAYERS != 0) & (MIDDLE_STAGES != 0)),
+         message="with first/last stage sizes, layers must remain for the middle pipeline ranks exactly when there "
+                 "are middle ranks", source=TC, fix=STAGE_FIX,
+         megatron_message="Mismatch: {pipeline_middle_layers} middle layers remaining but {pipeline_middle_stages} "
+                          "middle PP stages available."),
+    Rule(id="LAYOUT_UNEVEN_MIDDLE_LAYERS_DIVISIBLE", severity="error", when=BY_STAGE_SIZES & (MIDDLE_STAGES != 0),
+         require=MIDDLE_LAYERS % MIDDLE_STAGES == 0,
+         message="the layers left after the first/last stages must split evenly over the middle pipeline ranks",
+         source=TC, fix=STAGE_FIX,
+         megatron_message="number of layers at middle stage: {pipeline_middle_layers} must be divisible bythe middle "
+                          "pipeline model parallel size {pipeline_middle_stages}"),
+    Rule(id="LAYOUT_UNEVEN_MIDDLE_RANK_LAYERS_DIVISIBLE_BY_VPP", severity="error",
+         when=BY_STAGE_SIZES & (MIDDLE_STAGES != 0) & IsSet(VPP), require=(MIDDLE_LAYERS // MIDDLE_STAGES) % VPP == 0,
+         message="each middle pipeline rank's layers must be divisible by VPP", source=TC, fix=STAGE_FIX,
+         megatron_message="number of layers on each middle pipeline rank:{pipeline_middle_rank_layers} must be "
+                          "divisible by virtualpipeline parallel degree {virtual_pipeline_model_parallel_size}"),
+    Rule(id="LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP", severity="error", when=BY_ACCOUNTING & Not(IsSet(VPP)),
+         require=SPLIT_LAYERS % PP == 0,
+         message="num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible "
+                 "by PP", source=f"{TC}; {ARGS}", fix=ACCOUNT_FIX,
+         megatron_message="number of middle layers: {pipeline_split_layers} must be divisible by middle "
+                          "pipeline_model_parallel_size {pipeline_model_parallel_size}",
          also=(("Megatron-LM arguments.py", "Number of layers should be divisible by the pipeline-model-parallel "
                 "size"),)),
-    Rule("LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP_WITH_VPP", "error", BY_ACCOUNTING & IsSet(VPP),
-         SPLIT_LAYERS % PP == 0,
-         "num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible by PP",
-         TC, ACCOUNT_FIX,
-         "num_layers: {pipeline_split_layers} after enableaccount_for_embedding_in_pipeline_split or "
-         "account_for_loss_in_pipeline_split must be divisibleby pipeline_model_parallel_size "
-         "{pipeline_model_parallel_size}"),
-    Rule("LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP", "error",
-         BY_ACCOUNTING & IsSet(VPP) & (SPLIT_LAYERS % PP == 0), (SPLIT_LAYERS // PP) % VPP == 0,
-         "each pipeline rank's layers (the embedding and loss accounted for) must be divisible by VPP", TC,
-         ACCOUNT_FIX,
-         "number of layers on each pipeline rank: {pipeline_split_rank_layers}(after enable "
-         "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible "
-         "byvirtual_pipeline_model_parallel_size{virtual_pipeline_model_parallel_size}"),
-    Rule("LAYOUT_HEADS_DIVISIBLE_BY_TP", "error", TP > 1, F("num_attention_heads") % TP == 0,
-         "attention heads must be divisible by TP", TC,
-         "choose parallelism.tp among the divisors of the head count",
-         "num_attention_heads ({num_attention_heads}) must be a multiple of tensor_model_parallel_size "
-         "({tensor_model_parallel_size})."),
-    Rule("LAYOUT_QUERY_GROUPS_VS_TP", "error", (TP > 1) & IsSet(F("num_query_groups")),
-         Or(F("num_query_groups") % TP == 0, TP % F("num_query_groups") == 0),
-         "query groups must be a multiple or a divisor of TP", TC,
-         "choose parallelism.tp dividing (or divided by) the number of query groups",
-         "num_query_groups ({num_query_groups}) must be a multiple or divisor of tensor_model_parallel_size "
-         "({tensor_model_parallel_size})."),
-    Rule("LAYOUT_GBS_DIVISIBLE", "error", IsSet(F("data_parallel_size")) & IsSet(F("global_batch_size")),
-         F("global_batch_size") % (F("micro_batch_size") * F("data_parallel_size")) == 0,
-         "global batch size must be divisible by micro batch size x DP", MBC,
-         "change training.global_batch_size to a multiple of micro_batch_size x DP",
-         "global batch size ({global_batch_size}) is not divisible by micro batch size "
-         "({micro_batch_size}) times data parallel size ({data_parallel_size})"),
+    Rule(id="LAYOUT_ACCOUNT_FOR_LAYERS_DIVISIBLE_BY_PP_WITH_VPP", severity="error", when=BY_ACCOUNTING & IsSet(VPP),
+         require=SPLIT_LAYERS % PP == 0,
+         message="num_layers, plus one for the embedding and one for the loss when accounted for, must be divisible "
+                 "by PP", source=TC, fix=ACCOUNT_FIX,
+         megatron_message="num_layers: {pipeline_split_layers} after enableaccount_for_embedding_in_pipeline_split or "
+                          "account_for_loss_in_pipeline_split must be divisibleby pipeline_model_parallel_size "
+                          "{pipeline_model_parallel_size}"),
+    Rule(id="LAYOUT_ACCOUNT_FOR_RANK_LAYERS_DIVISIBLE_BY_VPP", severity="error",
+         when=BY_ACCOUNTING & IsSet(VPP) & (SPLIT_LAYERS % PP == 0), require=(SPLIT_LAYERS // PP) % VPP == 0,
+         message="each pipeline rank's layers (the embedding and loss accounted for) must be divisible by VPP",
+         source=TC, fix=ACCOUNT_FIX,
+         megatron_message="number of layers on each pipeline rank: {pipeline_split_rank_layers}(after enable "
+                          "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be "
+                          "divisible byvirtual_pipeline_model_parallel_size{virtual_pipeline_model_parallel_size}"),
+    Rule(id="LAYOUT_HEADS_DIVISIBLE_BY_TP", severity="error", when=TP > 1, require=F("num_attention_heads") % TP == 0,
+         message="attention heads must be divisible by TP", source=TC,
+         fix="choose parallelism.tp among the divisors of the head count",
+         megatron_message="num_attention_heads ({num_attention_heads}) must be a multiple of "
+                          "tensor_model_parallel_size ({tensor_model_parallel_size})."),
+    Rule(id="LAYOUT_QUERY_GROUPS_VS_TP", severity="error", when=(TP > 1) & IsSet(F("num_query_groups")),
+         require=Or(F("num_query_groups") % TP == 0, TP % F("num_query_groups") == 0),
+         message="query groups must be a multiple or a divisor of TP", source=TC,
+         fix="choose parallelism.tp dividing (or divided by) the number of query groups",
+         megatron_message="num_query_groups ({num_query_groups}) must be a multiple or divisor of "
+                          "tensor_model_parallel_size ({tensor_model_parallel_size})."),
+    Rule(id="LAYOUT_GBS_DIVISIBLE", severity="error",
+         when=IsSet(F("data_parallel_size")) & IsSet(F("global_batch_size")),
+         require=F("global_batch_size") % (F("micro_batch_size") * F("data_parallel_size")) == 0,
+         message="global batch size must be divisible by micro batch size x DP", source=MBC,
+         fix="change training.global_batch_size to a multiple of micro_batch_size x DP",
+         megatron_message="global batch size ({global_batch_size}) is not divisible by micro batch size "
+                          "({micro_batch_size}) times data parallel size ({data_parallel_size})"),
     # The interleaved schedule checks its micro-batch count when a step starts (no front-end checks it before):
     # a recipe that trips it is accepted everywhere and fails on the GPUs, so it is refused here.
-    Rule("LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", "error", INTERLEAVED, MICROBATCHES >= PP,
-         "the interleaved schedule (VPP) needs at least PP micro-batches per step: GBS / (micro batch size x DP) "
-         ">= PP", PIPELINE_SCHEDULE,
-         "raise training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
-         "The number of contiguous micro-batches in a virtual pipeline stageshould range in "
-         "[PP={pipeline_parallel_size} , M={num_microbatches}]"),
-    Rule("LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", "error", INTERLEAVED & (MICROBATCHES >= PP),
-         MICROBATCHES % PP == 0,
-         "with the interleaved schedule (VPP) the micro-batches per step, GBS / (micro batch size x DP), must be a "
-         "multiple of PP", PIPELINE_SCHEDULE,
-         "change training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
-         "The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches in a "
-         "virtual pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is "
-         "{final_microbatch_group_size}. Otherwise, it introduces dependency bubbles in the pipeline and reduces "
-         "throughput."),
+    Rule(id="LAYOUT_INTERLEAVED_MICROBATCHES_AT_LEAST_PP", severity="error", when=INTERLEAVED,
+         require=MICROBATCHES >= PP,
+         message="the interleaved schedule (VPP) needs at least PP micro-batches per step: GBS / (micro batch size x "
+                 "DP) >= PP", source=PIPELINE_SCHEDULE,
+         fix="raise training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
+         megatron_message="The number of contiguous micro-batches in a virtual pipeline stageshould range in "
+                          "[PP={pipeline_parallel_size} , M={num_microbatches}]"),
+    Rule(id="LAYOUT_INTERLEAVED_MICROBATCHES_DIVISIBLE_BY_PP", severity="error",
+         when=INTERLEAVED & (MICROBATCHES >= PP), require=MICROBATCHES % PP == 0,
+         message="with the interleaved schedule (VPP) the micro-batches per step, GBS / (micro batch size x DP), must "
+                 "be a multiple of PP", source=PIPELINE_SCHEDULE,
+         fix="change training.global_batch_size to a multiple of micro_batch_size x DP x PP, or unset parallelism.vpp",
+         megatron_message="The remainder of M (the total micro-batches) divided by N (number of contiguous "
+                          "micro-batches in a virtual pipeline stage) should be 0, or larger than or equal to the "
+                          "pipeline-parallel size, but it is {final_microbatch_group_size}. Otherwise, it introduces "
+                          "dependency bubbles in the pipeline and reduces throughput."),
     # Context parallelism splits each sequence into 2 x CP chunks (load balance under causal masking):
     # Megatron-LM refuses a length that does not divide, and megatron-core's get_batch_on_this_cp_rank
     # reshapes the batch into 2 x CP chunks, so no front-end can run it.
-    Rule("LAYOUT_SEQ_DIVISIBLE_BY_2CP", "error", CP > 1, F("seq_length") % (CP * 2) == 0,
-         "with context parallelism the sequence length must be a multiple of 2 x CP", f"{ARGS}; megatron-core "
-         "utils.py get_batch_on_this_cp_rank", "set training.seq_length to a multiple of 2 x parallelism.cp, "
-         "or a smaller parallelism.cp",
-         "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1."),
+    Rule(id="LAYOUT_SEQ_DIVISIBLE_BY_2CP", severity="error", when=CP > 1, require=F("seq_length") % (CP * 2) == 0,
+         message="with context parallelism the sequence length must be a multiple of 2 x CP",
+         source=f"{ARGS}; megatron-core "
+         "utils.py get_batch_on_this_cp_rank",
+         fix="set training.seq_length to a multiple of 2 x parallelism.cp, or a smaller parallelism.cp",
+         megatron_message="seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1."),
     # Sequence parallelism splits each rank's tokens (seq / CP) over TP: the embedding's output is scattered along
     # the sequence at the first forward, after every front-end accepted the launch.
-    Rule("LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", "error",
-         (F("sequence_parallel") == True) & (TP > 1) & IsSet(F("seq_length"))  # noqa: E712
+    Rule(id="LAYOUT_SP_SEQ_DIVISIBLE_BY_TP", severity="error",
+         when=F("sequence_parallel").is_(True) & (TP > 1) & IsSet(F("seq_length"))
          & Or(CP == 1, F("seq_length") % (CP * 2) == 0),  # else LAYOUT_SEQ_DIVISIBLE_BY_2CP says it
-         (F("seq_length") // CP) % TP == 0,
-         "with sequence parallelism each rank's sequence (seq_length / CP) must be divisible by TP",
-         "megatron-core tensor_parallel/mappings.py _split_along_first_dim (scatter_to_sequence_parallel_region, "
-         "the embedding's output)",
-         "set training.seq_length to a multiple of parallelism.tp x parallelism.cp (x 2 with CP), or parallelism.sp: "
-         "false", "First dimension of the tensor should be divisible by tensor parallel size"),
-    Rule("LAYOUT_MOE_BIAS_NEEDS_ETP1", "error", IsSet(F("num_moe_experts")) & (F("add_bias_linear") == True),  # noqa: E712
-         Or(ETP == 1, Not(IsSet(ETP)) & (TP == 1)),
-         "MoE layers with bias need ETP = 1 (an unset ETP means ETP = TP)", TC,
-         "set parallelism.etp: 1, or use a model without linear bias",
-         "Bias in Moe is only supported when ETP==1"),
-    Rule("LAYOUT_SP_NEEDS_TP", "error", F("sequence_parallel") == True, TP > 1,  # noqa: E712
-         "sequence parallelism needs tensor parallelism (TP > 1)",
-         f"{MPC}; Megatron-Bridge TransformerConfig.finalize quietly sets sequence_parallel=False instead",
-         "set parallelism.sp: false, or parallelism.tp > 1",
-         "Cannot use sequence parallelism without tensor parallelism"),
+         require=(F("seq_length") // CP) % TP == 0,
+         message="with sequence parallelism each rank's sequence (seq_length / CP) must be divisible by TP",
+         source="megatron-core tensor_parallel/mappings.py _split_along_first_dim "
+                "(scatter_to_sequence_parallel_region, the embedding's output)",
+         fix="set training.seq_length to a multiple of parallelism.tp x parallelism.cp (x 2 with CP), or "
+             "parallelism.sp: false",
+         megatron_message="First dimension of the tensor should be divisible by tensor parallel size"),
+    Rule(id="LAYOUT_MOE_BIAS_NEEDS_ETP1", severity="error",
+         when=IsSet(F("num_moe_experts")) & F("add_bias_linear").is_(True),
+         require=Or(ETP == 1, Not(IsSet(ETP)) & (TP == 1)),
+         message="MoE layers with bias need ETP = 1 (an unset ETP means ETP = TP)", source=TC,
+         fix="set parallelism.etp: 1, or use a model without linear bias",
+         megatron_message="Bias in Moe is only supported when ETP==1"),
+    Rule(id="LAYOUT_SP_NEEDS_TP", severity="error", when=F("sequence_parallel").is_(True), require=TP > 1,
+         message="sequence parallelism needs tensor parallelism (TP > 1)",
+         source=f"{MPC}; Megatron-Bridge TransformerConfig.finalize quietly sets sequence_parallel=False instead",
+         fix="set parallelism.sp: false, or parallelism.tp > 1",
+         megatron_message="Cannot use sequence parallelism without tensor parallelism"),
     # megatron-core's MoE layer refuses to train with TP and without SP (whatever EP), at the first forward; its
     # config only warns, and only with EP (LAYOUT_EP_TP_WANTS_SP below)
-    Rule("MOE_TP_NEEDS_SP", "error", IsSet(F("num_moe_experts")) & (TP > 1),
-         F("sequence_parallel") == True,  # noqa: E712
-         "an MoE model with tensor parallelism trains only with sequence parallelism",
-         "megatron-core transformer/moe/moe_layer.py MoELayer.forward (when training)",
-         "set parallelism.sp: true, or parallelism.tp: 1",
-         "During training, performance may degrade if MoE and tensor parallelismare enabled without also enabling "
-         "sequence parallelism.", training_only=True),
-    Rule("LAYOUT_EP_TP_WANTS_SP", "warning", (EP > 1) & (TP > 1), F("sequence_parallel") == True,  # noqa: E712
-         "expert parallelism with tensor parallelism should use sequence parallelism", MPC,
-         "set parallelism.sp: true",
-         "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used",
-         training_only=True),
+    Rule(id="MOE_TP_NEEDS_SP", severity="error", when=IsSet(F("num_moe_experts")) & (TP > 1),
+         require=F("sequence_parallel").is_(True),
+         message="an MoE model with tensor parallelism trains only with sequence parallelism",
+         source="megatron-core transformer/moe/moe_layer.py MoELayer.forward (when training)",
+         fix="set parallelism.sp: true, or parallelism.tp: 1",
+         megatron_message="During training, performance may degrade if MoE and tensor parallelismare enabled without "
+                          "also enabling sequence parallelism.", training_only=True),
+    Rule(id="LAYOUT_EP_TP_WANTS_SP", severity="warning", when=(EP > 1) & (TP > 1),
+         require=F("sequence_parallel").is_(True),
+         message="expert parallelism with tensor parallelism should use sequence parallelism", source=MPC,
+         fix="set parallelism.sp: true",
+         megatron_message="When using expert parallelism and tensor parallelism for training, sequence parallelism "
+                          "must be used", training_only=True),
     # Megatron-LM and Megatron-Bridge turn sequence parallelism off at TP = 1 before megatron-core
     # would refuse it (LAYOUT_SP_NEEDS_TP); lint-config only (a recipe keeps the hard rule).
-    Rule("LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM", "warning", F("sequence_parallel") == True, TP > 1,  # noqa: E712
-         "sequence parallelism without tensor parallelism: Megatron-LM turns it off", ARGS,
-         "set sequence_parallel: false, or tensor_model_parallel_size > 1",
-         "Disabling sequence parallelism because tensor model parallelism is disabled",
+    Rule(id="LAYOUT_SP_WITHOUT_TP_DROPPED_BY_MEGATRON_LM", severity="warning", when=F("sequence_parallel").is_(True),
+         require=TP > 1, message="sequence parallelism without tensor parallelism: Megatron-LM turns it off",
+         source=ARGS, fix="set sequence_parallel: false, or tensor_model_parallel_size > 1",
+         megatron_message="Disabling sequence parallelism because tensor model parallelism is disabled",
          origin="megatron-lm", silent={"sequence_parallel": False}, lint_only=True),
-    Rule("LAYOUT_SP_WITHOUT_TP_DROPPED_BY_BRIDGE", "warning", F("sequence_parallel") == True, TP > 1,  # noqa: E712
-         "sequence parallelism without tensor parallelism: Megatron-Bridge turns it off",
-         "Megatron-Bridge models/transformer_config.py TransformerConfig.finalize",
-         "set sequence_parallel: false, or tensor_model_parallel_size > 1", None,
+    Rule(id="LAYOUT_SP_WITHOUT_TP_DROPPED_BY_BRIDGE", severity="warning", when=F("sequence_parallel").is_(True),
+         require=TP > 1, message="sequence parallelism without tensor parallelism: Megatron-Bridge turns it off",
+         source="Megatron-Bridge models/transformer_config.py TransformerConfig.finalize",
+         fix="set sequence_parallel: false, or tensor_model_parallel_size > 1", megatron_message=None,
          origin="megatron-bridge", silent={"sequence_parallel": False}, lint_only=True),
-    Rule("LAYOUT_ETP_DEFAULT_DIFFERS", "warning", (EP > 1) & (TP > 1) & Not(IsSet(ETP)), IsSet(ETP),
-         "an unset ETP means ETP = TP to megatron-core but ETP = 1 to Megatron-Bridge", BRIDGE_TC,
-         "set parallelism.etp explicitly (1 is the usual choice with EP > 1)", None,
-         origin="megatron-bridge", silent={"expert_tensor_parallel_size": 1}),
+    Rule(id="LAYOUT_ETP_DEFAULT_DIFFERS", severity="warning", when=(EP > 1) & (TP > 1) & Not(IsSet(ETP)),
+         require=IsSet(ETP), message="an unset ETP means ETP = TP to megatron-core but ETP = 1 to Megatron-Bridge",
+         source=BRIDGE_TC, fix="set parallelism.etp explicitly (1 is the usual choice with EP > 1)",
+         megatron_message=None, origin="megatron-bridge", silent={"expert_tensor_parallel_size": 1}),
     # Gated DeltaNet layers (experimental_attention_variant gated_delta_net) split their key and value heads over
     # TP, and from megatron-core 0.18 over TP x CP.  megatron-core checks the value heads after the key heads: a
     # multiple of them, they pass then, so their checks need no rule of their own
-    Rule("LAYOUT_GDN_VALUE_HEADS_MULTIPLE_OF_KEY_HEADS", "error", GDN & IsSet(GDN_K) & IsSet(GDN_V),
-         GDN_V % GDN_K == 0,
-         "the model's linear-attention value heads must be a multiple of its key heads", TC,
-         "fix model.architecture.linear_num_value_heads / linear_num_key_heads",
-         "linear_num_value_heads ({linear_num_value_heads}) must be a multiple of linear_num_key_heads "
-         "({linear_num_key_heads})."),
-    Rule("LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP", "error", GDN & IsSet(GDN_K), GDN_K % TP == 0,
-         "TP must divide the model's linear-attention key (and so value) heads", TC,
-         "choose parallelism.tp dividing model.architecture.linear_num_key_heads",
-         "linear_num_key_heads must be a multiple of tensor_model_parallel_size.", versions=BEFORE_V18),
-    Rule("LAYOUT_GDN_NO_CP", "error", GDN, CP == 1,
-         "Gated DeltaNet layers take no context parallelism before megatron-core 0.18", TC,
-         "set parallelism.cp: 1, or use a platform with megatron-core >= 0.18",
-         "Gated delta net does not support context parallel for now, but got "
-         "self.context_parallel_size={context_parallel_size}.", versions=BEFORE_V18),
-    Rule("LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP_CP", "error", GDN & IsSet(GDN_K), GDN_K % (TP * CP) == 0,
-         "TP x CP must divide the model's linear-attention key (and so value) heads", TC,
-         "choose parallelism.tp and parallelism.cp whose product divides model.architecture.linear_num_key_heads",
-         "self.linear_num_key_heads={linear_num_key_heads} must be a multiple of "
-         "(self.tensor_model_parallel_size={tensor_model_parallel_size} * "
-         "self.context_parallel_size={context_parallel_size}).", versions=V18),
+    Rule(id="LAYOUT_GDN_VALUE_HEADS_MULTIPLE_OF_KEY_HEADS", severity="error", when=GDN & IsSet(GDN_K) & IsSet(GDN_V),
+         require=GDN_V % GDN_K == 0,
+         message="the model's linear-attention value heads must be a multiple of its key heads", source=TC,
+         fix="fix model.architecture.linear_num_value_heads / linear_num_key_heads",
+         megatron_message="linear_num_value_heads ({linear_num_value_heads}) must be a multiple of "
+                          "linear_num_key_heads ({linear_num_key_heads})."),
+    Rule(id="LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP", severity="error", when=GDN & IsSet(GDN_K), require=GDN_K % TP == 0,
+         message="TP must divide the model's linear-attention key (and so value) heads", source=TC,
+         fix="choose parallelism.tp dividing model.architecture.linear_num_key_heads",
+         megatron_message="linear_num_key_heads must be a multiple of tensor_model_parallel_size.", versions=BEFORE_V18),
+    Rule(id="LAYOUT_GDN_NO_CP", severity="error", when=GDN, require=CP == 1,
+         message="Gated DeltaNet layers take no context parallelism before megatron-core 0.18", source=TC,
+         fix="set parallelism.cp: 1, or use a platform with megatron-core >= 0.18",
+         megatron_message="Gated delta net does not support context parallel for now, but got "
+                          "self.context_parallel_size={context_parallel_size}.", versions=BEFORE_V18),
+    Rule(id="LAYOUT_GDN_KEY_HEADS_DIVISIBLE_BY_TP_CP", severity="error", when=GDN & IsSet(GDN_K),
+         require=GDN_K % (TP * CP) == 0,
+         message="TP x CP must divide the model's linear-attention key (and so value) heads", source=TC,
+         fix="choose parallelism.tp and parallelism.cp whose product divides model.architecture.linear_num_key_heads",
+         megatron_message="self.linear_num_key_heads={linear_num_key_heads} must be a multiple of "
+                          "(self.tensor_model_parallel_size={tensor_model_parallel_size} * "
+                          "self.context_parallel_size={context_parallel_size}).", versions=V18),
     # hierarchical CP (a2a inside, p2p across) needs the level sizes, which a recipe cannot give yet; megatron-core
     # itself does not check, and without them CP communication is silently disabled (Megatron-Bridge's words)
-    Rule("LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES", "error", F("cp_comm_type") == "a2a+p2p",
-         F("cp_comm_type") != "a2a+p2p",
-         "cp_comm_type a2a+p2p needs hierarchical context-parallel sizes, which moeforge does not set", ARGS,
-         "set parallelism.cp_comm_type: p2p, a2a or allgather",
-         "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm", origin="megatron-lm",
-         also=(("Megatron-Bridge training/config.py ConfigContainer.validate",
-                "hierarchical_context_parallel_sizes must be set when cp_comm_type contains 'a2a+p2p'. Without it, "
-                "CP communication is silently disabled and each rank attends only to its local chunk, producing "
-                "artificially high throughput but broken training. Example: for cp=16 across 4 nodes of 8 GPUs, set "
-                "hierarchical_context_parallel_sizes=[8, 2]."),)),
+    Rule(id="LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES", severity="error", when=F("cp_comm_type") == "a2a+p2p",
+         require=F("cp_comm_type") != "a2a+p2p",
+         message="cp_comm_type a2a+p2p needs hierarchical context-parallel sizes, which moeforge does not set",
+         source=ARGS, fix="set parallelism.cp_comm_type: p2p, a2a or allgather",
+         megatron_message="--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm",
+         origin="megatron-lm", also=(("Megatron-Bridge training/config.py ConfigContainer.validate",
+                                      "hierarchical_context_parallel_sizes must be set when cp_comm_type contains 'a2a+p2p'. Without it, "
+                                      "CP communication is silently disabled and each rank attends only to its local chunk, producing "
+                                      "artificially high throughput but broken training. Example: for cp=16 across 4 nodes of 8 GPUs, set "
+                                      "hierarchical_context_parallel_sizes=[8, 2]."),)),
 )

@@ -53,12 +53,12 @@ def _either(make):
 
 
 RULES = (
-    Rule("NVLINK_EP_GROUP_SPANS_DOMAINS", "warning",
-         ON_GPU & (NVL > 1) & (EP > 1) & _either(_applies), _either(_fits),
-         "an expert-parallel group (ETP x EP consecutive ranks in megatron-core's order) does not fit in one "
-         "NVLink domain: its all-to-all, on every MoE layer, crosses the slower network between domains",
-         SOURCE,
-         "choose parallelism.ep (and etp) so that ETP x EP divides the NVLink domain: on NVL72 a multiple of the "
-         "GPUs per node and at most 72 (e.g. 8, 16, 32, 64 with 4 GPUs per node), on 8-GPU nodes a divisor of 8",
-         None, origin="moeforge"),
+    Rule(id="NVLINK_EP_GROUP_SPANS_DOMAINS", severity="warning", when=ON_GPU & (NVL > 1) & (EP > 1) & _either(_applies),
+         require=_either(_fits),
+         message="an expert-parallel group (ETP x EP consecutive ranks in megatron-core's order) does not fit in one "
+                 "NVLink domain: its all-to-all, on every MoE layer, crosses the slower network between domains",
+         source=SOURCE,
+         fix="choose parallelism.ep (and etp) so that ETP x EP divides the NVLink domain: on NVL72 a multiple of the "
+             "GPUs per node and at most 72 (e.g. 8, 16, 32, 64 with 4 GPUs per node), on 8-GPU nodes a divisor of 8",
+         megatron_message=None, origin="moeforge"),
 )

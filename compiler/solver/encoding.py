@@ -47,7 +47,7 @@ def encode(problem, extra: set[str] = frozenset()) -> "Encoding":
     return Encoding(problem.free | set(extra), problem.fixed)
 
 
-class Encoding:
+class Encoding(E.Walk):
     """z3 variables for the fields that are still free, and translation of folded rules."""
 
     def __init__(self, free: set[str], fixed: dict):
@@ -139,38 +139,51 @@ class Encoding:
         return (raw or None) if spec.kind == "opt_int" else raw
 
     def term(self, expr: E.Expr):
-        t = type(expr)
-        if t is E.Field:
-            return self.vars[expr.name]
-        if t is E.Const:
-            if isinstance(expr.value, bool):
-                return z3.BoolVal(expr.value, self.ctx)
-            return z3.IntVal(0 if expr.value is None else expr.value, self.ctx)
-        if t is E.And:
-            return z3.And(*[self.term(i) for i in expr.items])
-        if t is E.Or:
-            return z3.Or(*[self.term(i) for i in expr.items])
-        if t is E.Not:
-            return z3.Not(self.term(expr.item))
-        if t is E.Has:
-            return self.vars[expr.item.name][expr.member]
-        if t is E.IsSet:
-            name = expr.item.name
-            spec, var = SPEC[name], self.vars[name]
-            if spec.kind == "set":
-                return z3.Or(*var.values())
-            if spec.kind in ("float", "str"):
-                return var
-            return var != self.const(name, None) if spec.kind == "enum" else var != 0
-        if t is E.In:
-            return z3.Or(*[self._cmp("==", expr.item, E.Const(v)) for v in expr.values])
-        if t is E.Cmp:
-            return self._cmp(expr.op, expr.a, expr.b)
-        if t is E.Arith:
-            a, b = self._number(self.term(expr.a)), self._number(self.term(expr.b))
-            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a / b,
-                    "%": lambda: a % b}[expr.op]()
-        raise TypeError(f"cannot translate {expr!r}")
+        """The z3 term of a folded rule expression (the walk's steps below)."""
+        return self.walk(expr, None)
+
+    # The steps of rules.expr.Walk: z3 terms, where Evaluate computes values. Nothing short-circuits (z3
+    # decides), a constant or a comparison with one is encoded as the knob's variable is (an enum as its index,
+    # an unset optional integer as 0), and a float or string knob is only known to be set or not.
+    def on_field(self, e, _):
+        return self.vars[e.name]
+
+    def on_const(self, e, _):
+        if isinstance(e.value, bool):
+            return z3.BoolVal(e.value, self.ctx)
+        return z3.IntVal(0 if e.value is None else e.value, self.ctx)
+
+    def on_and(self, e, _):
+        return z3.And(*[self.term(i) for i in e.items])
+
+    def on_or(self, e, _):
+        return z3.Or(*[self.term(i) for i in e.items])
+
+    def on_not(self, e, _):
+        return z3.Not(self.term(e.item))
+
+    def on_has(self, e, _):
+        return self.vars[e.item.name][e.member]
+
+    def on_is_set(self, e, _):
+        name = e.item.name
+        spec, var = SPEC[name], self.vars[name]
+        if spec.kind == "set":
+            return z3.Or(*var.values())
+        if spec.kind in ("float", "str"):
+            return var
+        return var != self.const(name, None) if spec.kind == "enum" else var != 0
+
+    def on_in(self, e, _):
+        return z3.Or(*[self._cmp("==", e.item, E.Const(v)) for v in e.values])
+
+    def on_cmp(self, e, _):
+        return self._cmp(e.op, e.a, e.b)
+
+    def on_arith(self, e, _):
+        a, b = self._number(self.term(e.a)), self._number(self.term(e.b))
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a / b,
+                "%": lambda: a % b}[e.op]()
 
     def _number(self, term):
         """A truth value in arithmetic counts 1 or 0, as rules.expr.evaluate counts it."""

@@ -125,32 +125,45 @@ def _is_int(name: str) -> bool:
     return SPEC[name].kind in ("int", "opt_int")
 
 
-def _scan(e: E.Expr, atoms: dict) -> None:
-    """Collect each integer knob's points, refusing any use of one outside the fragment."""
-    t = type(e)
-    if t in (E.And, E.Or):
+class _Scan(E.Walk):
+    """Collect each integer knob's points (env: name -> its set of points), refusing (_Unsupported) any use of a
+    knob outside this module's fragment."""
+
+    def on_and(self, e, atoms):
         for i in e.items:
-            _scan(i, atoms)
-    elif t is E.Not:
-        _scan(e.item, atoms)
-    elif t is E.Field:  # a boolean knob used as a condition
+            self.walk(i, atoms)
+
+    on_or = on_and
+
+    def on_not(self, e, atoms):
+        self.walk(e.item, atoms)
+
+    def on_field(self, e, atoms):  # a boolean knob used as a condition
         if SPEC[e.name].kind != "bool":
             raise _Unsupported(repr(e))
-    elif t is E.Const:
+
+    def on_const(self, e, atoms):
         if not isinstance(e.value, bool):
             raise _Unsupported(repr(e))
-    elif t in (E.Has, E.IsSet):
-        kind = SPEC[e.item.name].kind if type(e.item) is E.Field else None
-        if kind is None or (t is E.Has and kind != "set") or (t is E.IsSet and kind == "bool"):
+
+    def on_has(self, e, atoms):
+        if type(e.item) is not E.Field or SPEC[e.item.name].kind != "set":
             raise _Unsupported(repr(e))
-        if t is E.IsSet and _is_int(e.item.name):
+
+    def on_is_set(self, e, atoms):
+        kind = SPEC[e.item.name].kind if type(e.item) is E.Field else None
+        if kind is None or kind == "bool":
+            raise _Unsupported(repr(e))
+        if _is_int(e.item.name):
             atoms[e.item.name].add(0)
-    elif t is E.In:
+
+    def on_in(self, e, atoms):
         if type(e.item) is not E.Field or SPEC[e.item.name].kind == "set":
             raise _Unsupported(repr(e))
         if _is_int(e.item.name):
             atoms[e.item.name].update(_const(e.item.name, v) for v in e.values)
-    elif t is E.Cmp:
+
+    def on_cmp(self, e, atoms):
         a, b = e.a, e.b
         if type(a) is E.Field and type(b) is E.Const:
             _point(a.name, b.value, e.op, atoms)
@@ -164,8 +177,12 @@ def _scan(e: E.Expr, atoms: dict) -> None:
             n, factors = _divides(e)
             for f in factors:
                 atoms[f].update(_divisors(n))
-    else:
+
+    def on_arith(self, e, atoms):  # outside a divisibility test (cmp): z3's
         raise _Unsupported(repr(e))
+
+
+_scan = _Scan().walk
 
 
 def _point(name: str, value, op: str, atoms: dict) -> None:
@@ -250,60 +267,50 @@ def _decode(name: str, raw):
 
 # ----------------------------------------------------------------------------- evaluation
 
-def _value(e: E.Expr, env: dict):
-    """e's value under the encoded env, as z3 evaluates the term compiler.solver.encoding builds for it
-    (_U where it depends on an unspecified x % 0)."""
-    t = type(e)
-    if t is E.Const:
-        return e.value
-    if t is E.Field:
+class _Z3Reading(E.Evaluate):
+    """An expression's value as z3 evaluates the term compiler.solver.encoding builds for it, over encoded values
+    (every free field has one). The connectives are Evaluate's: UNKNOWN here stands for a value that depends on
+    z3's unspecified x % 0. The leaves differ: a constant is compared in its encoding (an enum as its index, an
+    unset optional integer as 0, a set as one boolean per member), and arithmetic appears only as divisibility."""
+
+    def on_field(self, e, env):
         return env[e.name]
-    if t is E.And:
-        seen_u = False
-        for i in e.items:
-            v = _value(i, env)
-            if v is _U:
-                seen_u = True
-            elif not v:
-                return False
-        return _U if seen_u else True
-    if t is E.Or:
-        seen_u = False
-        for i in e.items:
-            v = _value(i, env)
-            if v is _U:
-                seen_u = True
-            elif v:
-                return True
-        return _U if seen_u else False
-    if t is E.Not:
-        v = _value(e.item, env)
-        return v if v is _U else not v
-    if t is E.Has:
+
+    def on_has(self, e, env):
         name = e.item.name
         return env[name][SPEC[name].domain.index(e.member)]
-    if t is E.IsSet:
+
+    def on_is_set(self, e, env):
         name = e.item.name
         kind = SPEC[name].kind
         if kind == "set":
             return any(env[name])
         return env[name] != (_const(name, None) if kind == "enum" else 0)
-    if t is E.In:
+
+    def on_in(self, e, env):
         name = e.item.name
         return env[name] in {_const(name, v) for v in e.values}
-    a, b = e.a, e.b  # Cmp
-    if type(a) is E.Field and type(b) is E.Const:
-        lhs, rhs = env[a.name], _const(a.name, b.value)
-    elif type(b) is E.Field and type(a) is E.Const:
-        lhs, rhs = _const(b.name, a.value), env[b.name]
-    elif type(a) is E.Field and type(b) is E.Field:
-        lhs, rhs = env[a.name], env[b.name]
-    else:  # n % (product) compared with 0 (checked by _divides)
-        d = _product(a.b, env)
-        if d == 0:
-            return _U
-        lhs, rhs = a.a.value % d, 0
-    return E.COMPARISONS[e.op](lhs, rhs)
+
+    def on_cmp(self, e, env):
+        a, b = e.a, e.b
+        if type(a) is E.Field and type(b) is E.Const:
+            lhs, rhs = env[a.name], _const(a.name, b.value)
+        elif type(b) is E.Field and type(a) is E.Const:
+            lhs, rhs = _const(b.name, a.value), env[b.name]
+        elif type(a) is E.Field and type(b) is E.Field:
+            lhs, rhs = env[a.name], env[b.name]
+        else:  # n % (product) compared with 0 (checked by _divides)
+            d = _product(a.b, env)
+            if d == 0:
+                return _U
+            lhs, rhs = a.a.value % d, 0
+        return E.COMPARISONS[e.op](lhs, rhs)
+
+    def on_arith(self, e, env):  # only inside a divisibility test (cmp), which _Scan admits alone
+        raise _Unsupported(repr(e))
+
+
+_value = _Z3Reading().walk
 
 
 def _product(e: E.Expr, env: dict) -> int:

@@ -7,7 +7,8 @@ otherwise compiler.solver.finite settles what is free, or compiler.solver.encodi
 from __future__ import annotations
 
 from compiler.knobs.layout import derive_sizes
-from compiler.rules import Rule, fold
+from compiler.rules import Rule
+from compiler.rules.expr import fold
 from compiler.rules import expr as E
 from compiler.solver.domain import DERIVED, SPEC
 

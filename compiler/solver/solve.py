@@ -1,6 +1,6 @@
 """Resolve pins, platform facts and rules into values, or explain precisely why not.
 
-Pins and facts are folded into the rules first (compiler.rules.fold): a rule that folds to
+Pins and facts are folded into the rules first (compiler.rules.expr.fold): a rule that folds to
 true is satisfied, one that folds to false is violated by the pins alone, and only what
 still mentions an `auto` knob is solved, together with the seeds' guidance as weighted soft
 constraints: by compiler.solver.finite where it can prove its answer is z3's (small domains,
@@ -109,7 +109,7 @@ def _optimise(pins, rules, problem, enc, terms: dict, free: list[str], explain_e
 
 def _as_pref(r: Rule) -> Preference:
     """Never choose what Megatron would quietly rewrite."""
-    return Preference(f"avoid:{r.id}", r.require, 50, r.message, r.when)
+    return Preference(id=f"avoid:{r.id}", prefer=r.require, weight=50, reason=r.message, when=r.when)
 
 
 def _provenance(forced_by: dict, by_id, prefs, auto, values, fixed, problem=None) -> dict:
