@@ -47,7 +47,7 @@ WHEEL_SUMS := tests/rules/megatron-wheels.sha256
 MEGATRON_WHEEL_VERSIONS := $(shell awk '!/^\#/ && NF == 2 {split($$2, a, "-"); print a[2]}' $(WHEEL_SUMS))
 CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -not -path 'recipes/platforms/*' -not -path 'recipes/models/*' -not -path 'recipes/sweeps/*' | sort))
 
-.PHONY: help setup setup312 megatron-wheels demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden clean
+.PHONY: help setup setup312 megatron-wheels demo test check compile compile-all launch plan-layout validate-layouts matrix fuzz bench golden schemas clean
 
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -148,6 +148,9 @@ bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold st
 
 golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
 	MOEFORGE_UPDATE_GOLDEN=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/golden
+
+schemas: $(STAMP) ## regenerate schemas/recipe.v3.json from the knob table (compiler/knobs/recipe_schema.py)
+	PYTHONPATH=$(CURDIR) $(PY) -m compiler.knobs.recipe_schema
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache

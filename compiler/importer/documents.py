@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from compiler.knobs import layout as L
+
 
 def put(doc: dict, dotted: str, value) -> None:
     node = doc
@@ -37,7 +39,7 @@ def nodes(recipe: dict, platform: dict, notes: dict, launcher: dict, decided: li
     per = int(platform.get("gpus_per_node") or 8)
     par = recipe.get("parallelism", {})
     tp, pp, cp, ep = (int(par.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
-    etp = par.get("etp") or tp
+    etp = L.effective_etp(par.get("etp") or None, tp)
     training = recipe.get("training", {})
     mbs, gbs = training.get("micro_batch_size", 1), training.get("global_batch_size")
     env = launcher.get("env", {})
@@ -48,10 +50,10 @@ def nodes(recipe: dict, platform: dict, notes: dict, launcher: dict, decided: li
     if world and str(world).isdigit():
         return max(1, int(world) // per)
     if isinstance(notes.get("num_microbatches"), int) and gbs:
-        world = gbs // (mbs * notes["num_microbatches"]) * tp * cp * pp
+        world = gbs // (mbs * notes["num_microbatches"]) * L.model_size(tp, cp, pp)
         return max(1, -(-world // per))
-    need = math.lcm(tp * cp * pp, etp * ep * pp)
-    count = max(1, -(-need // per))
+    model, experts = L.model_size(tp, cp, pp), L.expert_model_size(etp, ep, pp)
+    count = max(1, -(-math.lcm(model, experts) // per))
     decided.append(f"resources.nodes: {count} (the launch does not say; the fewest nodes that fit "
-                   f"TP*CP*PP = {tp * cp * pp} and ETP*EP*PP = {etp * ep * pp})")
+                   f"TP*CP*PP = {model} and ETP*EP*PP = {experts})")
     return count

@@ -4,6 +4,8 @@ what the model is, not a setting; compiler/knobs/table.py re-exports them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.knobs.row import Knob
 
 _K = Knob
@@ -80,6 +82,30 @@ FACTS: tuple[Knob, ...] = (
        doc="the layout's first structural problem, in megatron-core's words (None: none)"),
 )
 FACT_BY_FIELD: dict[str, Knob] = {k.field: k for k in FACTS}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A flex dispatcher backend that needs a package of its own: the module megatron-core imports (and a name it
+    must export), what to install, and the platform fact that says it is installed."""
+
+    module: str
+    attribute: str | None
+    package: str
+    fact: str
+
+    @property
+    def software(self) -> str:
+        """Its key in a platform's software block (platform.software.<key>)."""
+        return FACT_BY_FIELD[self.fact].path.rsplit(".", 1)[-1]
+
+
+# moe.flex_backend -> its package: the plan's runtime.requires (the runtime's gate imports it before building
+# anything; runtime/gate.py mirrors this, tests/compiler/test_targets.py says so), the rules' *_PACKAGE_INSTALLED
+# and the planner's dispatchers read it here
+FLEX_BACKENDS = {"deepep": Backend("deep_ep", None, "DeepEP", "deep_ep_installed"),
+                 "hybridep": Backend("deep_ep", "HybridEPBuffer", "HybridEP (DeepEP's hybrid-ep branch)",
+                                     "hybrid_ep_installed")}
 
 
 def gpu_product(name: str | None) -> str:

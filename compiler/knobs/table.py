@@ -7,8 +7,11 @@ and a few moeforge facts), so a rule reads like the Megatron check it mirrors.
 from __future__ import annotations
 
 # AUTO, FRONTENDS, BYTE_*, IO_SECTIONS, FACTS: re-exported, the rest of the compiler reads them as K.NAME
-from compiler.knobs.row import AUTO, FRONTENDS, Knob
-from compiler.knobs.facts import ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, GPU_PRODUCTS, gpu_product  # noqa: F401
+from compiler.knobs.model import LOAD_BALANCING_TYPES, MODEL_KNOBS  # noqa: F401
+from compiler.knobs.row import AUTO, FRONTENDS, Form, Knob
+from compiler.knobs.row import tc as _tc
+from compiler.knobs.facts import (ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, FLEX_BACKENDS, GPU_PRODUCTS,  # noqa: F401
+                                  gpu_product)
 from compiler.knobs.training_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT, \
     RESUME_SCHEDULERS
 
@@ -16,7 +19,6 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear",
                    "fused_group_mlp")
-LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 _K = Knob
 # torch dtype names as the plan spells them, and Megatron-LM's spelling of its optimizer dtype arguments
@@ -25,26 +27,6 @@ DTYPE_LM = (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"))
 OPTIMIZER_PRECISION = ("use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
                        "exp_avg_sq_dtype")
 V17 = 17_000  # version_int("0.17.0"): megatron-core renamed several fields there
-
-
-def _tc(field, path, kind, default=None, domain=(), **kw) -> Knob:
-    """A TransformerConfig / ModelParallelConfig field."""
-    return Knob(field, path, kind, default, domain, section="tc", **kw)
-
-
-def _arch(key, kind, default=None, domain=(), field=None, **kw) -> Knob:
-    """An architecture fact from the model document (model.architecture.<key>)."""
-    return _tc(field or key, f"model.architecture.{key}", kind, default, domain, **kw)
-
-
-def _moe(key, kind, default=None, domain=(), **kw) -> Knob:
-    """An MoE fact from the model document (model.moe.<key> is megatron-core's moe_<key>)."""
-    return _tc(f"moe_{key}", f"model.moe.{key}", kind, default, domain, **kw)
-
-
-def _gpt(field, path, kind, default=None, domain=(), **kw) -> Knob:
-    """A GPTModel constructor argument (plan section `model`)."""
-    return Knob(field, path, kind, default, domain, section="model", **kw)
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -65,41 +47,60 @@ KNOBS: tuple[Knob, ...] = (
     # --- training shape and optimizer --------------------------------------------------
     _K("micro_batch_size", "training.micro_batch_size", "int", 1, section="training", bridge="train.micro_batch_size"),
     _K("global_batch_size", "training.global_batch_size", "opt_int", None, section="training",
-       bridge="train.global_batch_size"),
+       bridge="train.global_batch_size",
+       form=Form(nullable=False)),
     _K("seq_length", "training.seq_length", "int", 4096, section="training",
        bridge=("model.seq_length", "dataset.seq_length")),  # Bridge asserts the two agree
     _K("train_iters", "training.train_iters", "int", 10, section="training", bridge="train.train_iters"),
-    _K("seed", "training.seed", "int", 1234, section="training", bridge="rng.seed"),
+    _K("seed", "training.seed", "int", 1234, section="training", bridge="rng.seed",
+       form=Form(minimum=0)),
     # the optimizer's numbers live in recipe section `schedule` and in plan section `optimizer` under
     # megatron-core OptimizerConfig names (runtime.train passes plan.optimizer to OptimizerConfig)
     _K("lr", "schedule.lr", "float", 1e-4, section="optimizer", bridge="optimizer.lr",
-       doc="peak learning rate (OptimizerConfig.lr, Megatron-LM --lr)"),
+       doc="peak learning rate (OptimizerConfig.lr, Megatron-LM --lr)",
+       form=Form(description="Peak learning rate (default 1e-4).", exclusive_minimum=0)),
     _K("min_lr", "schedule.min_lr", "float", 0.0, section="optimizer", bridge="optimizer.min_lr",
-       doc="the learning rate the decay ends at (OptimizerConfig.min_lr; Megatron-LM --min-lr: 0.0)"),
+       doc="the learning rate the decay ends at (OptimizerConfig.min_lr; Megatron-LM --min-lr: 0.0)",
+       form=Form(description="Learning rate at the end of the decay (default 0).", minimum=0)),
     # Bridge's scheduler sets every step's decay from its start/end values (OptimizerParamScheduler; its default
     # is 0.033), as Megatron-LM's does from --weight-decay
     _K("weight_decay", "schedule.weight_decay", "float", 0.01, section="optimizer",
        bridge=("optimizer.weight_decay", "scheduler.start_weight_decay", "scheduler.end_weight_decay"),
-       doc="decoupled weight decay (megatron-core OptimizerConfig, Megatron-LM --weight-decay: 0.01)"),
+       doc="decoupled weight decay (megatron-core OptimizerConfig, Megatron-LM --weight-decay: 0.01)",
+       form=Form(description=("Decoupled weight decay (OptimizerConfig.weight_decay, Megatron-LM --weight-decay; "
+                              "default 0.01)."), minimum=0)),
     _K("apply_wd_to_qk_layernorm", "schedule.apply_wd_to_qk_layernorm", "bool", False, section="optimizer",
        bridge="optimizer.apply_wd_to_qk_layernorm",
        doc="weight decay on the QK-norm weights too (OptimizerConfig, Megatron-LM --apply-wd-to-qk-layernorm): "
-           "Megatron-Bridge's Qwen3-Next recipes set it"),
+           "Megatron-Bridge's Qwen3-Next recipes set it",
+       form=Form(description=("Apply weight decay to the QK-norm weights too "
+                              "(OptimizerConfig.apply_wd_to_qk_layernorm, Megatron-LM --apply-wd-to-qk-layernorm; "
+                              "default false). Megatron-Bridge's Qwen3-Next recipes set it."))),
     _K("clip_grad", "schedule.clip_grad", "float", 1.0, section="optimizer", bridge="optimizer.clip_grad",
-       doc="gradient clipping by global L2 norm"),
-    _K("adam_beta1", "schedule.adam_beta1", "float", 0.9, section="optimizer", bridge="optimizer.adam_beta1"),
-    _K("adam_beta2", "schedule.adam_beta2", "float", 0.999, section="optimizer", bridge="optimizer.adam_beta2"),
-    _K("adam_eps", "schedule.adam_eps", "float", 1e-8, section="optimizer", bridge="optimizer.adam_eps"),
+       doc="gradient clipping by global L2 norm",
+       form=Form(description=("Clip gradients to this global L2 norm (Megatron-LM --clip-grad; default 1.0; 0 "
+                              "disables)."), minimum=0)),
+    _K("adam_beta1", "schedule.adam_beta1", "float", 0.9, section="optimizer", bridge="optimizer.adam_beta1",
+       form=Form(description="Adam beta1 (default 0.9).", minimum=0, exclusive_maximum=1)),
+    _K("adam_beta2", "schedule.adam_beta2", "float", 0.999, section="optimizer", bridge="optimizer.adam_beta2",
+       form=Form(description="Adam beta2 (default 0.999).", minimum=0, exclusive_maximum=1)),
+    _K("adam_eps", "schedule.adam_eps", "float", 1e-8, section="optimizer", bridge="optimizer.adam_eps",
+       form=Form(description="Adam epsilon (default 1e-8).", exclusive_minimum=0)),
     _K("grad_reduce_in_fp32", "optimizer.grad_reduce_in_fp32", "bool", False, auto=True, section="ddp",
        lm="accumulate_allreduce_grads_in_fp32", bridge="mixed_precision.grad_reduce_in_fp32",
-       doc="accumulate and reduce gradients in fp32 (megatron-core DDP)"),
+       doc="accumulate and reduce gradients in fp32 (megatron-core DDP)",
+       form=Form(description=("Accumulate and reduce gradients in FP32 (megatron-core DDP grad_reduce_in_fp32). auto: "
+                              "true with BF16, as Megatron-LM and Megatron-Bridge do; false with BF16 writes "
+                              "--grad-reduce-in-bf16."))),
     # --- precision -------------------------------------------------------------------
     _tc("bf16", None, "bool", False, doc="from precision.dtype", bridge="mixed_precision.bf16"),
     _tc("fp16", None, "bool", False, doc="from precision.dtype", bridge="mixed_precision.fp16"),
-    _tc("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid"), bridge="mixed_precision.fp8"),
+    _tc("fp8", "precision.fp8", "enum", None, (None, "e4m3", "hybrid"), bridge="mixed_precision.fp8",
+        form=Form(values=("e4m3", "hybrid", None))),
     _tc("fp8_recipe", "precision.fp8_recipe", "enum", "delayed",
         ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), bridge="mixed_precision.fp8_recipe"),
-    _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1"), bridge="mixed_precision.fp4"),
+    _tc("fp4", "precision.fp4", "enum", None, (None, "e2m1"), bridge="mixed_precision.fp4",
+        form=Form(values=("e2m1", None))),
     _tc("fp4_recipe", "precision.fp4_recipe", "enum", "nvfp4", ("nvfp4", "custom"),
         bridge="mixed_precision.fp4_recipe"),
     # Bridge's MixedPrecisionConfig keeps *_param and *_param_gather in step (__setattr__): its __init__ sets
@@ -112,109 +113,24 @@ KNOBS: tuple[Knob, ...] = (
     _K("reuse_grad_buf_for_mxfp8_param_ag", "precision.reuse_grad_buf_for_mxfp8_param_ag", "bool", False, auto=True,
        section="ddp", bridge="mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
        doc="MXFP8 parameters all-gathered through the gradient buffer (Megatron-LM --reuse-grad-buf-for-mxfp8-param-"
-           "ag): Megatron-Bridge requires it with FP8 parameters under MXFP8, and its MXFP8 presets set it"),
-    _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64")),
-    # --- model architecture (from the model document) ---------------------------------
-    _arch("num_layers", "int", None),
-    _arch("hidden_size", "int", None),
-    _arch("ffn_hidden_size", "opt_int", None, unset=("*", 4, "hidden_size")),  # TransformerConfig.__post_init__
-    _arch("num_attention_heads", "int", None),
-    _arch("num_query_groups", "opt_int", None, lm=None, unset=("*", 1, "num_attention_heads"),
-          doc="Megatron-LM: --group-query-attention --num-query-groups (emitted together)"),
-    _arch("kv_channels", "opt_int", None, unit="channels per head", unset=("//", "hidden_size", "num_attention_heads")),
-    _arch("normalization", "enum", "LayerNorm", ("LayerNorm", "RMSNorm")),
-    _arch("norm_epsilon", "float", 1e-5, field="layernorm_epsilon"),
-    _arch("layernorm_zero_centered_gamma", "bool", False),
-    _arch("add_bias_linear", "bool", True),
-    _arch("add_qkv_bias", "bool", False),
-    _arch("qk_layernorm", "bool", False),
-    _arch("hidden_dropout", "float", 0.1, unit="probability"),
-    _arch("attention_dropout", "float", 0.1, unit="probability"),
-    _arch("init_method_std", "float", 0.02),
-    _arch("glu_linear_offset", "float", 0.0),
-    _arch("activation_func_clamp_value", "float", None),
-    _arch("softmax_type", "enum", "vanilla", ("vanilla", "off-by-one", "learnable")),
-    _arch("window_size", "str", None, doc="[left, right] attention window in tokens"),
-    _arch("window_attn_skip_freq", "str", None),
-    _arch("attention_output_gate", "bool", False),
-    _arch("experimental_attention_variant", "enum", None, (None, "gated_delta_net", "dsa")),
-    _arch("linear_attention_freq", "str", None),
-    _arch("linear_conv_kernel_dim", "opt_int", 4),
-    _arch("linear_key_head_dim", "opt_int", 128),
-    _arch("linear_value_head_dim", "opt_int", 128),
-    _arch("linear_num_key_heads", "opt_int", 16),
-    _arch("linear_num_value_heads", "opt_int", 32),
-    _arch("multi_latent_attention", "bool", False),
-    _arch("q_lora_rank", "opt_int", None),
-    _arch("kv_lora_rank", "opt_int", None),
-    _arch("qk_head_dim", "opt_int", None),
-    _arch("qk_pos_emb_head_dim", "opt_int", None),
-    _arch("v_head_dim", "opt_int", None),
-    # MLA's own YaRN fields (MLATransformerConfig); ordinary attention reads the yarn_* below
-    _arch("rope_type", "enum", None, (None, "rope", "yarn")),
-    _arch("rotary_scaling_factor", "float", None),
-    _arch("original_max_position_embeddings", "opt_int", None, lm=None,
-          doc="MLATransformerConfig only; Megatron-LM has no flag (its default 4096 applies)"),
-    _arch("beta_fast", "float", None, lm=None, doc="MLATransformerConfig only; no Megatron-LM flag"),
-    _arch("beta_slow", "float", None, lm=None, doc="MLATransformerConfig only; no Megatron-LM flag"),
-    _arch("mscale", "float", None),
-    _arch("mscale_all_dim", "float", None),
-    _tc("mtp_num_layers", "model.mtp_num_layers", "opt_int", None),
-    _tc("num_moe_experts", "model.moe.num_experts", "opt_int", None, lm="num_experts"),
-    _moe("router_topk", "int", 2),
-    _moe("ffn_hidden_size", "opt_int", None),
-    _moe("shared_expert_intermediate_size", "opt_int", None),
-    _moe("router_load_balancing_type", "enum", "aux_loss", LOAD_BALANCING_TYPES),
-    _moe("aux_loss_coeff", "float", 0.0),
-    _moe("router_score_function", "enum", "softmax", ("softmax", "sigmoid")),
-    _moe("router_pre_softmax", "bool", False),
-    _moe("router_enable_expert_bias", "bool", False),
-    _moe("router_bias_update_rate", "float", 1e-3),
-    _moe("router_num_groups", "opt_int", None),
-    _moe("router_group_topk", "opt_int", None),
-    _moe("router_topk_scaling_factor", "float", None),
-    _moe("shared_expert_gate", "bool", False),
-    # --- GPTModel arguments -------------------------------------------------------------
-    # Megatron-LM builds the model with --padded-vocab-size when given, else pads the tokenizer's vocab to
-    # make_vocab_size_divisible_by x TP (core/tokenizers/utils/build_tokenizer.py _set_padded_vocab_size):
-    # both are written, so Megatron-LM builds exactly the plan's vocab
-    _gpt("vocab_size", "model.architecture.vocab_size", "opt_int", None, lm=("vocab_size", "padded_vocab_size")),
-    _gpt("position_embedding_type", "model.architecture.position_embedding_type", "enum", "learned_absolute",
-         ("learned_absolute", "rope", "yarn", "mrope", "none"),
-         doc="megatron-core GPTModel and Megatron-LM default to learned absolute positions"),
-    _gpt("rotary_base", "model.architecture.rotary_base", "opt_int", 10000),
-    _gpt("rotary_percent", "model.architecture.rotary_percent", "float", 1.0),
-    # Llama-3.1 RoPE frequency scaling: GPTModel arguments (Megatron-LM gpt_config_from_args passes
-    # --use-rope-scaling and --rope-scaling-factor); unset is megatron-core's default (off), and the plan states
-    # neither then
-    _gpt("rope_scaling", "model.architecture.rope_scaling", "bool", None, lm="use_rope_scaling",
-         doc="Llama-3.1 RoPE frequency scaling (megatron-core's default: off)"),
-    _gpt("rope_scaling_factor", "model.architecture.rope_scaling_factor", "float", None,
-         doc="the factor of that scaling (megatron-core's default 8.0)"),
-    # ordinary attention's YaRN: config attributes GPTModel reads (not dataclass fields)
-    _K("yarn_rotary_scaling_factor", "model.architecture.yarn_rotary_scaling_factor", "float", None,
-       section="yarn", bridge="model.yarn_rotary_scaling_factor", lm="rotary_scaling_factor"),
-    _K("yarn_original_max_position_embeddings", "model.architecture.yarn_original_max_position_embeddings",
-       "opt_int", None, section="yarn", bridge="model.yarn_original_max_position_embeddings"),
-    _K("yarn_beta_fast", "model.architecture.yarn_beta_fast", "float", None, section="yarn",
-       bridge="model.yarn_beta_fast"),
-    _K("yarn_beta_slow", "model.architecture.yarn_beta_slow", "float", None, section="yarn",
-       bridge="model.yarn_beta_slow"),
-    _K("yarn_mscale", "model.architecture.yarn_mscale", "float", None, section="yarn", bridge="model.yarn_mscale",
-       lm="mscale"),
-    _K("yarn_mscale_all_dim", "model.architecture.yarn_mscale_all_dim", "float", None, section="yarn",
-       bridge="model.yarn_mscale_all_dim",
-       lm="mscale_all_dim"),
-    _K("yarn_correction_range_round_to_int", "model.architecture.yarn_correction_range_round_to_int", "bool",
-       True, section="yarn", bridge="model.yarn_correction_range_round_to_int"),
+           "ag): Megatron-Bridge requires it with FP8 parameters under MXFP8, and its MXFP8 presets set it",
+       form=Form(description=("All-gather MXFP8 parameters through the gradient buffer (DDP and OptimizerConfig "
+                              "reuse_grad_buf_for_mxfp8_param_ag, Megatron-LM --reuse-grad-buf-for-mxfp8-param-ag). "
+                              "Needs fp8_param; Megatron-Bridge requires it with fp8_param under MXFP8. auto: on "
+                              "exactly then."))),
+    _tc("moe_router_dtype", "moe.router.dtype", "enum", None, (None, "fp32", "fp64"),
+        form=Form(values=("fp32", "fp64", None))),
+    *MODEL_KNOBS,  # the model document's: architecture, MoE, GPTModel arguments (compiler/knobs/model.py)
     # --- MoE dispatch and overlap ----------------------------------------------------
     _tc("moe_token_dispatcher_type", "moe.dispatcher", "enum", "allgather",
         ("allgather", "alltoall", "flex"), auto=True),
     _tc("moe_flex_dispatcher_backend", "moe.flex_backend", "enum", "deepep",
-        (None, "deepep", "hybridep", "ncclep"), auto=True),
+        (None, "deepep", "hybridep", "ncclep"), auto=True,
+        form=Form(values=("deepep", "hybridep", "ncclep", None))),
     _tc("moe_flex_dispatcher_num_sms", "moe.flex_num_sms", "opt_int", None, auto=True,
         names=((0, "moe_{backend}_num_sms"), (V17, "moe_flex_dispatcher_num_sms")),
-        doc="0.16: moe_deepep_num_sms (20) / moe_hybridep_num_sms (16)"),
+        doc="0.16: moe_deepep_num_sms (20) / moe_hybridep_num_sms (16)",
+        form=Form(maximum=256)),
     _K("hybridep_ranks_per_nvlink_domain", "moe.hybridep_ranks_per_nvlink_domain", "opt_int", None,
        auto=True, doc="NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"),
     _tc("overlap_moe_expert_parallel_comm", "moe.overlap.ep_comm", "bool", False, auto=True,
@@ -226,10 +142,12 @@ KNOBS: tuple[Knob, ...] = (
     _tc("moe_permute_fusion", "moe.permute_fusion", "bool", False),
     _tc("moe_grouped_gemm", "moe.grouped_gemm", "bool", False),
     _tc("moe_pad_expert_input_to_capacity", "moe.pad_expert_input_to_capacity", "bool", False),
-    _tc("moe_expert_capacity_factor", "moe.expert_capacity_factor", "float", None),
+    _tc("moe_expert_capacity_factor", "moe.expert_capacity_factor", "float", None,
+        form=Form(exclusive_minimum=0)),
     _tc("moe_router_padding_for_quantization", "moe.router.padding_for_quantization", "bool", False),
     _tc("moe_expert_rank_capacity_factor", "moe.expert_rank_capacity_factor", "float", None,
-        doc="megatron-core 0.18+: per-rank token budget (hybridep; 0.19 also ncclep)"),
+        doc="megatron-core 0.18+: per-rank token budget (hybridep; 0.19 also ncclep)",
+        form=Form(exclusive_minimum=0)),
     _tc("overlap_dispatch_backward_with_experts_wgrad", "moe.overlap.dispatch_backward_with_wgrad", "bool", False,
         doc="megatron-core 0.18+; the alternative to EP overlap + delayed wgrad"),
     _tc("ep_overlap_early_attn_memory_release", "moe.overlap.early_attn_memory_release", "bool", False),
@@ -239,32 +157,59 @@ KNOBS: tuple[Knob, ...] = (
     # megatron-core defaults them off (True for the fp32 softmax); Megatron-LM turns the fusions on.
     # The plan states each, so both front-ends build the same thing.
     _tc("bias_activation_fusion", "kernels.bias_activation_fusion", "bool", False, auto=True, lm=None,
-        doc="Megatron-LM: --no-bias-swiglu-fusion / --no-bias-gelu-fusion, by activation"),
-    _tc("masked_softmax_fusion", "kernels.masked_softmax_fusion", "bool", False, auto=True),
-    _tc("bias_dropout_fusion", "kernels.bias_dropout_fusion", "bool", False, auto=True),
-    _tc("apply_rope_fusion", "kernels.apply_rope_fusion", "bool", False, auto=True),
+        doc="Megatron-LM: --no-bias-swiglu-fusion / --no-bias-gelu-fusion, by activation",
+        form=Form(description=("Fused bias + activation (TransformerConfig.bias_activation_fusion; Megatron-LM "
+                               "--no-bias-swiglu-fusion / --no-bias-gelu-fusion)."))),
+    _tc("masked_softmax_fusion", "kernels.masked_softmax_fusion", "bool", False, auto=True,
+        form=Form(description=("Fused scale-mask-softmax (masked_softmax_fusion; Megatron-LM "
+                               "--no-masked-softmax-fusion)."))),
+    _tc("bias_dropout_fusion", "kernels.bias_dropout_fusion", "bool", False, auto=True,
+        form=Form(description="Fused bias + dropout + add (bias_dropout_fusion; Megatron-LM --no-bias-dropout-fusion).")),
+    _tc("apply_rope_fusion", "kernels.apply_rope_fusion", "bool", False, auto=True,
+        form=Form(description=("Fused RoPE kernel from Transformer Engine (apply_rope_fusion; Megatron-LM "
+                               "--no-rope-fusion)."))),
     _tc("persist_layer_norm", "kernels.persist_layer_norm", "bool", False, lm=None,
-        doc="Megatron-LM: --no-persist-layer-norm (Apex's persistent LayerNorm kernel)"),
-    _tc("attention_softmax_in_fp32", "kernels.attention_softmax_in_fp32", "bool", True),
-    _tc("cross_entropy_loss_fusion", "kernels.cross_entropy_loss_fusion", "bool", False),
-    _tc("cross_entropy_fusion_impl", "kernels.cross_entropy_fusion_impl", "enum", "native", ("native", "te")),
-    _tc("moe_router_fusion", "kernels.moe_router_fusion", "bool", False, doc="Transformer Engine's fused router"),
+        doc="Megatron-LM: --no-persist-layer-norm (Apex's persistent LayerNorm kernel)",
+        form=Form(description=("Apex's persistent LayerNorm kernel (persist_layer_norm; Megatron-LM "
+                               "--no-persist-layer-norm). Default false: needs Apex."))),
+    _tc("attention_softmax_in_fp32", "kernels.attention_softmax_in_fp32", "bool", True,
+        form=Form(description=("Attention softmax in FP32 (megatron-core default true; Megatron-LM "
+                               "--attention-softmax-in-fp32, default false)."))),
+    _tc("cross_entropy_loss_fusion", "kernels.cross_entropy_loss_fusion", "bool", False,
+        form=Form(description=("Fused cross-entropy loss (TransformerConfig.cross_entropy_loss_fusion; Megatron-LM "
+                               "--cross-entropy-loss-fusion). Default false."))),
+    _tc("cross_entropy_fusion_impl", "kernels.cross_entropy_fusion_impl", "enum", "native", ("native", "te"),
+        form=Form(description="Implementation of the fused cross entropy (native or te).")),
+    _tc("moe_router_fusion", "kernels.moe_router_fusion", "bool", False, doc="Transformer Engine's fused router",
+        form=Form(description="Transformer Engine's fused MoE router (moe_router_fusion). Default false.")),
     _tc("calculate_per_token_loss", "training.calculate_per_token_loss", "bool", False,
-        doc="average the loss over all tokens of the global batch instead of per micro-batch"),
+        doc="average the loss over all tokens of the global batch instead of per micro-batch",
+        form=Form(description=("Average the loss over every token of the global batch rather than per micro-batch "
+                               "(calculate_per_token_loss; default false)."))),
     _tc("first_last_layers_bf16", "precision.first_last_layers_bf16", "bool", False,
-        bridge=("mixed_precision.first_last_layers_bf16",), doc="keep the first/last layers in BF16 under FP8/FP4"),
+        bridge=("mixed_precision.first_last_layers_bf16",), doc="keep the first/last layers in BF16 under FP8/FP4",
+        form=Form(description="Keep the first and last layers in BF16 under FP8/FP4 (first_last_layers_bf16).")),
     _tc("num_layers_at_start_in_bf16", "precision.num_layers_at_start_in_bf16", "int", 1,
-        bridge=("mixed_precision.num_layers_at_start_in_bf16",)),
+        bridge=("mixed_precision.num_layers_at_start_in_bf16",),
+        form=Form(description="With first_last_layers_bf16: how many leading layers stay BF16 (default 1).", minimum=0)),
     _tc("num_layers_at_end_in_bf16", "precision.num_layers_at_end_in_bf16", "int", 1,
-        bridge=("mixed_precision.num_layers_at_end_in_bf16",)),
+        bridge=("mixed_precision.num_layers_at_end_in_bf16",),
+        form=Form(description="With first_last_layers_bf16: how many trailing layers stay BF16 (default 1).",
+                  minimum=0)),
     _tc("attention_backend", "kernels.attention_backend", "enum", "auto",
         ("auto", "flash", "fused", "unfused", "local"),
-        doc="megatron-core AttnBackend; Megatron-Bridge's providers leave it None (Transformer Engine chooses)"),
+        doc="megatron-core AttnBackend; Megatron-Bridge's providers leave it None (Transformer Engine chooses)",
+        form=Form(description=("megatron-core's attention backend (TransformerConfig.attention_backend; Megatron-LM "
+                               "--attention-backend): auto lets Transformer Engine choose. Default auto."))),
     _tc("cp_comm_type", "parallelism.cp_comm_type", "enum", "p2p", ("p2p", "a2a", "allgather", "a2a+p2p"),
-        doc="megatron-core's None means p2p; stated as Megatron-LM states it (--cp-comm-type p2p)"),
+        doc="megatron-core's None means p2p; stated as Megatron-LM states it (--cp-comm-type p2p)",
+        form=Form(description=("Context-parallel communication (TransformerConfig.cp_comm_type; Megatron-LM "
+                               "--cp-comm-type; default p2p)."))),
     # --- recompute -------------------------------------------------------------------
-    _tc("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective")),
-    _tc("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block")),
+    _tc("recompute_granularity", "recompute.granularity", "enum", None, (None, "full", "selective"),
+        form=Form(values=("full", "selective", None))),
+    _tc("recompute_method", "recompute.method", "enum", None, (None, "uniform", "block"),
+        form=Form(values=("uniform", "block", None))),
     _tc("recompute_num_layers", "recompute.num_layers", "opt_int", None, bound="num_layers"),
     _tc("recompute_modules", "recompute.modules", "set", None, RECOMPUTE_MODULES),
     _tc("fine_grained_activation_offloading", "recompute.offload.enabled", "bool", False),
@@ -292,7 +237,12 @@ KNOBS: tuple[Knob, ...] = (
     _tc("gradient_accumulation_fusion", "training.gradient_accumulation_fusion", "bool", False, auto=True,
         # Megatron-LM 0.19 arguments.py: --no-gradient-accumulation-fusion, store_false (default True)
         frontend_defaults=(("megatron-lm", True),)),
-    _K("use_megatron_fsdp", "optimizer.megatron_fsdp", "bool", False),
+    _K("use_megatron_fsdp", "optimizer.megatron_fsdp", "bool", False,
+       form=Form(description=("Megatron-FSDP is not planned yet: the plan, megatron-lm.args, bridge.overrides and the "
+                              "runtime build megatron-core's DDP (with the distributed optimizer where "
+                              "optimizer.distributed says so), and Megatron-FSDP also needs its checkpoint format "
+                              "(fsdp_dtensor), its sharding strategy and its own wrapper; remove "
+                              "optimizer.megatron_fsdp or set it false."), values=(False,))),
     # DDP and optimizer fields the plan states (derived: no recipe path; compiler/targets/plan.py megatron_view), so that
     # no front-end's own default or recipe stands in for them: Megatron-LM builds both configs from its
     # arguments (training.py get_model / get_megatron_optimizer_config), and Megatron-Bridge's recipes set some
@@ -310,22 +260,36 @@ KNOBS: tuple[Knob, ...] = (
     _K("use_precision_aware_optimizer", "optimizer.precision_aware", "bool", False, section="optimizer",
        bridge="optimizer.use_precision_aware_optimizer",
        doc="Transformer Engine's FusedAdam keeps main grads, master weights and Adam moments in the dtypes below "
-           "(OptimizerConfig, Megatron-LM --use-precision-aware-optimizer; off by default)"),
+           "(OptimizerConfig, Megatron-LM --use-precision-aware-optimizer; off by default)",
+       form=Form(description=("Transformer Engine's precision-aware FusedAdam "
+                              "(OptimizerConfig.use_precision_aware_optimizer, Megatron-LM "
+                              "--use-precision-aware-optimizer; default false): keeps main grads, master weights and "
+                              "Adam moments in the dtypes below. Needs the distributed optimizer and Transformer "
+                              "Engine >= 1.13 (BF16 moments: >= 2.3). Megatron-Bridge's DeepSeek-V3 recipe runs it "
+                              "with BF16 main grads and moments."))),
     *(_K(name, f"optimizer.{name}", "enum", "float32", domain, section="optimizer", bridge=f"optimizer.{name}",
-         lm_values=DTYPE_LM, doc=f"{what}; float32 unless optimizer.precision_aware (megatron-core requires it)")
-      for name, domain, what in (
-          ("main_grads_dtype", ("float32", "bfloat16"), "the main gradients the optimizer reads"),
-          ("main_params_dtype", ("float32", "float16"), "the master weights"),
-          ("exp_avg_dtype", DTYPE_NAMES, "Adam's first moment"),
-          ("exp_avg_sq_dtype", DTYPE_NAMES, "Adam's second moment"))),
+         lm_values=DTYPE_LM, doc=f"{what}; float32 unless optimizer.precision_aware (megatron-core requires it)",
+         form=Form(description=f"dtype of {what} (Megatron-LM --{name.replace('_', '-')}{more}); float32 (the "
+                               "default) unless precision_aware is true."))
+      for name, domain, what, more in (
+          ("main_grads_dtype", ("float32", "bfloat16"), "the main gradients the optimizer reads",
+           "; bfloat16 reduces BF16 gradients in BF16"),
+          ("main_params_dtype", ("float32", "float16"), "the master weights", ""),
+          ("exp_avg_dtype", DTYPE_NAMES, "Adam's first moment", ""),
+          ("exp_avg_sq_dtype", DTYPE_NAMES, "Adam's second moment", ""))),
     *IO_KNOBS,  # training I/O: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval
     # --- launch (rendered by the launch templates; not in the plan) ------------------------------
     _K("logs_dir", "launch.logs_dir", "str", None, lm=None, bridge=None,
-       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (compiler.targets.emit.launch_settings)"),
+       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (compiler.targets.emit.launch_settings)",
+       form=Form(description="Where the launchers write logs (default logs/<recipe name>).", min_length=1,
+                 max_length=1024, nullable=False, default_text="logs/<recipe name>")),
     _K("signal_margin_s", "launch.signal_margin_s", "int", 120, lm=None, bridge=None, unit="seconds",
-       doc=f"Slurm sends {EXIT_SIGNAL} this long before the time limit (sbatch --signal)"),
+       doc=f"Slurm sends {EXIT_SIGNAL} this long before the time limit (sbatch --signal)",
+       form=Form(description=("Seconds before the time limit at which Slurm sends SIGUSR1 (Megatron-LM then saves a "
+                              "checkpoint and exits); default 120."), minimum=0, maximum=65535)),
     _K("exclusive", "launch.exclusive", "bool", None, lm=None, bridge=None,
-       doc="whole nodes (sbatch --exclusive); default true on a GPU platform (DEPENDENT_DEFAULTS)"),
+       doc="whole nodes (sbatch --exclusive); default true on a GPU platform (DEPENDENT_DEFAULTS)",
+       form=Form(description="Take whole nodes (sbatch --exclusive); default true on a GPU platform.")),
     # --- lint-config only --------------------------------------------------------------
     # Megatron fields a recipe cannot set (deprecated spellings, list/str-valued layout
     # knobs). lint-config reads them; for recipes the rules see megatron-core's default
@@ -333,7 +297,8 @@ KNOBS: tuple[Knob, ...] = (
     _K("moe_layer_freq", None, "int", 1,  # computed for recipes from model.moe.layer_freq
        doc="int N: every Nth layer is MoE; lint-config reads a list as 1 (all MoE) or 2 (some dense)"),
     _tc("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
-        doc="uneven pipeline layout, e.g. 'Et|(tt|)*30mL'"),
+        doc="uneven pipeline layout, e.g. Et|(tt|)*30mL",
+        form=Form(min_length=1, max_length=4096, pattern="[A-Za-z0-9|()*+,\\[\\] ]+")),
     _tc("num_layers_in_first_pipeline_stage", "parallelism.first_stage_layers", "opt_int", None, bound="num_layers",
         lm="decoder_first_pipeline_num_layers"),
     _tc("num_layers_in_last_pipeline_stage", "parallelism.last_stage_layers", "opt_int", None, bound="num_layers",

@@ -243,7 +243,7 @@ def _dispatchers(s: Setting, ep: int) -> list[tuple[str, str | None]]:
         return [("alltoall", None)]
     sw = s.plat.get("software") or {}
     out = [("alltoall", None)]
-    out += [("flex", b) for b, flag in (("deepep", "deep_ep"), ("hybridep", "hybrid_ep")) if sw.get(flag)]
+    out += [("flex", name) for name, backend in K.FLEX_BACKENDS.items() if sw.get(backend.software)]
     return out
 
 

@@ -11,6 +11,7 @@ GPU matrix (Bridge): A100/H100 -> deepep + hybridep; B200/B300 -> deepep + hybri
 GB200/GB300 (major 10, name "NVIDIA GB...") -> hybridep only; B100 -> hybridep only;
 major > 10 -> neither.
 """
+from compiler.knobs.facts import FLEX_BACKENDS
 from compiler.rules import Rule
 from compiler.rules.expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
 
@@ -66,13 +67,15 @@ RULES = (
          also=(("megatron-bridge apply_flex_dispatcher_backend (warning; falls back to alltoall)",
                 "HybridEP is only applicable for GB200, GB300 with NVL72 and for Ampere, Hopper, B200 and "
                 "B300 GPUs. Current GPU: {gpu_name}. Falling back to alltoall."),)),
-    Rule(id="DEEPEP_PACKAGE_INSTALLED", severity="error", when=DEEPEP, require=F("deep_ep_installed").is_(True),
+    Rule(id="DEEPEP_PACKAGE_INSTALLED", severity="error", when=DEEPEP,
+         require=F(FLEX_BACKENDS["deepep"].fact).is_(True),
          message="flex + deepep needs the DeepEP package on the platform (backend availability gate)",
          source=f"seeds: nemo-mbridge-perf-moe-dispatcher-selection (availability gate); {TD}",
          fix="install DeepEP in the container (platform.software.deep_ep: true), or use moe.dispatcher: alltoall",
          megatron_message="DeepEP is not installed. Please install DeepEP package from "
                           "https://github.com/deepseek-ai/deepep.", origin="moeforge"),
-    Rule(id="HYBRIDEP_PACKAGE_INSTALLED", severity="error", when=HYBRIDEP, require=F("hybrid_ep_installed").is_(True),
+    Rule(id="HYBRIDEP_PACKAGE_INSTALLED", severity="error", when=HYBRIDEP,
+         require=F(FLEX_BACKENDS["hybridep"].fact).is_(True),
          message="flex + hybridep needs the HybridEP package on the platform (backend availability gate)",
          source=f"seeds: nemo-mbridge-perf-moe-dispatcher-selection (availability gate); {TD}",
          fix="install HybridEP (DeepEP hybrid-ep branch; platform.software.hybrid_ep: true), or use moe.dispatcher: "

@@ -12,6 +12,7 @@ is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/
 reads from it as megatron-core's PipelineParallelLayerLayout does; stage sizes by the
 LAYOUT_*_STAGE_LAYERS_* and LAYOUT_UNEVEN_* rules, accounting by the LAYOUT_ACCOUNT_FOR_* rules.
 """
+from compiler.knobs import layout as L
 from compiler.rules import Rule
 from compiler.rules.expr import F, IsSet, Not, Or
 
@@ -69,7 +70,9 @@ ACCOUNT_FIX = ("choose parallelism.pp (and parallelism.vpp) dividing num_layers 
                "parallelism.account_for_embedding and parallelism.account_for_loss that is set, or unset them")
 
 RULES = (
-    Rule(id="LAYOUT_WORLD_DIVISIBLE", severity="error", when=IsSet(WORLD), require=WORLD % (TP * CP * PP) == 0,
+    # the foldings' products are compiler/knobs/layout.py's (model_size, expert_model_size), over rule expressions
+    Rule(id="LAYOUT_WORLD_DIVISIBLE", severity="error", when=IsSet(WORLD),
+         require=WORLD % L.model_size(TP, CP, PP) == 0,
          message="the world size must be divisible by TP x CP x PP (world = TP x CP x DP x PP)", source=PS,
          fix="change resources.nodes or parallelism.tp/cp/pp so that TP x CP x PP divides the GPU count",
          megatron_message="world_size ({world_size}) is not divisible by {model_size}",
@@ -80,8 +83,8 @@ RULES = (
                 "{pipeline_model_parallel_size} * {context_parallel_size} = {model_size}). Override the parallel "
                 "sizes for this GPU count."))),
     Rule(id="LAYOUT_EXPERT_WORLD_DIVISIBLE", severity="error", when=IsSet(WORLD),
-         require=Or(IsSet(ETP) & (WORLD % (ETP * EP * PP) == 0),
-            Not(IsSet(ETP)) & (WORLD % (TP * EP * PP) == 0)),
+         require=Or(IsSet(ETP) & (WORLD % L.expert_model_size(ETP, EP, PP) == 0),  # an unset ETP is TP
+                    Not(IsSet(ETP)) & (WORLD % L.expert_model_size(TP, EP, PP) == 0)),
          message="the world size must be divisible by ETP x EP x PP (world = ETP x EP x EDP x PP)", source=PS,
          fix="change parallelism.ep/etp or resources.nodes so that ETP x EP x PP divides the GPU count",
          megatron_message="world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "

@@ -27,8 +27,6 @@ CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_
            "expert_tensor_parallel_size", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
            "recompute_granularity", "recompute_method", "recompute_modules", "moe_router_force_load_balancing")
 RUNTIME_ONLY = {"activation_func"}  # resolved by the runtime into a function
-BACKEND_MODULES = {"deepep": ("deep_ep", None, "DeepEP"),
-                   "hybridep": ("deep_ep", "HybridEPBuffer", "HybridEP (DeepEP's hybrid-ep branch)")}
 
 
 def build(r: Resolved) -> dict:
@@ -255,9 +253,10 @@ def pipeline_schedule(env) -> str:
 
 def _requires(env) -> list[dict]:
     out = []
-    if env["moe_token_dispatcher_type"] == "flex" and env["moe_flex_dispatcher_backend"] in BACKEND_MODULES:
-        module, attribute, what = BACKEND_MODULES[env["moe_flex_dispatcher_backend"]]
-        out.append({"module": module, **({"attribute": attribute} if attribute else {}), "package": what,
+    if env["moe_token_dispatcher_type"] == "flex" and env["moe_flex_dispatcher_backend"] in K.FLEX_BACKENDS:
+        backend = K.FLEX_BACKENDS[env["moe_flex_dispatcher_backend"]]
+        out.append({"module": backend.module, **({"attribute": backend.attribute} if backend.attribute else {}),
+                    "package": backend.package,
                     "needed_for": f"moe.dispatcher=flex, moe.flex_backend={env['moe_flex_dispatcher_backend']}",
                     "alternative": "moe.dispatcher=alltoall"})
     if env["transformer_engine"]:

@@ -86,3 +86,26 @@ def test_golden_plan_layouts_fold(plan):
     section = json.loads(plan.read_text())["layout"]
     lay = Layout.from_plan(section)
     assert {**lay.plan_section(), "nnodes": section["nnodes"]} == section
+
+
+def test_runtime_mirror_folds_every_small_layout_as_the_compiler_does():
+    """Every layout of a small grid: runtime/plan.py accepts exactly what compiler/knobs/layout.py accepts,
+    with the same DP and the same message."""
+    from runtime.errors import PlanError
+    from runtime.plan import _check_folding
+
+    sizes = (1, 2, 3, 4)
+    for world in (1, 2, 4, 6, 8, 12, 16, 24):
+        for tp, cp, pp, ep, etp in itertools.product(sizes, (1, 2), sizes, sizes, (None, 1, 2)):
+            try:
+                lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)
+                want = None
+            except LayoutError as exc:
+                lay, want = None, str(exc)
+            layout = {"world_size": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp or tp, "vpp": None}
+            try:
+                got = _check_folding(layout)
+            except PlanError as exc:
+                assert exc.message == want, layout
+                continue
+            assert want is None and got == lay.dp, layout

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from compiler.commands.check import recipe_files
+from compiler.knobs.table import FLEX_BACKENDS
 from compiler.targets.emit import render
 from compiler.targets.megatron_args import flag_tables, release_for
 from compiler.driver import load, resolve
@@ -91,3 +92,18 @@ def test_bridge_overrides_keep_ep_overlap_and_delayed_wgrad_separate(plan, files
     assert lines["model.overlap_moe_expert_parallel_comm"] == str(tc["overlap_moe_expert_parallel_comm"]).lower()
     assert lines["model.delay_wgrad_compute"] == lines["ddp.delay_wgrad_compute"] == \
         str(tc["delay_wgrad_compute"]).lower()
+
+
+@pytest.mark.parametrize("backend", sorted(FLEX_BACKENDS))
+def test_the_runtime_gate_asks_for_the_backend_package_the_plan_names(backend):
+    """compiler/knobs/facts.py FLEX_BACKENDS is the one table of the flex backends' packages; runtime/gate.py
+    (the runtime never imports the compiler) mirrors it: the module it imports is the plan's runtime.requires."""
+    from runtime import gate
+    from runtime.plan import check
+
+    plan = build(resolve(load("qwen3-30b-a3b/h100-bf16", ["moe.dispatcher=flex", f"moe.flex_backend={backend}",
+                                                          f"platform.software.{FLEX_BACKENDS[backend].software}=true"])))
+    planned = {(r["module"], r.get("attribute")) for r in plan["runtime"]["requires"]}
+    assert (FLEX_BACKENDS[backend].module, FLEX_BACKENDS[backend].attribute) in planned
+    derived = {r.module for r in gate.derived_requirements(check(plan))}
+    assert FLEX_BACKENDS[backend].module in derived
