@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
@@ -26,13 +26,15 @@ from compiler.solver.solve import solve
 from compiler.solver.values import Decision, Resolved
 
 
-@dataclass(frozen=True)
 class Compiled:
     """A compiled recipe: the values the solver resolved (with the composed recipe and its warnings and advice)
-    and, unless compile() stopped before it, the plan (plan.json's content)."""
+    and, unless compile() stopped before it, the plan (plan.json's content). (A plain class: a dataclass costs
+    the cold check more to define than it saves.)"""
 
-    resolved: Resolved
-    plan: dict | None = None
+    __slots__ = ("resolved", "plan")
+
+    def __init__(self, resolved: Resolved, plan: dict | None = None):
+        self.resolved, self.plan = resolved, plan
 
     @property
     def composed(self) -> Composed:

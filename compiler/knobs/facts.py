@@ -4,8 +4,6 @@ what the model is, not a setting; compiler/knobs/table.py re-exports them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from compiler.knobs.row import Knob
 
 _K = Knob
@@ -84,15 +82,14 @@ FACTS: tuple[Knob, ...] = (
 FACT_BY_FIELD: dict[str, Knob] = {k.field: k for k in FACTS}
 
 
-@dataclass(frozen=True)
 class Backend:
     """A flex dispatcher backend that needs a package of its own: the module megatron-core imports (and a name it
     must export), what to install, and the platform fact that says it is installed."""
 
-    module: str
-    attribute: str | None
-    package: str
-    fact: str
+    __slots__ = ("module", "attribute", "package", "fact")
+
+    def __init__(self, module: str, attribute: str | None, package: str, fact: str):
+        self.module, self.attribute, self.package, self.fact = module, attribute, package, fact
 
     @property
     def software(self) -> str:
