@@ -17,7 +17,7 @@ LAYERS = (
     ("driver",),                              # compile(): the stages wired together
     ("estimate", "launch_reader"),            # memory and step-time models; launches as teams write them
     ("lint", "importer", "planner"),          # lint-config, import, plan-layout
-    ("sweep",),                               # sweeps of compiled points (branch sweep39)
+    ("sweep",),                               # sweeps: points, job arrays, results
     ("commands",),                            # the CLI's handlers
     ("cli",),                                 # the command line
     ("__main__",),                            # python -m compiler

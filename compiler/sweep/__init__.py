@@ -15,9 +15,8 @@ Owns, one concern per module:
   plots      throughput and peak memory per point, as a PNG and a self-contained HTML page (matplotlib)
   report     what `moeforge sweep check` and `sweep launch` print
 
-May import the stages below it (recipe, driver, targets, estimate, diagnostics, project) and, for the
-job's Python and environment that `moeforge launch` also uses, compiler.commands.launch (the one upward
-import: those helpers belong below both). Never torch or megatron (results read the report.json files
+May import the stages below it (recipe, driver, targets, estimate, diagnostics, project); the job's Python and
+environment, which `moeforge launch` uses too, are compiler/targets/job.py's. Never torch or megatron (results read the report.json files
 the runtime writes); matplotlib only in plots, imported when a plot is drawn. The CLI handlers are
 compiler/commands/sweep.py.
 """
