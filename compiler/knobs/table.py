@@ -164,7 +164,8 @@ KNOBS: tuple[Knob, ...] = (
         form=Form(description=("Fused scale-mask-softmax (masked_softmax_fusion; Megatron-LM "
                                "--no-masked-softmax-fusion)."))),
     _tc("bias_dropout_fusion", "kernels.bias_dropout_fusion", "bool", False, auto=True,
-        form=Form(description="Fused bias + dropout + add (bias_dropout_fusion; Megatron-LM --no-bias-dropout-fusion).")),
+        form=Form(description=("Fused bias + dropout + add (bias_dropout_fusion; Megatron-LM "
+                               "--no-bias-dropout-fusion)."))),
     _tc("apply_rope_fusion", "kernels.apply_rope_fusion", "bool", False, auto=True,
         form=Form(description=("Fused RoPE kernel from Transformer Engine (apply_rope_fusion; Megatron-LM "
                                "--no-rope-fusion)."))),
@@ -191,7 +192,8 @@ KNOBS: tuple[Knob, ...] = (
         form=Form(description="Keep the first and last layers in BF16 under FP8/FP4 (first_last_layers_bf16).")),
     _tc("num_layers_at_start_in_bf16", "precision.num_layers_at_start_in_bf16", "int", 1,
         bridge=("mixed_precision.num_layers_at_start_in_bf16",),
-        form=Form(description="With first_last_layers_bf16: how many leading layers stay BF16 (default 1).", minimum=0)),
+        form=Form(description="With first_last_layers_bf16: how many leading layers stay BF16 (default 1).",
+                  minimum=0)),
     _tc("num_layers_at_end_in_bf16", "precision.num_layers_at_end_in_bf16", "int", 1,
         bridge=("mixed_precision.num_layers_at_end_in_bf16",),
         form=Form(description="With first_last_layers_bf16: how many trailing layers stay BF16 (default 1).",

@@ -39,7 +39,8 @@ IO_KNOBS: tuple[Knob, ...] = (
         "checkpoints or LR schedule); megatron-lm: python -m runtime.megatron (Megatron-LM's pretrain() loop)",
         form=Form(description=("moeforge: python -m runtime.train, moeforge's harness (synthetic tokens, no "
                                "checkpoints); megatron-lm: python -m runtime.megatron, Megatron-LM's pretrain() loop "
-                               "(data, tokenizer, checkpoints and resume, LR schedule, logging; megatron-core >= 0.17)."))),
+                               "(data, tokenizer, checkpoints and resume, LR schedule, logging; "
+                               "megatron-core >= 0.17)."))),
     _io("data_kind", "data.kind", "enum", None, DATA_KINDS, "data", "kind", lm="mock_data",
         lm_values=(("synthetic", True), ("learnable", True), ("mock", True), ("indexed", False)), bridge=None,
         doc="default: synthetic for runtime.entrypoint moeforge, mock for megatron-lm (DEPENDENT_DEFAULTS); "
@@ -175,7 +176,8 @@ IO_KNOBS: tuple[Knob, ...] = (
         form=Form(description="Log every this many iterations (default 100).")),
     _io("tensorboard_dir", "logging.tensorboard", "str", None, (), "logging", "tensorboard", lm="tensorboard_dir",
         bridge="logger.tensorboard_dir",
-        form=Form(description="TensorBoard directory. " + ENV_NOTE, min_length=1, max_length=4096, pattern=PATH_PATTERN)),
+        form=Form(description="TensorBoard directory. " + ENV_NOTE, min_length=1, max_length=4096,
+                  pattern=PATH_PATTERN)),
     _io("wandb_project", "logging.wandb", "str", None, (), "logging", "wandb_project", lm="wandb_project",
         bridge="logger.wandb_project", doc="a Weights & Biases project (optional; wandb is never a moeforge "
         "dependency)",

@@ -16,7 +16,7 @@ Owns, one concern per module:
   report     what `moeforge sweep check` and `sweep launch` print
 
 May import the stages below it (recipe, driver, targets, estimate, diagnostics, project); the job's Python and
-environment, which `moeforge launch` uses too, are compiler/targets/job.py's. Never torch or megatron (results read the report.json files
-the runtime writes); matplotlib only in plots, imported when a plot is drawn. The CLI handlers are
-compiler/commands/sweep.py.
+environment, which `moeforge launch` uses too, are compiler/targets/job.py's. Never torch or megatron (results
+read the report.json files the runtime writes); matplotlib only in plots, imported when a plot is drawn. The CLI
+handlers are compiler/commands/sweep.py.
 """

@@ -102,7 +102,7 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
             continue
         out[k.section][name] = list(value) if k.kind == "set" else value
     tc, arch, moe = out["tc"], model.get("architecture", {}), model.get("moe", {})
-    # DDP and optimizer fields no recipe sets (compiler/knobs/table.py, the derived rows), stated so that no front-end default
+    # DDP and optimizer fields no recipe sets (the knob table's derived rows), stated so that no front-end default
     # or Bridge recipe stands in: the front-ends' gradient NaN check, the DDP's copy of delayed wgrad (its hooks
     # wait for backward_dw), param all-gathers aligned across stages on the interleaved schedule (Megatron-LM and
     # Bridge's CommOverlapConfig), the DDP's and optimizer's copies of FP8 parameters, the MXFP8 buffer reuse,

@@ -12,18 +12,18 @@ rest inside each function (`# lazy:`): importing compiler.importer.hf.families m
 
 
 def config_path(source: str):
-    from compiler.importer.hf.config_file import config_path as find  # lazy: families.py alone stays importable (see above)
+    from compiler.importer.hf.config_file import config_path as find  # lazy: see the docstring
 
     return find(source)
 
 
 def detect(source: str, text: str | None) -> bool:
-    from compiler.importer.hf.config_file import detect as is_hf  # lazy: families.py alone stays importable (see above)
+    from compiler.importer.hf.config_file import detect as is_hf  # lazy: see the docstring
 
     return is_hf(source, text)
 
 
 def main(args, text: str | None = None) -> int:
-    from compiler.importer.hf.document import main as run  # lazy: families.py alone stays importable (see above)
+    from compiler.importer.hf.document import main as run  # lazy: see the docstring
 
     return run(args, text)
