@@ -14,12 +14,10 @@ from pathlib import Path
 
 from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
 from compiler.knobs import table as K
-from compiler.knobs.display import display
 from compiler.knobs.fields import megatron_core_diagnostics
 from compiler.recipe import integers, validate
 from compiler.recipe.compose import Composed, compose, resolve_recipe
 from compiler.rules import BY_ID, PREFERENCES, RULES, Rule
-from compiler.rules.display import megatron_display
 from compiler.rules.expr import evaluate
 from compiler.solver.inputs import concrete, pins_and_auto
 from compiler.solver.solve import solve
@@ -182,6 +180,8 @@ def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
     out = []
     for r in rules:
         if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
+            from compiler.knobs.display import display  # lazy: only a diagnostic needs it (a clean cold check)
+
             changes = ", ".join(f"{display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
             d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
                       if r.silent.keys() - auto else r.message)
@@ -211,6 +211,9 @@ def render_message(text: str, env: dict) -> str:
 
 
 def _diag(r: Rule, pins, message: str) -> Diagnostic:
+    from compiler.knobs.display import display  # lazy: only a diagnostic needs these (a clean cold check)
+    from compiler.rules.display import megatron_display  # lazy: as above
+
     involved = [f for f in sorted(r.fields) if f in pins and pins[f].pos]
     rank = {"pinned": 0, "override": 0, "default": 1, "model": 2}  # the recipe's own lines first, facts last
     anchor = min((pins[f] for f in involved), key=lambda p: rank.get(p.origin, 3), default=None)

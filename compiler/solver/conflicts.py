@@ -2,7 +2,7 @@
 
 Each violated rule (or minimal set of rules that conflict together) is reported with the
 smallest set of pins that takes part, found by setting pins free one at a time, and for each
-pin the values it could take instead. All of it runs within a budget of z3 work (domain.EXPLAIN_RLIMIT).
+pin the values it could take instead. All of it runs within a budget of z3 work (problem.EXPLAIN_RLIMIT).
 
 Fixes are checked together, not one rule at a time: a value offered for a pin satisfies every
 hard rule that pin can influence (the other violations that involve it included), triggers no
@@ -24,10 +24,9 @@ from compiler.knobs.display import display
 from compiler.recipe import validate
 from compiler.rules import Rule
 from compiler.rules.display import megatron_display
-from compiler.solver.domain import BUDGET, DERIVED, SET_VALUE, SPEC
 from compiler.solver.encoding import check, encode, tracked
 from compiler.solver.inputs import vpp_from_layout
-from compiler.solver.problem import Problem, fixed_values
+from compiler.solver.problem import BUDGET, DERIVED, SET_VALUE, SPEC, Problem, fixed_values
 
 
 def _residual_verdict(problem):
@@ -49,7 +48,7 @@ def _unsat(rules: list[Rule], pins: dict, relaxed: set[str]) -> bool:
 
 
 def explain(pins, rules, problem, silent: list[Rule] = ()) -> list[Diagnostic]:
-    """Every violation, each with its minimal conflicting pins and fixes, within domain.EXPLAIN_RLIMIT.
+    """Every violation, each with its minimal conflicting pins and fixes, within problem.EXPLAIN_RLIMIT.
     silent: the rules for what Megatron rewrites without an error (no fix may trigger one)."""
     with BUDGET.explaining():
         return _explain_within_budget(pins, rules, problem, list(silent))
@@ -73,7 +72,7 @@ def _explain_within_budget(pins, rules, problem, silent) -> list[Diagnostic]:
 
 def explain_rules(pins, rules, problem) -> list[list[Rule]]:
     """Only which rules conflict, grouped as explain() groups them (each violated rule; a minimal set of the
-    others that conflict together), within domain.EXPLAIN_RLIMIT: what `moeforge matrix` shows, without the pins
+    others that conflict together), within problem.EXPLAIN_RLIMIT: what `moeforge matrix` shows, without the pins
     and fixes of a full explanation, which take most of its time."""
     with BUDGET.explaining():
         groups = [[r] for r in problem.violated]

@@ -11,7 +11,7 @@ from typing import Any
 import z3
 
 from compiler.knobs import layout as L
-from compiler.solver.domain import BUDGET, DERIVED, INPUTS, MAX_INT, QUERY_RLIMIT, SET_VALUE, SPEC
+from compiler.solver.problem import BUDGET, DERIVED, INPUTS, MAX_INT, QUERY_RLIMIT, SET_VALUE, SPEC
 from compiler.rules import expr as E
 
 

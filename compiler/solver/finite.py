@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from compiler.solver.domain import DERIVED, MAX_INT, SPEC
+from compiler.solver.problem import DERIVED, MAX_INT, SPEC
 from compiler.rules import expr as E
 
 MAX_COMBINATIONS = 4096   # per independent group of knobs: above this, z3 (2^12, a dozen booleans)

@@ -15,9 +15,8 @@ from compiler.knobs import table as K
 from compiler.knobs.layout import derive_sizes
 from compiler.rules import Preference, Rule
 from compiler.rules import expr as E
-from compiler.solver.domain import DERIVED, SOLVE_MS, SPEC
 from compiler.solver.finite import settle
-from compiler.solver.problem import Problem, fixed_values
+from compiler.solver.problem import DERIVED, SOLVE_MS, SPEC, Problem, fixed_values
 from compiler.solver.values import Decision, Pin, Solution
 
 

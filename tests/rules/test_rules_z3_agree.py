@@ -14,7 +14,7 @@ from compiler.knobs.table import FACT_BY_FIELD, LINT_ONLY
 from compiler.lint.config_lint import read
 from compiler.rules import BY_ID, RULES
 from compiler.rules.expr import UNKNOWN
-from compiler.solver.domain import DERIVED, SPEC
+from compiler.solver.problem import DERIVED, SPEC
 from compiler.solver.solve import solve
 from compiler.solver.values import Pin
 
