@@ -85,7 +85,6 @@ def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
         return [check_one(f, strict) for f in files]
     import multiprocessing  # lazy: a check of a few recipes (the cold check) runs without a pool
 
-    validate.validator(f"recipe.v{validate.KINDS['recipe']}.json")  # compiled before fork: workers start warm
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         return pool.starmap(check_one, [(f, strict) for f in files], chunksize=2)
 
