@@ -8,7 +8,8 @@ __version__ = "0.1.0"
 # own, never from its own layer's others or from above (tests/compiler/test_layers.py). docs/architecture.md
 # says what each holds and where a new knob, rule, front-end or target goes.
 LAYERS = (
-    ("diagnostics", "resources", "project"),  # what every stage reports and where moeforge's files are
+    ("diagnostics", "resources", "files"),    # what every stage reports, where moeforge's files are, atomic writes
+    ("project",),                             # the user's project: its root, recipes/, build/, schema copies
     ("recipe",),                              # the document: load, compose, migrate, validate
     ("knobs",),                               # the one table, layout arithmetic, versions, display names
     ("rules",),                               # the rule catalogue (expressions over knob fields)
@@ -16,7 +17,10 @@ LAYERS = (
     ("targets",),                             # a resolved recipe -> plan.json, launch files, Megatron names
     ("driver",),                              # compile(): the stages wired together
     ("estimate", "launch_reader"),            # memory and step-time models; launches as teams write them
-    ("lint", "importer", "planner"),          # lint-config, import, plan-layout
+    ("lint",),                                # lint-config
+    ("importer", "planner"),                  # import (reads a launch as lint-config does), plan-layout
+    ("calibrate",),                           # platform constants fitted to measured runs
+    ("diagnose",),                            # a run's dominant wall and its verified fixes
     ("sweep",),                               # sweeps: points, job arrays, results
     ("commands",),                            # the CLI's handlers
     ("cli",),                                 # the command line

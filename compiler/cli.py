@@ -223,10 +223,10 @@ def _dispatch(argv: list[str]) -> int:
         from compiler.planner.cli import main as plan_layout  # lazy: plan-layout only
         return plan_layout(argv[1:])
     if argv[:1] == ["calibrate"]:  # its options are its own
-        from compiler.calibrate.cli import main as calibrate
+        from compiler.calibrate.cli import main as calibrate  # lazy: calibrate only
         return calibrate(argv[1:])
     if argv[:1] == ["diagnose"]:
-        from compiler.diagnose.cli import main as diagnose
+        from compiler.diagnose.cli import main as diagnose  # lazy: diagnose only
         return diagnose(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
         from compiler.commands.runtime import cmd_data_prepare  # lazy: subprocess (cold check)
@@ -446,7 +446,7 @@ def cmd_matrix(args) -> int:
     rows, plats, table = matrix.build(args.paths or None)
     print(matrix.text(rows, plats, table))
     if args.html:
-        from compiler.targets.emit import write_file_atomically  # lazy: only with --html
+        from compiler.files import write_file_atomically  # lazy: only with --html
         write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
     return 0
 

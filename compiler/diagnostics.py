@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import string
-from dataclasses import dataclass, replace
+import sys
 from collections.abc import Iterable  # not typing: importing it is a measurable part of a cold start
+from dataclasses import dataclass, replace
 
 SEVERITIES = ("error", "warning", "advice", "info")
 
@@ -252,8 +253,6 @@ def render_all(diags: Iterable[Diagnostic], fmt: str = "text") -> str:
 def command_main(prog: str, parser, run, argv, errors: tuple) -> int:
     """A subcommand with options of its own (plan-layout, calibrate, diagnose): argparse's usage errors exit 2
     (--help 0), each of ``errors`` is its message's lines as `PROG: error: LINE` on stderr and exit 1."""
-    import sys
-
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:

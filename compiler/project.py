@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from compiler.files import write_file_atomically
+from compiler.resources import KINDS, SCHEMAS
+
 MARKER = "moeforge.toml"
 BUILTIN_PREFIX = "builtin:"
 # The JSON Schemas of the installed moeforge, copied into a project for editors: a document's
@@ -66,9 +69,6 @@ def build() -> Path:
 
 def schema_ref(document: Path, kind: str) -> str:
     """The `$schema` path a document written at `document` names (see SCHEMA_DIR), relative to the document."""
-    from compiler.recipe.validate import KINDS
-    from compiler.resources import SCHEMAS
-
     name = f"{kind}.v{KINDS[kind]}.json"
     folder = Path(document).absolute().parent
     top = find_root(folder)
@@ -79,15 +79,11 @@ def schema_ref(document: Path, kind: str) -> str:
 
 def schema_files() -> dict[str, str]:
     """name -> text of every JSON Schema of this moeforge."""
-    from compiler.resources import SCHEMAS
-
     return {p.name: p.read_text(encoding="utf-8") for p in sorted(SCHEMAS.glob("*.json"))}
 
 
 def install_schemas(top: Path) -> Path:
     """Copy this moeforge's schemas into top/SCHEMA_DIR where missing or different; the folder."""
-    from compiler.targets.emit import write_file_atomically
-
     dest = top / SCHEMA_DIR
     for name, text in schema_files().items():
         path = dest / name

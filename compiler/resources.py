@@ -29,3 +29,5 @@ BUILTIN_RECIPES = HOME / "recipes"
 CHECKOUT = _BESIDE if HOME == _BESIDE else None
 # Megatron's own fields and argument parser as data (package data of `compiler`, in a checkout and a wheel).
 MEGATRON_DATA = Path(__file__).resolve().parent / "data"
+# Each document kind's current schema version: schemas/<kind>.v<N>.json (recipe/validate.py checks against it)
+KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
+from compiler import project
+from compiler.calibrate import document
+from compiler.calibrate import runs as R
+from compiler.calibrate.fit import UnderDetermined, fit_time
+from compiler.calibrate.megatron_log import LogError
+from compiler.calibrate.memory_fit import fit_memory, problems
+from compiler.calibrate.runs import RunError
+from compiler.diagnostics import command_main
 from compiler.estimate import calibration as calib
 from compiler.estimate.steptime import PERFORMANCE_FIELDS
+from compiler.files import write_file_atomically
+from compiler.resources import BUILTIN_RECIPES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,10 +60,6 @@ class Refused(Exception):
 
 
 def main(argv) -> int:
-    from compiler.calibrate.megatron_log import LogError
-    from compiler.calibrate.runs import RunError
-    from compiler.diagnostics import command_main
-
     argv = list(argv)
     return command_main("moeforge calibrate", parser(), lambda args: run(args, argv), argv,
                         (Refused, RunError, LogError, calib.CalibrationError))
@@ -76,8 +83,6 @@ def _assumed(items: list[str]) -> dict:
 
 
 def gather(args) -> tuple[list, list[str]]:
-    from compiler.calibrate import runs as R
-
     runs, skipped = R.collect(args.runs)
     for log, source in args.log:
         plan, label = R.plan_for(source, args.overrides, args.platform)
@@ -89,7 +94,7 @@ def gather(args) -> tuple[list, list[str]]:
 
 def _need_scipy() -> None:
     try:
-        import scipy.optimize  # noqa: F401
+        import scipy.optimize  # noqa: F401  # lazy: the probe of whether scipy is installed
     except ImportError:
         raise Refused("the fit needs scipy, which is not installed here: pip install 'moeforge[calibrate]' "
                       "(scipy==1.17.1)") from None
@@ -136,9 +141,7 @@ def run(args, argv: list[str] = ()) -> int:
             notes.append("memory: no run measured its peak memory, so the memory terms keep their fixed values")
         else:
             mem_fit = _fit_memory(measured, "activation_scale" in fix, not args.no_loo)
-    from compiler.calibrate import document
 
-    import shlex
 
     command = "moeforge calibrate " + shlex.join(argv)
     doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed)
@@ -149,7 +152,6 @@ def run(args, argv: list[str] = ()) -> int:
     if args.dry_run:
         return 0
     out = Path(args.output) if args.output else _default_output(platform)
-    from compiler.targets.emit import write_file_atomically
 
     write_file_atomically(out, document.render(doc, command))
     calib.load(out, platform)  # what was written reads back through the schema
@@ -158,8 +160,6 @@ def run(args, argv: list[str] = ()) -> int:
 
 
 def _fit_time(runs, names, platform, assumed, fixed, loo):
-    from compiler.calibrate.fit import UnderDetermined, fit_time
-
     if not [r for r in runs if r.step_s]:
         raise Refused("no run has a step time (runtime.megatron reports from before step times were recorded "
                       "have none: pass its log with --log), so the step-time constants cannot be fitted; "
@@ -171,8 +171,6 @@ def _fit_time(runs, names, platform, assumed, fixed, loo):
 
 
 def _fit_memory(runs, fix_scale, loo):
-    from compiler.calibrate.memory_fit import fit_memory, problems
-
     lines = problems(runs, fix_scale)
     if lines:
         raise Refused("\n".join(f"cannot determine {line} (or --only time)" for line in lines))
@@ -190,9 +188,6 @@ def _starting_point(plan: dict, assumed: dict) -> tuple[dict, dict]:
 
 
 def _platform_file(platform: str) -> Path | None:
-    from compiler import project
-    from compiler.resources import BUILTIN_RECIPES
-
     for top in (project.recipes(), BUILTIN_RECIPES):
         path = top / "platforms" / f"{platform}.yaml"
         if path.is_file():
@@ -201,6 +196,4 @@ def _platform_file(platform: str) -> Path | None:
 
 
 def _default_output(platform: str) -> Path:
-    from compiler import project
-
     return project.recipes() / "platforms" / f"{platform}{calib.SUFFIX}"

@@ -62,7 +62,7 @@ def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_f
 
 
 def render(doc: dict, command: str) -> str:
-    import yaml
+    import yaml  # lazy: only writing the document needs PyYAML
 
     head = ["# yaml-language-server: $schema=../../schemas/calibration.v1.json",
             f"# Written by `{command}`: the {doc['platform']} platform's constants fitted to the measured runs",

@@ -112,7 +112,7 @@ def undetermined(rows: list, names: list) -> list[tuple[str, list[str]]]:
     """The constants the rows cannot determine, each with the constants it is entangled with: (name, [])
     for one no row moves; (name, partners) for one whose column lies (nearly) in the span of the others'
     (its component in a right singular vector of a small singular value of the column-normalised matrix)."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only when a fit runs
 
     J = np.array(rows, dtype=float).reshape(len(rows), len(names))
     norms = np.abs(J).max(axis=0) if len(rows) else np.zeros(len(names))
@@ -140,7 +140,7 @@ def separation(rows: list) -> float:
     """How well the rows tell the constants apart: the smallest over the largest singular value of the
     column-normalised Jacobian (1: independent; below 1/CONDITION_LIMIT: refused), over the constants some
     row moves."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only when a fit runs
 
     J = np.array(rows, dtype=float)
     live = np.abs(J).max(axis=0) >= EXERCISED
@@ -153,13 +153,33 @@ def separation(rows: list) -> float:
     return float(s[-1] / s[0])
 
 
+def settling_run(model: Model, names: list, scale: dict, point: dict, rows: list, name: str) -> str | None:
+    """'a run like NAME with --set ... would settle it', or None when no single probe (compiler/calibrate/probes.py)
+    of a given run does.  Of the probes that settle it, the one that separates the constants best (separation): a
+    change that moves the constant's term against the others', not one that leans on a small side effect of the
+    model."""
+    best = None
+    for run_name, sets, plan in probes.candidates(model.runs):
+        try:
+            row = jacobian_rows(model, names, scale, point, [plan])[0]
+        except (KeyError, ValueError, ZeroDivisionError, TypeError):
+            continue
+        if all(n != name for n, _ in undetermined(rows + [row], names)):
+            score = separation(rows + [row])
+            if best is None or score > best[0]:
+                best = (score, run_name, sets)
+    if best is None:
+        return None
+    return f"a run like {best[1]} with --set {' --set '.join(best[2].split())} would settle it"
+
+
 def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
     """One line per undetermined constant with the run that would settle it; [] if none."""
     rows = jacobian_rows(model, names, scale, point, [r.plan for r in model.runs])
     lines = []
     short = len(rows) < len(names)
     for name, partners in undetermined(rows, names):
-        settle = probes.settling_run(model, names, scale, point, rows, name, undetermined)
+        settle = settling_run(model, names, scale, point, rows, name)
         what = (f"{name}: no run exercises it ({calib.TIME_CONSTANTS[name].exercised_by})" if not partners
                 else f"{name}: the runs move it together with {', '.join(partners)}, so they cannot be told apart")
         if short:
@@ -171,8 +191,8 @@ def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
 
 def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict, loo: bool = True) -> TimeFit:
     """Fit ``names`` (the other constants stay at ``fixed``); UnderDetermined when the runs cannot."""
-    import numpy as np
-    from scipy.optimize import least_squares
+    import numpy as np  # lazy: numpy and scipy only when a fit runs (`moeforge calibrate`)
+    from scipy.optimize import least_squares  # lazy: as above
 
     timed = [r for r in runs if r.step_s]
     kept = {k: v for k, v in fixed.items() if k not in names}

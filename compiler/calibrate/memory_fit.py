@@ -40,7 +40,7 @@ def _terms(run) -> tuple[float, float]:
 
 
 def _design(runs, kinds: list[str], fix_scale: bool):
-    import numpy as np
+    import numpy as np  # lazy: numpy only when a fit runs
 
     rows, y = [], []
     for r in runs:
@@ -59,7 +59,7 @@ def _columns(kinds: list[str], fix_scale: bool) -> list[str]:
 
 def problems(runs, fix_scale: bool) -> list[str]:
     """One line per memory term the runs cannot determine, with the run that would settle it."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only when a fit runs
 
     kinds = sorted({r.peak_source for r in runs})
     A, _ = _design(runs, kinds, fix_scale)
@@ -82,8 +82,8 @@ def problems(runs, fix_scale: bool) -> list[str]:
 
 
 def fit_memory(runs, fix_scale: bool = False, loo: bool = True) -> MemoryFit:
-    import numpy as np
-    from scipy.optimize import lsq_linear
+    import numpy as np  # lazy: numpy and scipy only when a fit runs (`moeforge calibrate`)
+    from scipy.optimize import lsq_linear  # lazy: as above
 
     kinds = sorted({r.peak_source for r in runs})
     names = _columns(kinds, fix_scale)

@@ -82,27 +82,11 @@ def _ffn(plan: dict) -> tuple[str, dict] | None:
 PROBES = (_gbs, _layers, _ep_overlap, _delay_wgrad, _seq, _hidden, _ffn)
 
 
-def settling_run(model, names, scale, point, rows, name, undetermined) -> str | None:
-    """'a run like NAME with --set ... would settle it', or None when no single probe of a given run does.  Of
-    the probes that settle it, the one that separates the constants best (fit.separation): a change that
-    moves the constant's term against the others', not one that leans on a small side effect of the model."""
-    from compiler.calibrate.fit import jacobian_rows, separation
-
-    best = None
-    for run in model.runs:
+def candidates(runs):
+    """(the run's name, the `--set` that changes it, the changed plan) for every probe of every given run: the
+    runs a team could make next. Which of them settles a constant is fit.py's question (fit.settling_run)."""
+    for run in runs:
         for probe in PROBES:
             made = probe(run.plan)
-            if made is None:
-                continue
-            sets, plan = made
-            try:
-                row = jacobian_rows(model, names, scale, point, [plan])[0]
-            except (KeyError, ValueError, ZeroDivisionError, TypeError):
-                continue
-            if all(n != name for n, _ in undetermined(rows + [row], names)):
-                score = separation(rows + [row])
-                if best is None or score > best[0]:
-                    best = (score, run.name, sets)
-    if best is None:
-        return None
-    return f"a run like {best[1]} with --set {' --set '.join(best[2].split())} would settle it"
+            if made is not None:
+                yield run.name, made[0], made[1]

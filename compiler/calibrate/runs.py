@@ -13,11 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import bounded
+from compiler import bounded, driver, project
 from compiler.calibrate import megatron_log
+from compiler.diagnostics import CompileError, render_all
+from compiler.importer.launch import import_text
+from compiler.launch_reader.text import ImportError_
+from compiler.resources import BUILTIN_RECIPES
 
 
 class RunError(ValueError):
@@ -155,8 +161,6 @@ def from_results(path: Path) -> list[Path]:
     """The report.json of every point of a sweep's results.json (schemas/results.v1.json: each point names its
     build directory and its runs' reports, relative to the project root); a point without a report is left
     out.  Falls back to walking the results file's folder."""
-    from compiler import project
-
     doc = _json(path, "report", "results.json", "write it again with `moeforge results`")
     if not isinstance(doc, dict):
         raise RunError(f"{path}: not a results.json (schemas/results.v1.json): write it again with `moeforge results`")
@@ -231,9 +235,6 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
     """The compiled plan of what a log came from: a plan.json, a build directory, a recipe (id, path or
     builtin:ID, with ``overrides``), or a Megatron-LM launch (script, command line, args file: read by
     `moeforge import`, never executed).  (plan, label)."""
-    from compiler.diagnostics import CompileError, render_all
-    from compiler.launch_reader.text import ImportError_
-
     path = Path(source)
     if path.is_dir() and (path / "plan.json").is_file():
         path = path / "plan.json"
@@ -241,10 +242,7 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
         return _json(path, "plan", "plan.json", "compile the recipe again"), str(path)
     try:
         if _is_recipe(path, source):
-            from compiler.targets import plan as plan_mod
-            from compiler.driver import load, resolve
-
-            return plan_mod.build(resolve(load(source, list(overrides)))), source
+            return driver.compile(source, list(overrides)).plan, source
         return _imported_plan(path, platform, overrides), f"{path.name} (imported)"
     except CompileError as exc:
         first = render_all(exc.diagnostics, "text").splitlines()[0]
@@ -262,16 +260,7 @@ def _is_recipe(path: Path, source: str) -> bool:
 def _imported_plan(path: Path, platform: str | None, overrides=()) -> dict:
     """A launch's plan, through `moeforge import` in a scratch project (nothing written to the user's); the
     log came from Megatron-LM's own loop, so the recipe runs it (runtime.entrypoint megatron-lm)."""
-    import shutil
-    import tempfile
-
-    import yaml
-
-    from compiler.targets import plan as plan_mod
-    from compiler import project
-    from compiler.importer.launch import import_text
-    from compiler.driver import load, resolve
-    from compiler.resources import BUILTIN_RECIPES
+    import yaml  # lazy: only a launch imported from a log needs PyYAML
 
     try:
         text = bounded.read_text(path, bounded.LIMITS["launch"])
@@ -291,6 +280,6 @@ def _imported_plan(path: Path, platform: str | None, overrides=()) -> dict:
                 shutil.copyfile(candidate, scratch / "platforms" / candidate.name)
                 break
         recipe = scratch / "imported" / f"{imp.recipe['name']}.yaml"
-        return plan_mod.build(resolve(load(recipe, list(overrides), scratch)))
+        return driver.compile(recipe, list(overrides), scratch).plan
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from compiler.bounded import LIMITS, read_json
 from compiler.commands.dryrun_report import with_estimates
-from compiler.targets.emit import write_file_atomically
+from compiler.files import write_file_atomically
 
 ROOT = Path(__file__).resolve().parents[2]  # where the compiler and runtime packages are
 

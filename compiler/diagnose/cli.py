@@ -10,6 +10,10 @@ import argparse
 import json
 from pathlib import Path
 
+from compiler.calibrate.runs import RunError, from_report
+from compiler.diagnose import fixes, trace, walls
+from compiler.diagnose.trace import TraceError
+from compiler.diagnostics import command_main
 from compiler.estimate import calibration as calib
 from compiler.estimate import memory, steptime
 
@@ -30,19 +34,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
-    from compiler.calibrate.runs import RunError
-    from compiler.diagnose.trace import TraceError
-    from compiler.diagnostics import command_main
-
     return command_main("moeforge diagnose", parser(), run, argv,
                         (RunError, TraceError, calib.CalibrationError, steptime.PerformanceError))
 
 
 def diagnose(report_path: Path, trace_path: str | None = None, choice: str | None = None) -> dict:
     """The diagnosis as a dict (what --format json prints)."""
-    from compiler.calibrate.runs import RunError, from_report
-    from compiler.diagnose import fixes, trace, walls
-
     run = from_report(report_path)
     if not run.step_s:
         raise RunError(f"{report_path}: no step times in the report (runtime.megatron records them from this "

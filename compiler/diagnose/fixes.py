@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compiler import driver
+from compiler.diagnose.walls import capacity_bytes
 from compiler.diagnostics import CompileError
 from compiler.estimate import memory, steptime
 from compiler.estimate.calibration import Calibration
-from compiler.diagnose.walls import capacity_bytes
 
 
 @dataclass
@@ -111,9 +112,6 @@ def verify(wall: str, plan: dict, recipe: str, overrides: list[str], cal: Calibr
     """Every candidate compiled on the run's recipe (with its own overrides) and priced.  With a measured peak
     (all the memory a rank held), a fix's peak is the measured one moved by the memory model's difference, so
     a term the model lacks on this machine (a CPU process's own memory) cancels."""
-    from compiler.targets import plan as plan_mod
-    from compiler.driver import load, resolve
-
     cap = capacity_bytes(plan)
     base = memory.peak(plan, calibration=cal)[0].total
     try:
@@ -124,7 +122,7 @@ def verify(wall: str, plan: dict, recipe: str, overrides: list[str], cal: Calibr
     for what, sets in candidates(wall, plan):
         fix = Fix(what, sets)
         try:
-            fixed = plan_mod.build(resolve(load(recipe, [*overrides, *sets]), explain_errors=False))
+            fixed = driver.compile(recipe, [*overrides, *sets], explain_errors=False).plan
         except CompileError as exc:
             first = next((d for d in exc.diagnostics if d.is_error), None)
             fix.refused = f"{first.code}: {first.message}" if first else "refused"

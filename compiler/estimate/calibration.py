@@ -15,10 +15,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler import project
 from compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
+from compiler.resources import BUILTIN_RECIPES
+from compiler.resources import SCHEMAS
 
 SCHEMA = "moeforge/calibration/v1"
 SUFFIX = ".calibration.yaml"
@@ -156,9 +160,6 @@ def find(platform: str, platform_file: Path | None = None) -> Path | None:
     """The calibration of a platform: the project's recipes/platforms/<name>.calibration.yaml (where
     `moeforge calibrate` writes it, whether the platform file is the project's or built in), else the one
     beside the platform file that wins (``platform_file``: the project's, else the built-in one), or None."""
-    from compiler import project
-    from compiler.resources import BUILTIN_RECIPES
-
     if platform_file is None:
         platform_file = next((top / "platforms" / f"{platform}.yaml" for top in (project.recipes(), BUILTIN_RECIPES)
                               if (top / "platforms" / f"{platform}.yaml").is_file()), None)
@@ -170,12 +171,9 @@ def find(platform: str, platform_file: Path | None = None) -> Path | None:
 
 def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
     """A calibration document, schema-checked; CalibrationError with one line on anything wrong."""
-    import json
+    import jsonschema  # lazy: only a calibration document is read with them (the planner's estimates run
+    import yaml  # lazy: without one, on the fixed constants)
 
-    import jsonschema
-    import yaml
-
-    from compiler.resources import SCHEMAS
 
     from compiler import bounded
 
@@ -213,8 +211,6 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
 
 def _display(path: Path) -> str:
     try:
-        from compiler import project
-
         return str(path.resolve().relative_to(project.root().resolve()))
     except (ValueError, OSError):
         return str(path)

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import yaml
 
+from compiler import driver
 from compiler import project
-from compiler.targets.emit import write_file_atomically
+from compiler.diagnostics import CompileError
+from compiler.files import write_file_atomically
 from compiler.importer import hf
-from compiler.launch_reader import kinds
 from compiler.importer.launch import Imported, import_text
+from compiler.launch_reader import kinds
 from compiler.launch_reader.text import ImportError_, read_source
 
 
@@ -43,12 +45,8 @@ def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[
 def compile_verdict(recipe_path: Path, root: Path) -> list[str]:
     """What `moeforge compile` says of the recipe just written: [] when it compiles, else its errors' first
     lines (an import never leaves a recipe its own compile refuses without saying so)."""
-    from compiler.diagnostics import CompileError
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
-
     try:
-        build(resolve(load(recipe_path, (), root)))
+        driver.compile(recipe_path, (), root)
     except CompileError as exc:
         return [d.render().splitlines()[0] for d in exc.diagnostics if d.is_error] or ["refused"]
     return []

@@ -4,11 +4,14 @@ vocabulary build_tokenizer pads, a launch counted in samples, and why a dropped 
 reads a launch as it runs."""
 from __future__ import annotations
 
-from compiler.knobs.fields import megatron_fields
-from compiler.launch_reader.text import ImportError_
 from compiler.importer import vocab
+from compiler.importer.documents import has_path, put_path
 from compiler.importer.documents import put
+from compiler.knobs import table as K
+from compiler.knobs.fields import megatron_fields
 from compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
+from compiler.launch_reader.text import ImportError_
+from compiler.lint.frontends import validate_args_rewrites as rewrites
 from compiler.targets.megatron_args import lm_default
 
 # Megatron-LM validate_args rewrites deprecated flags before anything reads them (arguments.py, "Deprecated
@@ -73,10 +76,6 @@ def as_validate_args_reads(given: dict, flags: dict, bad: list, decided: list | 
 def validate_args_rewrites(recipe: dict, model: dict, decided: list) -> None:
     """What Megatron-LM's validate_args rewrites (compiler/lint/frontends.py, the one list lint-config applies
     too: bias-activation fusion off without linear bias, ...), applied to the imported documents and noted."""
-    from compiler.importer.documents import has_path, put_path
-    from compiler.knobs import table as K
-    from compiler.lint.frontends import validate_args_rewrites as rewrites
-
     def get(path):
         node = model if path.startswith("model.") else recipe
         for part in path.split(".")[1 if path.startswith("model.") else 0:]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from compiler.bounded import parse_json
+from compiler.bounded import Unreadable, parse_json
 
 LAUNCHES = ("functional-test", "bridge", "args", "launch")  # what lint-config reads as a launch
 # entry points: the script a command runs says what it is (Megatron-LM's own names)
@@ -64,10 +65,37 @@ def _launch(text: str, name: str) -> bool:
     return _ENTRY_TEXT.search(text) is not None
 
 
-def _hf_config(text: str, name: str) -> bool:
-    from compiler.importer.hf.config_file import detect  # the Hugging Face import's own test of its input
+# A Hugging Face config.json (compiler/importer/hf reads it): the keys that say so
+HF_KEYS = ("model_type", "architectures", "text_config", "auto_map")
 
-    return detect(name, text)
+
+def hf_config_path(source: str) -> Path | None:
+    """The config.json a source names: itself, or the one in a model directory."""
+    p = Path(source)
+    if source != "-" and p.is_dir() and (p / "config.json").is_file():
+        return p / "config.json"
+    return None
+
+
+def is_hf_config(source: str, text: str | None) -> bool:
+    """A Hugging Face config: a model directory, a JSON object with a model_type / architectures / text_config /
+    auto_map, or a .json file (so that broken JSON is reported as JSON, not read as a shell script)."""
+    if hf_config_path(source) is not None:
+        return True
+    if source.endswith(".json"):
+        return True
+    stripped = (text or "").lstrip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        data = parse_json(stripped)
+    except Unreadable:
+        return True  # starts like JSON: report it as JSON
+    return isinstance(data, dict) and any(k in data for k in HF_KEYS)
+
+
+def _hf_config(text: str, name: str) -> bool:
+    return is_hf_config(name, text)
 
 
 @dataclass(frozen=True)
@@ -117,7 +145,7 @@ def what_it_is(text: str, name: str = "") -> str:
 
 def fragment_hint(text: str, name: str = "") -> str:
     """'(MODEL_ARGS holds Megatron-LM flags: ...)' when the script keeps flags in variables but runs nothing."""
-    from compiler.launch_reader.shell import read_script  # tree-sitter: only for a file that looks like a script
+    from compiler.launch_reader.shell import read_script  # lazy: tree-sitter, only for a file that looks like a script
 
     try:
         script = read_script(text, None)

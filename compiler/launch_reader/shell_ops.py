@@ -18,8 +18,8 @@ UNSET = object()     # a variable the script never set
 @functools.lru_cache(maxsize=1)
 def parser():
     """tree-sitter-bash's parser (imported here, lazily: a launch is read only by import and lint-config)."""
-    import tree_sitter
-    import tree_sitter_bash
+    import tree_sitter  # lazy: see the docstring
+    import tree_sitter_bash  # lazy: as above
 
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 

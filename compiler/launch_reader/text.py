@@ -44,7 +44,7 @@ def launch_words(text: str, path: str | Path | None = None) -> tuple[list[str], 
     """(the words after the entry point, the launch's context: `env` (what the script sets), `nnodes`,
     `nproc_per_node`, `entry` (the script it runs), `mode` (training | inference) and `notes` (what the shell
     reader could not evaluate)). The last command that runs an entry point is the launch."""
-    from compiler.launch_reader.shell import TooLarge, read_script  # tree-sitter-bash: only to read a script
+    from compiler.launch_reader.shell import TooLarge, read_script  # lazy: tree-sitter-bash, only to read a script
 
     try:
         script = read_script(text, path)

@@ -20,6 +20,7 @@ from compiler.knobs import pipeline_layout
 from compiler.knobs import table as K
 from compiler.knobs.fields import OWN_KEYS, did_you_mean, fields_for, known_names, megatron_fields
 from compiler.knobs.versions import version_int
+from compiler.launch_reader.kinds import what_it_is
 from compiler.lint.frontends import (bridge_layout, flatten_bridge, frontend_of, frontend_rewrites, lm_aliases,
                                      lm_virtual_pipeline)
 from compiler.lint.launch import VERSION_KEYS, knob_of_dest, launch_mapping
@@ -71,7 +72,6 @@ def parse(text: str, name: str = "<config>") -> tuple[dict, dict]:
     if launch is not None:
         return launch
     if _shell_like(text):  # a script or fragment in which no command runs an entry point, not a mapping
-        from compiler.launch_reader.kinds import what_it_is
 
         raise UnusableInput(f"no launch command found: {what_it_is(text, name)}")
     try:

@@ -8,6 +8,8 @@ import json
 import sys
 
 from compiler.diagnostics import CompileError, render_all
+from compiler.diagnostics import command_main
+from compiler.driver import load
 from compiler.estimate import calibration
 from compiler.planner import emit, report, search
 
@@ -43,8 +45,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
-    from compiler.diagnostics import command_main
-
     return command_main("moeforge plan-layout", parser(), _run, argv, (calibration.CalibrationError, search.PlannerError))
 
 
@@ -104,8 +104,6 @@ def _search(args, cal) -> int:
 
 
 def _evaluate(args) -> int:
-    from compiler.driver import load
-
     try:
         composed = load(args.evaluate)
         cal = calibration.for_platform(composed.data["platform"]["name"], args.calibration,

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from compiler import project
-from compiler.targets.emit import write_file_atomically
+from compiler.files import write_file_atomically
 from compiler.planner.search import GIB, Evaluated, PlannerError
 from compiler.planner.space import Setting
 

@@ -111,7 +111,7 @@ if __name__ == "__main__":
     results = [validate(r) for r in rows]
     print(table(results))
     if "--update-readme" in sys.argv[2:]:
-        from compiler.targets.emit import write_file_atomically
+        from compiler.files import write_file_atomically
 
         readme = Path(__file__).resolve().parents[2] / "README.md"
         write_file_atomically(readme, update_readme(readme.read_text(), results))

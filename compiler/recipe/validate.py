@@ -12,9 +12,8 @@ from compiler.diagnostics import Diagnostic, Position, error
 from compiler.recipe import cache, integers
 from compiler.recipe.document import KEY
 from compiler.recipe.migrate import declared_version
-from compiler.resources import SCHEMAS
+from compiler.resources import KINDS, SCHEMAS  # noqa: F401 (KINDS: read as validate.KINDS too)
 
-KINDS = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
 MAX_UNKNOWN_KEYS = 20  # unknown keys of one mapping reported one by one; the rest in one line
 
 

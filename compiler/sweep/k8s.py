@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from compiler import project
-from compiler.targets import emit
+from compiler.files import write_file_atomically
 from compiler.sweep import status
 
 FILE = "pytorchjobs.yaml"
@@ -24,7 +24,7 @@ def gather(top: Path, builds: list[tuple[str, Path]]) -> Path:
     """pytorchjobs.yaml: the points' PyTorchJobs as one multi-document file."""
     docs = [(build / "pytorchjob.yaml").read_text(encoding="utf-8") for _, build in builds]
     path = top / FILE
-    emit.write_file_atomically(path, "---\n".join(docs))
+    write_file_atomically(path, "---\n".join(docs))
     return path
 
 

@@ -21,7 +21,7 @@ from compiler.recipe.validate import validator
 from compiler.sweep import estimates, plots, slurm, status
 from compiler.sweep.builds import MANIFEST, relative
 from compiler.sweep.report import num, short_names, table, value
-from compiler.targets.emit import write_file_atomically
+from compiler.files import write_file_atomically
 
 SCHEMA = "results.v1.json"
 GIB, MIB = 2 ** 30, 2 ** 20

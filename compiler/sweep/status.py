@@ -18,7 +18,8 @@ from compiler import project
 
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
-from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL, write_file_atomically  # noqa: E402  (75: saved on a signal)
+from compiler.files import write_file_atomically  # noqa: E402
+from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved on a signal)
 
 FINAL = ("ok", "failed", "cancelled", "oom", "preempted", "timeout")
 STATUSES = (*FINAL, "running", "pending", "refused", "duplicate")

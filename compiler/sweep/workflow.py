@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler import project
+from compiler.files import write_file_atomically
 from compiler.targets import emit
 from compiler.targets.job import LaunchError, job_env, job_python, local_command
 from compiler.sweep import builds, document, k8s, local, points, slurm, status
@@ -116,7 +117,7 @@ def _write_array(checked: Checked, top: Path, todo: list[dict], concurrency: int
     except slurm.SlurmError as exc:
         raise SweepError(f"{checked.sweep.file}: {exc}") from None
     path = top / slurm.SCRIPT
-    emit.write_file_atomically(path, text)
+    write_file_atomically(path, text)
     return path
 
 

@@ -205,17 +205,3 @@ def _newest(path: Path) -> int:
             for name in names + dirs:
                 newest = max(newest, os.lstat(os.path.join(folder, name)).st_mtime_ns)
     return newest
-
-
-def write_file_atomically(path: Path, text: str | bytes) -> None:
-    """A file written whole or not at all (text as UTF-8, or bytes as they are)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -23,7 +23,6 @@ from compiler.knobs import table as K
 from compiler.resources import TEMPLATES
 from compiler.solver.inputs import MISSING, lookup
 from compiler.targets import builddir
-from compiler.targets.builddir import write_file_atomically  # noqa: F401 - where the other commands import it from
 from compiler.targets.megatron_args import arguments, release_for
 
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",

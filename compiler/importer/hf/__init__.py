@@ -12,13 +12,13 @@ rest inside each function (`# lazy:`): importing compiler.importer.hf.families m
 
 
 def config_path(source: str):
-    from compiler.importer.hf.config_file import config_path as find  # lazy: see the docstring
+    from compiler.launch_reader.kinds import hf_config_path as find  # lazy: see the docstring
 
     return find(source)
 
 
 def detect(source: str, text: str | None) -> bool:
-    from compiler.importer.hf.config_file import detect as is_hf  # lazy: see the docstring
+    from compiler.launch_reader.kinds import is_hf_config as is_hf  # lazy: see the docstring
 
     return is_hf(source, text)
 

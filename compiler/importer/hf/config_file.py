@@ -1,17 +1,14 @@
-"""A Hugging Face config.json as moeforge reads it: is this one (the import's file-kind dispatch asks), its JSON,
+"""A Hugging Face config.json as moeforge reads it (whether a file is one: compiler/launch_reader/kinds.py): its JSON,
 the language model inside a multimodal config, the family that reads it (model_type, else auto_map's
 configuration class, else the architecture), and its quantization_config. Each problem is one line naming the key."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from compiler.bounded import Unreadable, parse_json
 from compiler.importer.hf import families as F
 from compiler.importer.hf.keys import HfRefused
 from compiler.launch_reader.text import ImportError_
-
-HF_KEYS = ("model_type", "architectures", "text_config", "auto_map")
 
 
 class BadJson(ImportError_):
@@ -20,31 +17,6 @@ class BadJson(ImportError_):
     def __init__(self, message: str, location: str):
         super().__init__(message)
         self.location = location
-
-
-def config_path(source: str) -> Path | None:
-    """The config.json a source names: itself, or the one in a model directory."""
-    p = Path(source)
-    if source != "-" and p.is_dir() and (p / "config.json").is_file():
-        return p / "config.json"
-    return None
-
-
-def detect(source: str, text: str | None) -> bool:
-    """A Hugging Face config: a model directory, a JSON object with a model_type / architectures / text_config /
-    auto_map, or a .json file (so that broken JSON is reported as JSON, not read as a shell script)."""
-    if config_path(source) is not None:
-        return True
-    if source.endswith(".json"):
-        return True
-    stripped = (text or "").lstrip()
-    if not stripped.startswith("{"):
-        return False
-    try:
-        data = parse_json(stripped)
-    except Unreadable:
-        return True  # starts like JSON: report it as JSON
-    return isinstance(data, dict) and any(k in data for k in HF_KEYS)
 
 
 def load(text: str) -> dict:

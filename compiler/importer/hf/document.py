@@ -14,10 +14,11 @@ import yaml
 from compiler import project
 from compiler.importer.hf import config_file as C
 from compiler.importer.hf.reader import read
+from compiler.launch_reader.kinds import hf_config_path
 from compiler.launch_reader.text import ImportError_, platform_docs, read_source
 from compiler.recipe.compose import NAME
 from compiler.resources import SCHEMAS
-from compiler.targets.emit import write_file_atomically
+from compiler.files import write_file_atomically
 
 COMMENT_COLUMN = 34
 
@@ -80,7 +81,7 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
 def default_name(source: str, data: dict) -> str:
     """The model directory's name (a config.json is named after the directory it sits in), else the file's stem,
     else the model_type: lower case, other characters as '-'."""
-    path = C.config_path(source) or Path(source)
+    path = hf_config_path(source) or Path(source)
     if source == "-":
         stem = str(data.get("_name_or_path") or "").rstrip("/").rsplit("/", 1)[-1] or str(data.get("model_type"))
     elif path.name == "config.json":
@@ -162,7 +163,7 @@ def main(args, text: str | None = None) -> int:
     """`moeforge import` of a Hugging Face config (`text`: the source's, when the dispatch has read it already): one
     line and exit 2 on anything it cannot read."""
     source = args.source
-    path = C.config_path(source)
+    path = hf_config_path(source)
     shown = str(path) if path else source
     if text is None:
         text, why = read_source(str(path) if path else source)
