@@ -1,9 +1,9 @@
 """The compiler's stages wired together: load/compose -> migrate -> validate -> solve -> plan.
 
-compile() is the one entry every command uses (check, compile, explain, diff, matrix, launch, plan-layout):
-a recipe in, its plan (and the resolved values it came from) out, or a CompileError. Each stage collects
-all of its diagnostics before the next runs; a stage that found errors stops the pipeline with a
-CompileError carrying every one of them.
+compile() is the one entry every command uses (check, compile, explain, diff, matrix, launch, plan-layout, import,
+calibrate, diagnose, sweep): a recipe in, its plan (and the resolved values it came from) out, or a CompileError.
+Each stage collects all of its diagnostics before the next runs; a stage that found errors stops the pipeline with
+a CompileError carrying every one of them.
 """
 from __future__ import annotations
 
