@@ -8,7 +8,8 @@ __version__ = "0.1.0"
 # own, never from its own layer's others or from above (tests/compiler/test_layers.py). docs/architecture.md
 # says what each holds and where a new knob, rule, front-end or target goes.
 LAYERS = (
-    ("diagnostics", "resources", "files"),    # what every stage reports, where moeforge's files are, atomic writes
+    # what every stage reports, where moeforge's files are, atomic writes, the one bounded reader of a user's files
+    ("diagnostics", "resources", "files", "bounded"),
     ("project",),                             # the user's project: its root, recipes/, build/, schema copies
     ("recipe",),                              # the document: load, compose, migrate, validate
     ("knobs",),                               # the one table, layout arithmetic, versions, display names

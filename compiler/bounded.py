@@ -9,6 +9,7 @@ one line saying why, which each command reports in its own format.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -75,8 +76,6 @@ def read_text(name, limit: int) -> str:
 def parse_json(text: str | bytes):
     """JSON as Python values, bounded: finite numbers, integers of at most INT_DIGITS digits, at most
     MAX_JSON_DEPTH levels of nesting."""
-    import json
-
     def constant(name):
         raise Unreadable(f"{name} is not a number JSON allows", "json")
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler import project
+from compiler import bounded, project
 from compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
 from compiler.resources import BUILTIN_RECIPES
 from compiler.resources import SCHEMAS
@@ -173,9 +173,6 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
     """A calibration document, schema-checked; CalibrationError with one line on anything wrong."""
     import jsonschema  # lazy: only a calibration document is read with them (the planner's estimates run
     import yaml  # lazy: without one, on the fixed constants)
-
-
-    from compiler import bounded
 
     path = Path(path)
     try:

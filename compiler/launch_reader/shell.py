@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.bounded import LIMITS, Unreadable, read_text
 from compiler.launch_reader import shell_eval as E
 
 # commands that run another command from a string
@@ -386,8 +387,6 @@ class _Reader(E.Words):
         if found is None:
             self.note_node(node, ctx, f"source {target}", "no such file beside the script: what it sets is unknown")
             return None
-        from compiler.bounded import LIMITS, Unreadable, read_text
-
         try:
             text = read_text(found, LIMITS["launch"])
         except Unreadable as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from compiler.bounded import LIMITS, Unreadable, read_text
 from compiler.knobs import table as K
 from compiler.launch_reader import kinds
 from compiler.diagnostics import CompileError
@@ -253,8 +254,6 @@ def knob_value(k: K.Knob, raw):
 def read_source(name: str) -> tuple[str | None, str | None]:
     """(text, None) of a file, or of stdin for '-' (`moeforge import` and `lint-config` take either); (None, the
     one-line error) when it cannot be read."""
-    from compiler.bounded import LIMITS, Unreadable, read_text
-
     try:
         return read_text(name, LIMITS["launch"]), None
     except Unreadable as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compiler.bounded import Unreadable, read_bytes
 from compiler.diagnostics import CompileError, Position, error
 from compiler.recipe import cache
 from compiler.recipe.document import MAX_BYTES, Document
@@ -54,8 +55,6 @@ def load_text(text: str | bytes, file: str) -> Document:
 
 def load_file(path: Path, display: str | None = None) -> Document:
     """The document in a file, through the compiler's one bounded reader (compiler.bounded)."""
-    from compiler.bounded import Unreadable, read_bytes
-
     display = display or str(path)
     try:
         raw = read_bytes(path, MAX_BYTES)

@@ -15,6 +15,8 @@ import signal
 from pathlib import Path
 
 from compiler import project
+from compiler.bounded import LIMITS, Unreadable
+from compiler.bounded import read_json as bounded_json
 
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
@@ -41,9 +43,6 @@ def write(path: Path, record: dict) -> None:
 def read_json(path: Path) -> dict | None:
     """A run's JSON (status.json, report.json) through the compiler's bounded reader: None when there is
     none or it is not a JSON object within the limits (a run killed mid-write, a corrupted file)."""
-    from compiler.bounded import LIMITS, Unreadable
-    from compiler.bounded import read_json as bounded_json
-
     try:
         data = bounded_json(path, LIMITS["report"])
     except Unreadable:
