@@ -6,12 +6,13 @@ the schemas a project's editors read are all written this way.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
 def write_file_atomically(path: Path, text: str | bytes) -> None:
     """A file written whole or not at all (text as UTF-8, or bytes as they are)."""
+    import tempfile  # lazy: a warm check writes nothing (tests/compiler/test_cold_start.py WARM)
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
