@@ -12,7 +12,7 @@
 #                Default: this script's directory with build_dir taken off its end, so the script
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
 # MOEFORGE_HOME  a moeforge checkout whose `runtime` package the ranks run (put first on PYTHONPATH;
-#                `python -m compiler.launch` sets it when moeforge runs from a checkout). Unset: the
+#                `moeforge launch` sets it when moeforge runs from a checkout). Unset: the
 #                runtime installed in the job's Python (pip install moeforge), or the root itself
 #                when the root is moeforge's own checkout.
 # NODE_RANK, MASTER_ADDR, MASTER_PORT  required: this node's rank, and where node rank 0 hosts the

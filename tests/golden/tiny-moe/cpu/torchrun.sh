@@ -8,7 +8,7 @@
 #                Default: this script's directory with build_dir taken off its end, so the script
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
 # MOEFORGE_HOME  a moeforge checkout whose `runtime` package the ranks run (put first on PYTHONPATH;
-#                `python -m compiler.launch` sets it when moeforge runs from a checkout). Unset: the
+#                `moeforge launch` sets it when moeforge runs from a checkout). Unset: the
 #                runtime installed in the job's Python (pip install moeforge), or the root itself
 #                when the root is moeforge's own checkout.
 # MASTER_PORT    a fixed rendezvous port on 127.0.0.1. Unset (the default): torchrun --standalone binds a
