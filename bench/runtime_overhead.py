@@ -17,7 +17,7 @@ shape: the plan's strings are interpreted with the runtime's string -> object ta
 shared so both sides read the plan identically, not re-implemented), norms and RoPE are plan
 values passed through to TransformerConfig/GPTModel as they are.  On a machine without a GPU it
 needs the same CUDA stand-ins as the runtime (runtime.cpu_support) and it draws the same
-synthetic batches (runtime.data) so that the losses can be compared; nothing else of the runtime
+synthetic batches (runtime.synthetic_batches) so that the losses can be compared; nothing else of the runtime
 is used (no plan check, gate, realised-configuration check, schedule probe or report).
 
     python bench/runtime_overhead.py PLAN --steps 3 --repeats 1 --summary out.json
@@ -48,7 +48,7 @@ def plain_worker(plan_path: str, out: str) -> None:
     """A minimal hand-written megatron-core training loop for the plan's model."""
     sys.path.insert(0, str(ROOT))
     import torch
-    from runtime import cpu_support, data  # CUDA stand-ins and identical batches only
+    from runtime import cpu_support, synthetic_batches  # CUDA stand-ins and identical batches only
     from runtime.model import DTYPES, activation_from_name  # the plan's string tables only
 
     cpu_support.install()
@@ -158,8 +158,8 @@ def plain_worker(plan_path: str, out: str) -> None:
     device = torch.device("cuda") if on_gpu else torch.device("cpu")
     times, losses = [], []
     for step in range(1, tr["train_iters"] + 1):
-        batches = data.step_batches(tr, plan["model"]["vocab_size"], step,
-                                    parallel_state.get_data_parallel_rank(), device)
+        batches = synthetic_batches.step_batches(tr, plan["model"]["vocab_size"], step,
+                                                 parallel_state.get_data_parallel_rank(), device)
         its = [iter(batches) for _ in model] if len(model) > 1 else iter(batches)
         for m in model:
             m.zero_grad_buffer()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import cpu_support, data, gate, launch_env, model, realised, report
+from . import cpu_support, gate, launch_env, model, realised, report, synthetic_batches
 from .profile import ProfileError, StepProfiler, parse_steps
 from . import plan as plan_mod
 from .errors import PlanError, RuntimeFailure, ScheduleMismatch, internal, report_and_exit, stage
@@ -198,7 +198,7 @@ def train(plan, out_dir: Path, env: dict | None = None, profile: tuple[int, int]
     steps, step_times = [], []
     profiler = StepProfiler(profile, out_dir, rank)
     for step in range(1, tr["train_iters"] + 1):
-        batches = data.step_batches(tr, plan.model["vocab_size"], step, dp_rank, device, cp_slice,
+        batches = synthetic_batches.step_batches(tr, plan.model["vocab_size"], step, dp_rank, device, cp_slice,
                                     plan.section("data")["kind"])
         iters = [iter(batches) for _ in wrapped] if len(wrapped) > 1 else iter(batches)
         for m in wrapped:

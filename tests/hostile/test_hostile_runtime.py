@@ -8,7 +8,7 @@ one-line error (with its documented exit code, runtime/README.md) or the preserv
 - item 3: paths and a logger name with a backslash followed by a letter survive megatron-lm.args exactly;
   a damaged args file is one line;
 - item 4: runtime.megatron in a Python without megatron.training -> exit 3, one line;
-- item 6: data prepare killed (SIGKILL, injected at each step of runtime/dataset_publish.py) shows the old
+- item 6: data prepare killed (SIGKILL, injected at each step of runtime/data_prepare/publish.py) shows the old
   dataset or the new one, never a mix; the next run removes what the killed one left; a second run on the
   same prefix is refused; killing the `moeforge` parent ends the worker and its pool.
 (Item 13, resuming with a longer schedule, is tests/runtime/test_megatron_training.py's.)
@@ -31,7 +31,7 @@ import hostilelib as H
 
 REPO = H.REPO
 sys.path.insert(0, str(REPO))
-from runtime import dataset_publish as publishing  # noqa: E402
+from runtime.data_prepare import publish as publishing  # noqa: E402
 from runtime import plan as plan_mod  # noqa: E402
 from runtime.errors import PlanError  # noqa: E402
 
@@ -94,7 +94,7 @@ def write_hostile_plan(path: Path, kind: str) -> str:
 @pytest.mark.parametrize("kind", HOSTILE_PLANS)
 def test_hostile_plan_is_one_line(tmp_path, kind):
     """Every kind through the reader all entry points share; the issue's reproductions (and item 1's 4.0,
-    which crashed in runtime/data.py) through runtime.train itself."""
+    which crashed in runtime/synthetic_batches.py) through runtime.train itself."""
     plan = tmp_path / "plan.json"
     message = write_hostile_plan(plan, kind)
     with pytest.raises(PlanError) as err:

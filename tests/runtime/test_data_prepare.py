@@ -118,7 +118,7 @@ def test_help_describes_every_option():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: moeforge data prepare")
     sys.path.insert(0, str(ROOT))
-    from runtime.data_prepare import build_parser  # argparse only: no megatron-core here
+    from runtime.data_prepare.command import build_parser  # argparse only: no megatron-core here
 
     for action in build_parser()._actions:
         for name in action.option_strings or [action.metavar]:

@@ -11,7 +11,7 @@ megatron-core's ``IndexedDatasetBuilder`` in the dtype ``DType.optimal_dtype(voc
 Why these choices:
 - Nothing is written under PREFIX unless the whole corpus is good and the run finished: the files
   are built in a temporary directory beside the output (``.NAME.tmp-XXXXXXXX/``) that becomes the
-  dataset's generation, published with one rename (dataset_publish.py: .bin, .idx and .json become
+  dataset's generation, published with one rename (publish.py: .bin, .idx and .json become
   visible together or not at all); SIGINT, SIGTERM, SIGHUP or an error removes the temporaries and
   leaves an older dataset of the same name untouched, and the next run removes what a killed one left.
   Started by ``moeforge data prepare``, the run (and its worker pool) dies with that parent.
@@ -42,13 +42,12 @@ import threading
 import time
 from collections import deque
 
-from runtime import dataset_publish as publishing
+from runtime.data_prepare import publish as publishing
+from runtime.data_prepare.encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
+from runtime.data_prepare.tokenizers import (DataError, Missing, interpreter_name, load_tokenizer,
+                                             megatron_lm_tokenizer_args, tokenizer_fingerprint, tokenizer_spec)
 from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
 from runtime.launch_env import die_with_parent
-# absolute imports: spawned workers load this file as __mp_main__, outside its package
-from runtime.prepare_encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
-from runtime.prepare_tokenizers import (DataError, Missing, interpreter_name, load_tokenizer, megatron_lm_tokenizer_args,
-                                        tokenizer_fingerprint, tokenizer_spec)
 
 EXIT_BAD_INPUT = EXIT_BAD_PLAN  # 2, as every moeforge command uses for bad input
 PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usage names it
@@ -438,6 +437,3 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.output})", file=sys.stderr)
             return EXIT_INTERNAL
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ import signal
 import time
 
 from runtime.inputs import InputError, parse_json
-from runtime.prepare_tokenizers import load_tokenizer
+from runtime.data_prepare.tokenizers import load_tokenizer
 
 MAX_REPORTED = 20  # bad lines printed; the rest are counted
 BATCH_LINES = 1024  # a batch ends at this many lines or BATCH_BYTES, whichever comes first
