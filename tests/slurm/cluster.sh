@@ -386,7 +386,7 @@ EnforcePartLimits=ALL
 MailProg=/bin/true
 KillWait=5
 MinJobAge=300
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2
 StateSaveLocation=$STATE_DIR
 SlurmctldPidFile=$CTLD_PIDFILE
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
@@ -494,14 +494,17 @@ wait_until_idle() {
 # node. It also covers slurmctld's first seconds, in which it does not yet schedule batch jobs: a
 # caller's first `sbatch --wait` would otherwise miss its first poll (2 s) and report only at the next (10 s).
 probe_job() {
-    local job state i
+    local job state
     job="$(sbatch --parsable --job-name=cluster.sh-probe --time=1 --output=/dev/null \
         --nodes="$NODES" --ntasks-per-node=1 --wrap='srun true' 9>&-)" || {
         show_logs
         die "the probe job was refused"
     }
     job="${job%%;*}"
-    for ((i = 0; i < 600; i++)); do
+    # A job submitted while a node still completes a killed job's cleanup waits for the next scheduling
+    # pass (sched_interval): give it the start timeout, not a fixed 30 s.
+    local deadline=$((SECONDS + START_TIMEOUT))
+    while ((SECONDS < deadline)); do
         state="$(squeue -h -j "$job" -o %T 2>/dev/null)" || state=""
         [[ -z $state ]] && break
         sleep 0.05
@@ -510,7 +513,8 @@ probe_job() {
     if [[ $state != *"JobState=COMPLETED"* ]]; then
         printf '%s\n' "$state" >&2
         show_logs
-        die "the probe job $job did not complete"
+        local why="${state#*JobState=}" reason="${state#*Reason=}"
+        die "the probe job $job did not complete in ${START_TIMEOUT}s (JobState=${why%% *}, Reason=${reason%% *})"
     fi
 }
 
