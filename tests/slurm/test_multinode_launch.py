@@ -317,6 +317,9 @@ def node_lost(multinode_cluster, slurm_lib, tmp_path_factory):
         err.close()
         if job:
             cluster.run("scancel", job)
+        # What an operator does with a node that was lost: mark it down (which releases the job it was completing:
+        # its slurmd died before it could say so, and the job would hold the node), then bring it back.
+        cluster.run("scontrol", "update", "nodename=node2", "state=down", "reason=lost in a test")
         cluster.start_again()
     return {"rc": rc, "job": job, "out": (tmp / "launch.out").read_text(), "err": (tmp / "launch.err").read_text(),
             "logs": job_logs(logs, job), "ckpt": ckpt, "build": build, "tmp": tmp}
