@@ -14,7 +14,7 @@ SET ?=
 # compile and launch: the build root (default build/ under the project root); launch runs OUT/RECIPE
 OUT ?=
 BUILD_DIR = $(or $(OUT),build)/$(RECIPE)
-MOEFORGE := PYTHONPATH=$(CURDIR) $(PY) -m compiler
+MOEFORGE := $(PY) -m moeforge.compiler
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 # Second environment for the fidelity judges (tests/fidelity): Megatron-LM's own parse_args /
 # validate_args (megatron-core 0.19.2 ships megatron/training) and Megatron-Bridge 0.6.2, which
@@ -52,7 +52,7 @@ CATALOGUE := $(patsubst recipes/%.yaml,%,$(shell find recipes -name '*.yaml' -no
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: a plain `torch` requirement would pull gigabytes of CUDA wheels
@@ -71,6 +71,8 @@ $(STAMP312):
 	$(PY312_BIN) -m pip install -q "torch==$(TORCH_VERSION)" "megatron-core==$(MCORE312_VERSION)"
 	$(PY312_BIN) -m pip install -q --no-deps "megatron-bridge==$(BRIDGE_VERSION)" "nvidia-modelopt==0.47.0"
 	$(PY312_BIN) -m pip install -q "torch==$(TORCH_VERSION)" $(BRIDGE_DEPS)
+	# moeforge itself (its runtime is what the jobs run), editable: the code is this checkout
+	$(PY312_BIN) -m pip install -q --no-deps -e .
 	@! $(PY312_BIN) -m pip show -q transformer-engine 2>/dev/null || { echo "error: transformer-engine got installed"; exit 1; }
 	touch $@
 
@@ -108,7 +110,7 @@ $(MEGATRON_WHEELS)/.verified: $(WHEEL_SUMS) | $(STAMP)
 megatron-wheels: $(MEGATRON_WHEELS)/.verified ## cache the pinned megatron-core wheels the source-literal tests read
 
 test: $(STAMP) $(FIDELITY_ENV) $(MEGATRON_WHEELS)/.verified ## run the test suite
-	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -x --durations=10
+	$(PY) -m pytest -q -x --durations=10
 
 check: $(STAMP) ## validate and solve every recipe in recipes/
 	$(MOEFORGE) check recipes
@@ -121,7 +123,7 @@ compile-all: $(addprefix compile-one/,$(CATALOGUE)) ## compile every recipe in t
 compile-one/%: $(STAMP)
 	@$(MOEFORGE) compile $*
 
-# A plan for megatron-core >= 0.17 runs with .venv312's python (megatron/training for runtime.megatron):
+# A plan for megatron-core >= 0.17 runs with .venv312's python (megatron/training for moeforge.runtime.megatron):
 # launch builds .venv312 first when the compiled plan needs it (never for TARGET=print, which only
 # prints the exact commands).
 launch: compile ## launch RECIPE with TARGET=local|slurm|print (print: the exact commands, nothing run)
@@ -134,23 +136,23 @@ plan-layout: $(STAMP) ## rank layouts: MODEL=<model> PLATFORM=<platform> GPUS=<n
 	$(MOEFORGE) plan-layout $(MODEL) --platform $(PLATFORM) --gpus $(GPUS) $(if $(SEQ),--seq $(SEQ)) $(if $(GBS),--gbs $(GBS))
 
 validate-layouts: $(STAMP) ## plan-layout vs the tuned Megatron-Bridge layouts; rewrites README's validation table
-	PYTHONPATH=$(CURDIR) $(PY) -m compiler.planner.validation tests/data/bridge_tuned_layouts.json --update-readme
+	$(PY) -m moeforge.compiler.planner.validation tests/data/bridge_tuned_layouts.json --update-readme
 
 matrix: $(STAMP) ## recipes x platforms table (text, and build/matrix.html)
 	$(MOEFORGE) matrix --html build/matrix.html
 
 fuzz: $(STAMP) ## the long fuzz run (hypothesis, many examples)
-	MOEFORGE_FUZZ=long PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/fuzz tests/hostile
+	MOEFORGE_FUZZ=long $(PY) -m pytest -q tests/fuzz tests/hostile
 
 bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold start vs megatron-core, plan-layout); rewrites README's table
-	PYTHONPATH=$(CURDIR) $(PY) bench/bench.py --update-readme
-	PYTHONPATH=$(CURDIR) $(PY) bench/plan_layout_bench.py
+	$(PY) bench/bench.py --update-readme
+	$(PY) bench/plan_layout_bench.py
 
 golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
-	MOEFORGE_UPDATE_GOLDEN=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q tests/golden
+	MOEFORGE_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/golden
 
 schemas: $(STAMP) ## regenerate schemas/recipe.v3.json from the knob table (compiler/knobs/recipe_schema.py)
-	PYTHONPATH=$(CURDIR) $(PY) -m compiler.knobs.recipe_schema
+	$(PY) -m moeforge.compiler.knobs.recipe_schema
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache

@@ -80,7 +80,7 @@ def machine() -> dict:
 
 
 def catalogue() -> list[str]:
-    from compiler.commands.check import recipe_ids
+    from moeforge.compiler.commands.check import recipe_ids
 
     return recipe_ids(RECIPES)
 
@@ -122,7 +122,7 @@ def quiet(fn, *args, **kw):
 # ----------------------------------------------------------------------------- moeforge
 
 def bench_check(ids: list[str], runs: int, cold_runs: int) -> dict:
-    from compiler.commands.check import check_paths
+    from moeforge.compiler.commands.check import check_paths
 
     quiet(check_paths, [str(RECIPES)], False, "json")  # warm: imports, schema validators
     warm = []
@@ -130,7 +130,7 @@ def bench_check(ids: list[str], runs: int, cold_runs: int) -> dict:
         start = time.perf_counter()
         rc = quiet(check_paths, [str(RECIPES)], False, "json")
         warm.append(time.perf_counter() - start)
-    cold = run_cold([sys.executable, "-m", "compiler", "check", "recipes"], cold_runs)
+    cold = run_cold([sys.executable, "-m", "moeforge.compiler", "check", "recipes"], cold_runs)
     n = len(ids)
     return {"recipes": n, "rc": rc,
             "warm_median_s": median(warm), "warm_recipes_per_s": n / median(warm),
@@ -140,15 +140,15 @@ def bench_check(ids: list[str], runs: int, cold_runs: int) -> dict:
 
 def bench_matrix(cold_runs: int) -> dict:
     """Cold `moeforge matrix` of the catalogue (every recipe on every platform), wall."""
-    cold = run_cold([sys.executable, "-m", "compiler", "matrix"], max(1, min(cold_runs, 3)))
+    cold = run_cold([sys.executable, "-m", "moeforge.compiler", "matrix"], max(1, min(cold_runs, 3)))
     return {**cold, "cells": len(catalogue()) * len(list((RECIPES / "platforms").glob("*.yaml")))}
 
 
 def bench_compile(ids: list[str], runs: int) -> dict:
-    from compiler.targets import emit
-    from compiler.diagnostics import CompileError
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets import emit
+    from moeforge.compiler.diagnostics import CompileError
+    from moeforge.compiler.driver import load, resolve
+    from moeforge.compiler.targets.plan import build
 
     out = Path(tempfile.mkdtemp(prefix="moeforge-bench-"))
     try:
@@ -174,8 +174,8 @@ def bench_compile(ids: list[str], runs: int) -> dict:
 
 
 def bench_solver(ids: list[str], repeat: int) -> dict:
-    from compiler.diagnostics import CompileError
-    from compiler.driver import load, resolve
+    from moeforge.compiler.diagnostics import CompileError
+    from moeforge.compiler.driver import load, resolve
 
     rows, every = {}, []
     for rid in ids:
@@ -199,9 +199,9 @@ def bench_solver(ids: list[str], repeat: int) -> dict:
 
 def plan_configs(ids: list[str]) -> list[dict]:
     """One plan per recipe that compiles: {id, transformer_config, platform} (lint and megatron input)."""
-    from compiler.diagnostics import CompileError
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from moeforge.compiler.diagnostics import CompileError
+    from moeforge.compiler.driver import load, resolve
+    from moeforge.compiler.targets.plan import build
 
     out = []
     for rid in ids:
@@ -216,7 +216,7 @@ def plan_configs(ids: list[str]) -> list[dict]:
 
 def lint_mapping_from_plan(p: dict) -> dict:
     """A flat Megatron mapping (what lint-config reads) from a compiled plan."""
-    from compiler.lint.config_lint import known_names
+    from moeforge.compiler.lint.config_lint import known_names
 
     known = known_names()
     tc = {k: v for k, v in p["transformer_config"].items() if k in known and k not in ("params_dtype",
@@ -236,7 +236,7 @@ def lint_mapping_from_plan(p: dict) -> dict:
 def bench_lint(plans: list[dict], seconds: float) -> dict:
     import yaml
 
-    from compiler.lint.config_lint import UnusableInput, lint_mapping
+    from moeforge.compiler.lint.config_lint import UnusableInput, lint_mapping
 
     corpus, sources = [], {}
     if PERF.exists():
@@ -366,8 +366,8 @@ def bench_megatron(plans: list[dict], cold_runs: int, repeat: int) -> dict:
 
 
 def bench_moeforge_cold_one(cold_runs: int) -> dict:
-    """Cold `moeforge check` of tiny-moe/cpu (auto knobs: the solver runs, compiler.solver.finite without z3)."""
-    return run_cold([sys.executable, "-m", "compiler", "check", TINY], cold_runs)
+    """Cold `moeforge check` of tiny-moe/cpu (auto knobs: the solver runs, moeforge.compiler.solver.finite without z3)."""
+    return run_cold([sys.executable, "-m", "moeforge.compiler", "check", TINY], cold_runs)
 
 
 def bench_moeforge_cold_pinned(cold_runs: int) -> dict:
@@ -377,7 +377,7 @@ def bench_moeforge_cold_pinned(cold_runs: int) -> dict:
     try:
         shutil.copytree(RECIPES, tmp / "recipes")
         shutil.copy(PINNED, tmp / "recipes" / "tiny-moe" / "pinned.yaml")
-        return run_cold([sys.executable, "-m", "compiler", "check", "recipes/tiny-moe/pinned.yaml"], cold_runs,
+        return run_cold([sys.executable, "-m", "moeforge.compiler", "check", "recipes/tiny-moe/pinned.yaml"], cold_runs,
                         cwd=tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -391,14 +391,14 @@ def bench_wide_recipe(cold_runs: int) -> dict:
         shutil.copytree(RECIPES, tmp / "recipes")
         text = (ROOT / TINY).read_text() + "".join(f"k{i:05d}: {i}\n" for i in range(WIDE_KEYS))
         (tmp / "recipes" / "tiny-moe" / "wide.yaml").write_text(text)
-        out = run_cold([sys.executable, "-m", "compiler", "check", "recipes/tiny-moe/wide.yaml"], cold_runs, cwd=tmp)
+        out = run_cold([sys.executable, "-m", "moeforge.compiler", "check", "recipes/tiny-moe/wide.yaml"], cold_runs, cwd=tmp)
         return {**out, "keys": WIDE_KEYS, "kib": len(text) // 1024}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def bench_moeforge_warm_one(repeat: int) -> float:
-    from compiler.commands.check import check_paths
+    from moeforge.compiler.commands.check import check_paths
 
     quiet(check_paths, [str(ROOT / TINY)], False, "json")
     times = []

@@ -2,7 +2,7 @@
 that were not in the fit.
 
 Thirteen variants of tiny-moe/cpu (sequence length, hidden and FFN size, layers, micro and global batch,
-EP overlap) train on 2 CPU ranks (runtime.train under torchrun, steady-state median step time).  Nine
+EP overlap) train on 2 CPU ranks (moeforge.runtime.train under torchrun, steady-state median step time).  Nine
 calibrate the cpu platform through `moeforge calibrate` (the cpu platform has no datasheet: its peak,
 memory bandwidth and link bandwidth are measured here first and passed as --assume); the other four are
 estimated with the written calibration and compared with their measured step, all in one run, so the
@@ -80,7 +80,7 @@ def load_average() -> float:
 
 
 def compile_variant(out: Path, name: str, sets: list[str], steps: int) -> Path:
-    cmd = [PY, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out / name), "--quiet",
+    cmd = [PY, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out / name), "--quiet",
            "--set", f"training.train_iters={steps}"]
     for s in sets:
         cmd += ["--set", s]
@@ -99,7 +99,7 @@ def train(build: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run([TORCHRUN, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                           "-m", "runtime.train", str(build / "plan.json")], cwd=ROOT, env=env, capture_output=True,
+                           "-m", "moeforge.runtime.train", str(build / "plan.json")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     if proc.returncode:
         raise SystemExit(f"{build}: training failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -178,7 +178,7 @@ def main() -> int:
     load_after = load_average()
 
     target = out / "cpu.calibration.yaml"
-    cmd = [PY, "-m", "compiler", "calibrate", str(out / "calibration"), "--fit", ",".join(FIT), "--fix", ",".join(FIX),
+    cmd = [PY, "-m", "moeforge.compiler", "calibrate", str(out / "calibration"), "--fit", ",".join(FIT), "--fix", ",".join(FIX),
            "--only", "time", "--output", str(target)]
     for k, v in {**assumed, **STATED}.items():
         cmd += ["--assume", f"{k}={v}"]
@@ -187,7 +187,7 @@ def main() -> int:
     if proc.returncode:
         return proc.returncode
 
-    from compiler.estimate import calibration, steptime
+    from moeforge.compiler.estimate import calibration, steptime
 
     cal = calibration.load(target, "cpu")
     rows = []

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="16,64,256", help="comma-separated GPU counts (default 16,64,256)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
-    from compiler.planner import search
+    from moeforge.compiler.planner import search
 
     counts = [int(g) for g in args.gpus.split(",")]
     rows = []

@@ -1,4 +1,4 @@
-"""Runtime overhead: ``runtime.train`` vs a plain megatron-core script, same model, same steps.
+"""Runtime overhead: ``moeforge.runtime.train`` vs a plain megatron-core script, same model, same steps.
 
 Why: the runtime adds a plan check, a backend gate, a realised-configuration check, a schedule
 probe (counting wrappers) and a report on top of megatron-core.  This benchmark runs both on the
@@ -13,11 +13,11 @@ MLATransformerConfig), initialize_model_parallel, GPTModel with the layer spec t
 (local or Transformer Engine, MTP block when planned), DDP, get_megatron_optimizer,
 get_forward_backward_func.  It builds the same model as the runtime for every catalogue model
 shape: the plan's strings are interpreted with the runtime's string -> object tables
-(runtime.model.DTYPES and activation_from_name: "silu" -> F.silu, "bfloat16" -> torch.bfloat16;
+(moeforge.runtime.model.DTYPES and activation_from_name: "silu" -> F.silu, "bfloat16" -> torch.bfloat16;
 shared so both sides read the plan identically, not re-implemented), norms and RoPE are plan
 values passed through to TransformerConfig/GPTModel as they are.  On a machine without a GPU it
-needs the same CUDA stand-ins as the runtime (runtime.cpu_support) and it draws the same
-synthetic batches (runtime.synthetic_batches) so that the losses can be compared; nothing else of the runtime
+needs the same CUDA stand-ins as the runtime (moeforge.runtime.cpu_support) and it draws the same
+synthetic batches (moeforge.runtime.synthetic_batches) so that the losses can be compared; nothing else of the runtime
 is used (no plan check, gate, realised-configuration check, schedule probe or report).
 
     python bench/runtime_overhead.py PLAN --steps 3 --repeats 1 --summary out.json
@@ -48,8 +48,8 @@ def plain_worker(plan_path: str, out: str) -> None:
     """A minimal hand-written megatron-core training loop for the plan's model."""
     sys.path.insert(0, str(ROOT))
     import torch
-    from runtime import cpu_support, synthetic_batches  # CUDA stand-ins and identical batches only
-    from runtime.model import DTYPES, activation_from_name  # the plan's string tables only
+    from moeforge.runtime import cpu_support, synthetic_batches  # CUDA stand-ins and identical batches only
+    from moeforge.runtime.model import DTYPES, activation_from_name  # the plan's string tables only
 
     cpu_support.install()
     plan = json.loads(Path(plan_path).read_text())
@@ -235,7 +235,7 @@ def main() -> None:
         walls = {"runtime": [], "plain": []}
         steady = {"runtime": [], "plain": []}
         for _ in range(args.repeats):
-            walls["runtime"].append(_torchrun(nproc, ["-m", "runtime.train", str(plan_path),
+            walls["runtime"].append(_torchrun(nproc, ["-m", "moeforge.runtime.train", str(plan_path),
                                                       "--out", tmp]))
             rep = json.loads((Path(tmp) / "report.json").read_text())
             steady["runtime"].append(rep["steady_state"]["median_s"])

@@ -22,12 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from compiler.commands import check  # noqa: E402
-from compiler.recipe.compose import RECIPES  # noqa: E402
-from compiler.diagnostics import CompileError  # noqa: E402
-from compiler.lint.config_lint import lint_mapping, lint_text  # noqa: E402
-from compiler.driver import load, resolve  # noqa: E402
-from compiler.rules import CATALOGUE, PREFERENCES, RULES  # noqa: E402
+from moeforge.compiler.commands import check  # noqa: E402
+from moeforge.compiler.recipe.compose import RECIPES  # noqa: E402
+from moeforge.compiler.diagnostics import CompileError  # noqa: E402
+from moeforge.compiler.lint.config_lint import lint_mapping, lint_text  # noqa: E402
+from moeforge.compiler.driver import load, resolve  # noqa: E402
+from moeforge.compiler.rules import CATALOGUE, PREFERENCES, RULES  # noqa: E402
 
 PERF = ROOT / "tests" / "lint" / "data" / "bridge_perf_configs.yaml"
 VARIATIONS = [

@@ -25,5 +25,5 @@ LAYERS = (
     ("sweep",),                               # sweeps: points, job arrays, results
     ("commands",),                            # the CLI's handlers
     ("cli",),                                 # the command line
-    ("__main__",),                            # python -m compiler
+    ("__main__",),                            # python -m moeforge.compiler
 )

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from compiler import __version__, project
-from compiler.diagnostics import CompileError, Position, error, printable, render_all, shown
+from moeforge.compiler import __version__, project
+from moeforge.compiler.diagnostics import CompileError, Position, error, printable, render_all, shown
 
 # Each command imports what it needs inside its handler (`# lazy:`), so that a cold `moeforge check` loads the
 # check's modules only (tests/compiler/test_cold_start.py lists what it must not import).
@@ -100,13 +100,13 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        description="Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait "
                                    "launch.sbatch) or print the exact commands. A recipe is compiled first.")
     if only in (None, "launch"):
-        from compiler.commands.launch import add_arguments  # lazy: launch's options only when launch is the command
+        from moeforge.compiler.commands.launch import add_arguments  # lazy: launch's options only when launch is the command
         add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with a recipe: override a recipe value before compiling (repeatable)")
     c.add_argument("--out", default=None, help="with a recipe: build root (default: build/ under the project root)")
     c = sub.add_parser("dryrun", help="build one rank's shard of a plan on the meta device (runtime environment)",
-                       description="Run python -m runtime.dryrun in this interpreter (it needs torch and "
+                       description="Run python -m moeforge.runtime.dryrun in this interpreter (it needs torch and "
                                    "megatron-core; the compiler never imports them).")
     c.add_argument("plan", nargs="+", help="plan.json or build/<recipe> directory (several: each in turn)")
     c.add_argument("--rank", default="0", help="global rank, or a comma-separated list; negative counts from "
@@ -165,7 +165,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="overwrite existing files")
     c = sub.add_parser("data", help="training data tools (run in the runtime environment: make setup)",
                        description="Training data tools. They run in the runtime's Python (megatron-core): "
-                                   "`make setup`, then .venv/bin/python -m compiler data ...")
+                                   "`make setup`, then .venv/bin/python -m moeforge.compiler data ...")
     data = c.add_subparsers(dest="data_command", required=True, metavar="{prepare}", help="data command")
     data.add_parser("prepare", add_help=False,  # main() hands its arguments, --help included, to the runtime
                     help="tokenize a JSONL corpus into a Megatron indexed dataset PREFIX.bin/.idx/.json "
@@ -217,19 +217,19 @@ def _main(argv: list[str]) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["lint-config"]:  # its options are its own
-        from compiler.lint.config_lint import main_lint_config  # lazy: lint-config only
+        from moeforge.compiler.lint.config_lint import main_lint_config  # lazy: lint-config only
         return main_lint_config(argv[1:])
     if argv[:1] == ["plan-layout"]:  # its options are its own
-        from compiler.planner.cli import main as plan_layout  # lazy: plan-layout only
+        from moeforge.compiler.planner.cli import main as plan_layout  # lazy: plan-layout only
         return plan_layout(argv[1:])
     if argv[:1] == ["calibrate"]:  # its options are its own
-        from compiler.calibrate.cli import main as calibrate  # lazy: calibrate only
+        from moeforge.compiler.calibrate.cli import main as calibrate  # lazy: calibrate only
         return calibrate(argv[1:])
     if argv[:1] == ["diagnose"]:
-        from compiler.diagnose.cli import main as diagnose  # lazy: diagnose only
+        from moeforge.compiler.diagnose.cli import main as diagnose  # lazy: diagnose only
         return diagnose(argv[1:])
-    if argv[:2] == ["data", "prepare"]:  # its options (and --help) are runtime.data_prepare's
-        from compiler.commands.runtime import cmd_data_prepare  # lazy: subprocess (cold check)
+    if argv[:2] == ["data", "prepare"]:  # its options (and --help) are moeforge.runtime.data_prepare's
+        from moeforge.compiler.commands.runtime import cmd_data_prepare  # lazy: subprocess (cold check)
         return cmd_data_prepare(argv[2:])
     args = _plain_check(argv)
     if args is None:
@@ -288,8 +288,8 @@ def cmd_compile(args) -> int:
 def _write_build(args):
     """Compile args.recipe and write its build directory (under args.out): (the compiled recipe, the build
     directory as the scripts name it, the build directory's warnings)."""
-    from compiler import driver  # lazy: compile only
-    from compiler.targets import emit  # lazy: compile only (jinja2)
+    from moeforge.compiler import driver  # lazy: compile only
+    from moeforge.compiler.targets import emit  # lazy: compile only (jinja2)
 
     compiled = driver.compile(args.recipe, args.overrides, strict=args.strict)
     # through a symlinked build directory to where it points: the scripts name that place (build_dir)
@@ -327,10 +327,10 @@ def _relative(path: Path) -> str:
 
 
 def cmd_explain(args) -> int:
-    from compiler import driver  # lazy: explain only
-    from compiler.estimate import summary  # lazy: as above
-    from compiler.estimate.calibration import CalibrationError  # lazy: as above
-    from compiler.targets.explain import explain  # lazy: as above
+    from moeforge.compiler import driver  # lazy: explain only
+    from moeforge.compiler.estimate import summary  # lazy: as above
+    from moeforge.compiler.estimate.calibration import CalibrationError  # lazy: as above
+    from moeforge.compiler.targets.explain import explain  # lazy: as above
 
     fmt = "json" if args.format == "json" else "text"
     compiled = driver.compile(args.recipe, args.overrides, strict=args.strict)
@@ -345,7 +345,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from compiler.commands.check import check_paths  # lazy: check's own modules load when it runs
+    from moeforge.compiler.commands.check import check_paths  # lazy: check's own modules load when it runs
 
     return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)
 
@@ -354,7 +354,7 @@ def cmd_rules(args) -> int:
     import fnmatch  # lazy: rules only
     import json  # lazy: as above
 
-    from compiler.rules import CATALOGUE, PREFERENCES  # lazy: as above
+    from moeforge.compiler.rules import CATALOGUE, PREFERENCES  # lazy: as above
 
     rules, prefs = list(CATALOGUE), list(PREFERENCES)
     ids = getattr(args, "ids", None) or []
@@ -401,9 +401,9 @@ def cmd_rules(args) -> int:
 
 
 def cmd_migrate(args) -> int:
-    from compiler.bounded import Unreadable  # lazy: migrate only
-    from compiler.recipe.load import load_file  # lazy: as above
-    from compiler.recipe.migrate import migrate_file  # lazy: as above
+    from moeforge.compiler.bounded import Unreadable  # lazy: migrate only
+    from moeforge.compiler.recipe.load import load_file  # lazy: as above
+    from moeforge.compiler.recipe.migrate import migrate_file  # lazy: as above
 
     diags, stale = [], []
     for name in args.files:
@@ -433,7 +433,7 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from compiler.commands.diff import diff, render  # lazy: diff only
+    from moeforge.compiler.commands.diff import diff, render  # lazy: diff only
 
     rows = diff(args.a, args.b)
     print(render(rows, args.a, args.b, args.format))
@@ -441,19 +441,19 @@ def cmd_diff(args) -> int:
 
 
 def cmd_matrix(args) -> int:
-    from compiler.commands import matrix  # lazy: matrix only
+    from moeforge.compiler.commands import matrix  # lazy: matrix only
 
     rows, plats, table = matrix.build(args.paths or None)
     print(matrix.text(rows, plats, table))
     if args.html:
-        from compiler.files import write_file_atomically  # lazy: only with --html
+        from moeforge.compiler.files import write_file_atomically  # lazy: only with --html
         write_file_atomically(Path(args.html), matrix.page(rows, plats, table))
     return 0
 
 
 def cmd_launch(args) -> int:
     """A build directory runs as it is; a recipe is compiled first (into --out), then run."""
-    from compiler.commands import launch  # lazy: launch only
+    from moeforge.compiler.commands import launch  # lazy: launch only
 
     build = Path(args.build)
     if not (build / "plan.json").exists() and not build.is_dir():  # a recipe: compiled into --out first
@@ -473,7 +473,7 @@ def cmd_launch(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from compiler.commands.scaffold import init  # lazy: init only
+    from moeforge.compiler.commands.scaffold import init  # lazy: init only
 
     root = Path(args.dir).absolute() if args.dir else project.root()
     for name in init(root):
@@ -484,7 +484,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep  # lazy: new only
+    from moeforge.compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep  # lazy: new only
 
     root = project.root()
     if args.what == "sweep":
@@ -499,25 +499,25 @@ def cmd_new(args) -> int:
 
 
 def cmd_dryrun(args) -> int:
-    from compiler.commands.runtime import cmd_dryrun as run  # lazy: subprocess (cold check)
+    from moeforge.compiler.commands.runtime import cmd_dryrun as run  # lazy: subprocess (cold check)
 
     return run(args)
 
 
 def cmd_import(args) -> int:
-    from compiler.importer.files import main as import_main  # lazy: import only
+    from moeforge.compiler.importer.files import main as import_main  # lazy: import only
 
     return import_main(args)
 
 
 def cmd_sweep(args) -> int:
-    from compiler.commands.sweep import cmd_sweep as run  # lazy: sweep only
+    from moeforge.compiler.commands.sweep import cmd_sweep as run  # lazy: sweep only
 
     return run(args)
 
 
 def cmd_results(args) -> int:
-    from compiler.commands.sweep import cmd_results as run  # lazy: results only
+    from moeforge.compiler.commands.sweep import cmd_results as run  # lazy: results only
 
     return run(args)
 

@@ -12,16 +12,16 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
-from compiler.knobs import table as K
-from compiler.knobs.fields import megatron_core_diagnostics
-from compiler.recipe import integers, validate
-from compiler.recipe.compose import Composed, compose, resolve_recipe
-from compiler.rules import BY_ID, PREFERENCES, RULES, Rule
-from compiler.rules.expr import evaluate
-from compiler.solver.inputs import concrete, pins_and_auto
-from compiler.solver.solve import solve
-from compiler.solver.values import Decision, Resolved
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.fields import megatron_core_diagnostics
+from moeforge.compiler.recipe import integers, validate
+from moeforge.compiler.recipe.compose import Composed, compose, resolve_recipe
+from moeforge.compiler.rules import BY_ID, PREFERENCES, RULES, Rule
+from moeforge.compiler.rules.expr import evaluate
+from moeforge.compiler.solver.inputs import concrete, pins_and_auto
+from moeforge.compiler.solver.solve import solve
+from moeforge.compiler.solver.values import Decision, Resolved
 
 
 class Compiled:
@@ -54,13 +54,13 @@ def compile(recipe: str | Path, overrides=(), root: Path | None = None, *, stric
     resolved = resolve(load(recipe, overrides, root), strict, explain_errors)
     if not plan:
         return Compiled(resolved)
-    from compiler.targets.plan import build  # lazy: the cold check stops before the plan
+    from moeforge.compiler.targets.plan import build  # lazy: the cold check stops before the plan
 
     return Compiled(resolved, build(resolved))
 
 
 def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:
-    """Compose and validate a recipe of `root` (default: the project's recipes/, compiler.project)."""
+    """Compose and validate a recipe of `root` (default: the project's recipes/, moeforge.compiler.project)."""
     path = resolve_recipe(str(recipe), root)
     composed = compose(path, list(overrides), root)
     diags = []
@@ -68,7 +68,7 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
         diags += validate.missing_schema(doc.data, doc.file)
         if _kind_of(doc, root) == "recipe":  # platform and model are checked below, overrides included
             diags += validate.check(doc.data, validate.document_schema(doc.data, "recipe"), doc.pos)
-    wanted = []  # where the recipe spells an integer as a float (compiler.recipe.integers)
+    wanted = []  # where the recipe spells an integer as a float (moeforge.compiler.recipe.integers)
     for kind in ("platform", "model"):
         part = composed.data.get(kind)
         found, paths = validate.accept(part, validate.document_schema(part, kind),
@@ -180,7 +180,7 @@ def _silent(rules, pins, auto, env, decisions, strict) -> list[Diagnostic]:
     out = []
     for r in rules:
         if evaluate(r.when, as_written) is True and evaluate(r.require, as_written) is False:
-            from compiler.knobs.display import display  # lazy: only a diagnostic needs it (a clean cold check)
+            from moeforge.compiler.knobs.display import display  # lazy: only a diagnostic needs it (a clean cold check)
 
             changes = ", ".join(f"{display(f)} = {json.dumps(v)}" for f, v in r.silent.items())
             d = _diag(r, pins, f"{r.message} (Megatron would silently use {changes}; the plan states it)"
@@ -211,8 +211,8 @@ def render_message(text: str, env: dict) -> str:
 
 
 def _diag(r: Rule, pins, message: str) -> Diagnostic:
-    from compiler.knobs.display import display  # lazy: only a diagnostic needs these (a clean cold check)
-    from compiler.rules.display import megatron_display  # lazy: as above
+    from moeforge.compiler.knobs.display import display  # lazy: only a diagnostic needs these (a clean cold check)
+    from moeforge.compiler.rules.display import megatron_display  # lazy: as above
 
     involved = [f for f in sorted(r.fields) if f in pins and pins[f].pos]
     rank = {"pinned": 0, "override": 0, "default": 1, "model": 2}  # the recipe's own lines first, facts last

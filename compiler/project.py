@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from compiler.files import write_file_atomically
-from compiler.resources import KINDS, SCHEMAS
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.resources import KINDS, SCHEMAS
 
 MARKER = "moeforge.toml"
 BUILTIN_PREFIX = "builtin:"

@@ -1,7 +1,7 @@
 """moeforge runtime: executes a compiled plan.json on megatron-core (never imports the compiler).
 
-Entry points: ``python -m runtime.train PLAN.json`` (under torchrun/srun; moeforge's loop on synthetic
-micro-batches), ``python -m runtime.megatron PLAN.json`` (Megatron-LM's own loop), ``python -m runtime.dryrun
-PLAN.json --rank R`` (one rank's shard in a single process) and ``python -m runtime.data_prepare`` (a corpus
+Entry points: ``python -m moeforge.runtime.train PLAN.json`` (under torchrun/srun; moeforge's loop on synthetic
+micro-batches), ``python -m moeforge.runtime.megatron PLAN.json`` (Megatron-LM's own loop), ``python -m moeforge.runtime.dryrun
+PLAN.json --rank R`` (one rank's shard in a single process) and ``python -m moeforge.runtime.data_prepare`` (a corpus
 tokenized into a Megatron dataset: the package data_prepare/). README.md says which module does what.
 """

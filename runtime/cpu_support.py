@@ -247,7 +247,7 @@ def _patch_megatron() -> None:
 
 
 def install_megatron_training() -> None:
-    """Stand-ins for Megatron-LM's training package (runtime.megatron), CPU only.
+    """Stand-ins for Megatron-LM's training package (moeforge.runtime.megatron), CPU only.
 
     - pretrain() calls initialize_megatron() without ``allow_no_cuda``, which asserts that CUDA is
       available; Megatron-LM's own switch for CPU-only processes is that argument, so it is set.

@@ -1,4 +1,4 @@
-"""``python -m runtime.dryrun PLAN.json [PLAN.json ...] --rank R``: build one rank's shard.
+"""``python -m moeforge.runtime.dryrun PLAN.json [PLAN.json ...] --rank R``: build one rank's shard.
 
 Why: "does this layout fit, and what lands on each rank?" should be answered before a job is
 queued.  One process joins torch's fake process group as rank R of the plan's world, initialises
@@ -172,7 +172,7 @@ def run_plan(path: str, rank_args: list[int], local_spec: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.dryrun", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m moeforge.runtime.dryrun", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", nargs="+", help="plan.json (several: dry-run each in turn)")
     parser.add_argument("--rank", default="0",
@@ -188,14 +188,14 @@ def main(argv=None) -> int:
     try:
         ranks = parse_ranks(args.rank)
     except RuntimeFailure as err:
-        report_and_exit(err, prog="runtime.dryrun")
+        report_and_exit(err, prog="moeforge.runtime.dryrun")
     for path in args.plan:
         try:
             entries.append(run_plan(path, ranks, args.local_spec))
         except RuntimeFailure as err:
             if len(args.plan) == 1:
-                report_and_exit(err, prog="runtime.dryrun")
-            print(f"runtime.dryrun: {path}: {err.kind}: {err.message}", file=sys.stderr,
+                report_and_exit(err, prog="moeforge.runtime.dryrun")
+            print(f"moeforge.runtime.dryrun: {path}: {err.kind}: {err.message}", file=sys.stderr,
                   flush=True)
             failures.append(err)
             entries.append({"plan": path, "error": {"kind": err.kind, "message": err.message,
@@ -203,8 +203,8 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - plan loading/gating bugs: one line, too
             err = RuntimeFailure(f"{path}: {type(exc).__name__}: {exc}")
             if len(args.plan) == 1:
-                report_and_exit(err, prog="runtime.dryrun")
-            print(f"runtime.dryrun: {err.kind}: {err.message}", file=sys.stderr, flush=True)
+                report_and_exit(err, prog="moeforge.runtime.dryrun")
+            print(f"moeforge.runtime.dryrun: {err.kind}: {err.message}", file=sys.stderr, flush=True)
             failures.append(err)
             entries.append({"plan": path, "error": {"kind": err.kind, "message": err.message,
                                                     "exit_code": err.exit_code}})

@@ -22,7 +22,7 @@ EXIT_INTERNAL = 7
 EXIT_CHECKPOINT_MISMATCH = 8
 EXIT_OUT_OF_MEMORY = 9
 EXIT_PEER_LOST = 10
-# Not a failure: runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
+# Not a failure: moeforge.runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
 # and stopped; launch.sbatch requeues the job on this code (75 = EX_TEMPFAIL, "try again").
 EXIT_SAVED_ON_SIGNAL = 75
 

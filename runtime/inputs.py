@@ -1,7 +1,7 @@
 """The one guarded reader of the runtime's input files: plan.json, megatron-lm.args, a dataset's
 PREFIX.json, a JSONL line of a corpus.
 
-Why: every runtime entry point (runtime.train, runtime.megatron, runtime.dryrun, data prepare)
+Why: every runtime entry point (moeforge.runtime.train, moeforge.runtime.megatron, moeforge.runtime.dryrun, data prepare)
 must stop on a hostile or damaged file with one line naming the file and what is wrong, never a
 ValueError, RecursionError or UnicodeDecodeError traceback.  The limits are far beyond any file
 moeforge writes (a plan is a few KB and nests six levels) and far below what would exhaust

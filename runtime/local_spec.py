@@ -379,7 +379,7 @@ def _gated_delta_net_without_fla(cfg, substitutions: list):
         return
 
     def no_kernel(*args, **kwargs):
-        raise RuntimeError("runtime.dryrun built GatedDeltaNet without fla; it cannot run")
+        raise RuntimeError("moeforge.runtime.dryrun built GatedDeltaNet without fla; it cannot run")
 
     substitutions.append({
         "field": "gated_delta_net kernels", "plan": "fla (flash-linear-attention)",

@@ -1,4 +1,4 @@
-"""``python -m runtime.megatron PLAN.json [--out DIR] [--strict] [-- MEGATRON-LM ARGS...]``: real training.
+"""``python -m moeforge.runtime.megatron PLAN.json [--out DIR] [--strict] [-- MEGATRON-LM ARGS...]``: real training.
 
 Megatron-LM's own loop (``megatron.training.pretrain``: data, tokenizer, checkpoints and resume,
 LR schedule, logging, the exit-signal handler) trains the model moeforge builds from the plan:
@@ -9,8 +9,8 @@ LR schedule, logging, the exit-signal handler) trains the model moeforge builds 
    validate_args() rewrote is reported, and the MoE/overlap/shape fields of the TransformerConfig
    Megatron-LM derives must equal the plan's (else the job stops before step 1);
 3. a checkpoint to resume from is checked against the plan's shape first (differing fields named);
-4. pretrain() builds the model through moeforge's provider (runtime.model: the plan-driven
-   construction and realised-configuration check, shared with runtime.train), then trains;
+4. pretrain() builds the model through moeforge's provider (moeforge.runtime.model: the plan-driven
+   construction and realised-configuration check, shared with moeforge.runtime.train), then trains;
 5. rank 0 writes report.json (per-step loss, rewrites, checkpoint, status).
 
 Exit codes are runtime/errors.py's; 75 (EXIT_SAVED_ON_SIGNAL) means "saved a checkpoint after
@@ -49,7 +49,7 @@ def megatron_lm_argv(plan, extra: list[str]) -> list[str]:
     """The plan's megatron-lm.args as an argv list (comments skipped, ${VAR} expanded) + extra."""
     path = plan.path.parent / ARGS_FILE
     if not path.is_file():
-        raise PlanError(f"{path} not found: runtime.megatron reads the megatron-lm.args that "
+        raise PlanError(f"{path} not found: moeforge.runtime.megatron reads the megatron-lm.args that "
                         f"`moeforge compile` writes next to plan.json")
     with stage(f"reading {path}"):
         argv = read_args_file(path)
@@ -70,7 +70,7 @@ def read_args_file(path: Path) -> list[str]:
 
 
 def require_megatron_training() -> None:
-    """runtime.megatron runs Megatron-LM's pretrain(): megatron.training must import in this Python
+    """moeforge.runtime.megatron runs Megatron-LM's pretrain(): megatron.training must import in this Python
     (megatron-core wheels ship it from 0.17 on), checked before anything is built."""
     import importlib.metadata
     import importlib.util
@@ -85,7 +85,7 @@ def require_megatron_training() -> None:
         have = f"megatron-core {importlib.metadata.version('megatron-core')}, which has no megatron/training"
     except importlib.metadata.PackageNotFoundError:
         have = "no megatron-core"
-    raise BackendMissing(f"runtime.megatron runs Megatron-LM's pretrain() from megatron.training, which "
+    raise BackendMissing(f"moeforge.runtime.megatron runs Megatron-LM's pretrain() from megatron.training, which "
                          f"{sys.executable} cannot import ({have}; the megatron-core wheel ships it from 0.17): "
                          f"run it with a Python that has megatron-core >= 0.17 (make setup312 builds .venv312), "
                          f"or set runtime.entrypoint: moeforge")
@@ -271,7 +271,7 @@ def megatron_lm_arguments(plan, argv: list[str], strict: bool):
     from megatron.training import arguments as mlm_arguments
     from megatron.training import global_vars
 
-    sys.argv = ["runtime.megatron", *argv]
+    sys.argv = ["moeforge.runtime.megatron", *argv]
     try:
         args = mlm_arguments.parse_args(ignore_unknown_args=False)
     except SystemExit as exc:  # argparse already printed which argument
@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="python -m runtime.megatron", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m moeforge.runtime.megatron", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", help="build/<recipe>/plan.json (megatron-lm.args is read next to it)")
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")
@@ -446,9 +446,9 @@ def main(argv=None) -> int:
         os.environ.setdefault("MASTER_PORT", str(free_port()))
         result = train(plan, Path(opts.out) if opts.out else plan.path.parent, extra, opts.strict, env, profile)
     except RuntimeFailure as err:
-        report_and_exit(err, prog=f"runtime.megatron[rank {rank}]")
+        report_and_exit(err, prog=f"moeforge.runtime.megatron[rank {rank}]")
     except Exception as exc:  # noqa: BLE001 - one line, exit 7
-        internal(exc, prog=f"runtime.megatron[rank {rank}]")
+        internal(exc, prog=f"moeforge.runtime.megatron[rank {rank}]")
     return EXIT_SAVED_ON_SIGNAL if result["status"] == "preempted" else 0
 
 

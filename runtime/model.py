@@ -228,7 +228,7 @@ def _experimental_layer_specs(cfg, vp_stage: int | None, use_te: bool, local_bac
             f"transformer_config.experimental_attention_variant = {variant!r}: megatron-core "
             f"{megatron_version()} builds experimental attention variants only with the "
             "Transformer Engine spec (runtime.transformer_impl: transformer_engine); "
-            "runtime.dryrun --local-spec counts its parameters without TE")
+            "moeforge.runtime.dryrun --local-spec counts its parameters without TE")
     else:
         from megatron.core.transformer.enums import LayerType
         from megatron.core.transformer.transformer_block import (
@@ -307,9 +307,9 @@ def build_model(plan: Plan, cfg, cast_dtype: bool = True, spec_hook=None,
 def build_chunk(plan: Plan, cfg, pre_process: bool, post_process: bool, vp_stage: int | None,
                 cast_dtype: bool = True, spec_hook=None, local_backend=None):
     """One GPTModel chunk: the unit both entry points build (Megatron-LM's get_model calls
-    runtime.megatron's provider once per chunk with pre/post_process and vp_stage).
+    moeforge.runtime.megatron's provider once per chunk with pre/post_process and vp_stage).
 
-    ``cast_dtype`` casts to the plan's bf16/fp16 here (runtime.train); under Megatron-LM its
+    ``cast_dtype`` casts to the plan's bf16/fp16 here (moeforge.runtime.train); under Megatron-LM its
     Float16Module does that instead.
     """
     from megatron.core.models.gpt import GPTModel

@@ -19,11 +19,8 @@ from . import inputs
 from .errors import PlanError
 
 SCHEMA_PREFIX = "moeforge/plan/v1"
-# In a checkout: schemas/ beside runtime/. Installed from the wheel: the same file is package data under
-# moeforge_data/ (compiler/resources.py decides this for the compiler, which the runtime never imports).
-_BESIDE = Path(__file__).resolve().parent.parent
-SCHEMA_FILE = next((d / "schemas" / "plan.v1.json" for d in (_BESIDE / "moeforge_data", _BESIDE)
-                    if (d / "schemas" / "plan.v1.json").is_file()), _BESIDE / "schemas" / "plan.v1.json")
+# schemas/ beside runtime/: in a checkout, and in the installed `moeforge` package, which mirrors it.
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "plan.v1.json"
 # layout key -> TransformerConfig key that must agree with it
 LAYOUT_TO_CONFIG = {
     "tp": "tensor_model_parallel_size",

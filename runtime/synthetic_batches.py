@@ -10,7 +10,7 @@ The kind is the plan's ``data.kind`` (plan.v1.json):
 "synthetic": uniform random tokens, next-token labels (loss stays near log(vocab)).
 "learnable": random inputs with label = (token + 1) mod vocab, a task a tiny model learns in a
 few steps, so a falling loss shows that gradients, optimizer and schedule are wired correctly.
-"mock" and "indexed" are Megatron-LM's data (``python -m runtime.megatron``), never generated here.
+"mock" and "indexed" are Megatron-LM's data (``python -m moeforge.runtime.megatron``), never generated here.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def step_batches(plan_training: dict, vocab_size: int, step: int, dp_rank: int,
     """All micro-batches of one step for this rank, moved to ``device`` (and CP-sliced); ``kind`` is the
     plan's data.kind."""
     if kind not in KINDS:
-        raise PlanError(f"data.kind {kind!r} is read by Megatron-LM: run the plan with python -m runtime.megatron "
-                        f"(runtime.entrypoint: megatron-lm); runtime.train generates {' or '.join(KINDS)} tokens")
+        raise PlanError(f"data.kind {kind!r} is read by Megatron-LM: run the plan with python -m moeforge.runtime.megatron "
+                        f"(runtime.entrypoint: megatron-lm); moeforge.runtime.train generates {' or '.join(KINDS)} tokens")
     out = []
     for i in range(plan_training["num_microbatches"]):
         mb = micro_batch(kind, plan_training["seed"], step, i,

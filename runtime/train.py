@@ -1,4 +1,4 @@
-"""``python -m runtime.train PLAN.json [--out DIR]`` under torchrun/srun: train as planned.
+"""``python -m moeforge.runtime.train PLAN.json [--out DIR]`` under torchrun/srun: train as planned.
 
 Order matters and is the point of this module: load and check the plan, gate the backends
 (before megatron-core is even imported), initialise torch.distributed (NCCL on GPUs, gloo on
@@ -270,7 +270,7 @@ def _float(value):
 
 def main(argv=None) -> int:
     launch_env.rank_environment()  # srun starts one task per rank: RANK/LOCAL_RANK/WORLD_SIZE from SLURM_* when unset
-    parser = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m moeforge.runtime.train", description=__doc__)
     parser.add_argument("plan", help="build/<recipe>/plan.json")
     parser.add_argument("--out", help="directory for report.json (default: the plan's directory)")
     parser.add_argument("--profile", metavar="STEPS", help="write a torch.profiler trace of step N or steps A-B "
@@ -287,9 +287,9 @@ def main(argv=None) -> int:
         gate.check(plan)  # before megatron-core is imported or any model is built
         train(plan, Path(args.out) if args.out else plan.path.parent, env, profile)
     except RuntimeFailure as err:
-        report_and_exit(err, prog=f"runtime.train[rank {os.environ.get('RANK', '0')}]")
+        report_and_exit(err, prog=f"moeforge.runtime.train[rank {os.environ.get('RANK', '0')}]")
     except Exception as exc:  # noqa: BLE001 - one line, exit 7
-        internal(exc, prog=f"runtime.train[rank {os.environ.get('RANK', '0')}]")
+        internal(exc, prog=f"moeforge.runtime.train[rank {os.environ.get('RANK', '0')}]")
     return 0
 
 

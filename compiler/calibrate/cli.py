@@ -11,18 +11,18 @@ import shlex
 import sys
 from pathlib import Path
 
-from compiler import project
-from compiler.calibrate import document
-from compiler.calibrate import runs as R
-from compiler.calibrate.fit import UnderDetermined, fit_time
-from compiler.calibrate.megatron_log import LogError
-from compiler.calibrate.memory_fit import fit_memory, problems
-from compiler.calibrate.runs import RunError
-from compiler.diagnostics import command_main
-from compiler.estimate import calibration as calib
-from compiler.estimate.steptime import PERFORMANCE_FIELDS
-from compiler.files import write_file_atomically
-from compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler import project
+from moeforge.compiler.calibrate import document
+from moeforge.compiler.calibrate import runs as R
+from moeforge.compiler.calibrate.fit import UnderDetermined, fit_time
+from moeforge.compiler.calibrate.megatron_log import LogError
+from moeforge.compiler.calibrate.memory_fit import fit_memory, problems
+from moeforge.compiler.calibrate.runs import RunError
+from moeforge.compiler.diagnostics import command_main
+from moeforge.compiler.estimate import calibration as calib
+from moeforge.compiler.estimate.steptime import PERFORMANCE_FIELDS
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.resources import BUILTIN_RECIPES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -161,7 +161,7 @@ def run(args, argv: list[str] = ()) -> int:
 
 def _fit_time(runs, names, platform, assumed, fixed, loo):
     if not [r for r in runs if r.step_s]:
-        raise Refused("no run has a step time (runtime.megatron reports from before step times were recorded "
+        raise Refused("no run has a step time (moeforge.runtime.megatron reports from before step times were recorded "
                       "have none: pass its log with --log), so the step-time constants cannot be fitted; "
                       "--only memory fits the memory terms alone")
     try:

@@ -10,8 +10,8 @@ import hashlib
 import statistics
 from pathlib import Path
 
-from compiler import __version__
-from compiler.estimate.calibration import GIB, SCHEMA, TIME_CONSTANTS
+from moeforge.compiler import __version__
+from moeforge.compiler.estimate.calibration import GIB, SCHEMA, TIME_CONSTANTS
 
 
 def _err(est: list, measured: list) -> dict:

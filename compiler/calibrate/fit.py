@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from compiler.estimate import calibration as calib
-from compiler.estimate import steptime
-from compiler.knobs.layout import Layout
-from compiler.calibrate import probes
+from moeforge.compiler.estimate import calibration as calib
+from moeforge.compiler.estimate import steptime
+from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.calibrate import probes
 
 # bounds in natural units (fractions and efficiencies are of a peak, so at most 1) and where a constant the
 # platform has no value for starts: compiler/estimate/calibration.py, TIME_CONSTANTS

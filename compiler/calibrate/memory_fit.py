@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.estimate import memory
-from compiler.knobs.layout import Layout
+from moeforge.compiler.estimate import memory
+from moeforge.compiler.knobs.layout import Layout
 
 SEES_ALLOWANCE = {"reserved": True, "rss": True, "allocated": False}
 CONDITION_LIMIT = 1e3

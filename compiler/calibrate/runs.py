@@ -1,4 +1,4 @@
-"""Measured runs, from wherever a team has them: report.json files (runtime.train, runtime.megatron), a
+"""Measured runs, from wherever a team has them: report.json files (moeforge.runtime.train, moeforge.runtime.megatron), a
 directory of them (a sweep's builds: every report.json with its plan.json), a sweep's results.json, and
 Megatron-LM logs of runs made without moeforge with the launch or recipe they came from.
 
@@ -18,12 +18,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import bounded, driver, project
-from compiler.calibrate import megatron_log
-from compiler.diagnostics import CompileError, render_all
-from compiler.importer.launch import import_text
-from compiler.launch_reader.text import ImportError_
-from compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler import bounded, driver, project
+from moeforge.compiler.calibrate import megatron_log
+from moeforge.compiler.diagnostics import CompileError, render_all
+from moeforge.compiler.importer.launch import import_text
+from moeforge.compiler.launch_reader.text import ImportError_
+from moeforge.compiler.resources import BUILTIN_RECIPES
 
 
 class RunError(ValueError):
@@ -106,10 +106,10 @@ def from_report(path: Path, name: str | None = None) -> Run:
     try:
         raw = bounded.read_bytes(path, bounded.LIMITS["report"])
     except bounded.Unreadable as exc:
-        raise RunError(f"{path}: {exc}: runtime.train and runtime.megatron write a run's report.json") from None
+        raise RunError(f"{path}: {exc}: moeforge.runtime.train and moeforge.runtime.megatron write a run's report.json") from None
     report = _json(path, "report", "run report", "is the run still writing it?", raw)
     if not isinstance(report, dict) or "steps" not in report:
-        raise RunError(f"{path}: not a moeforge run report (no 'steps'): runtime.train and runtime.megatron write one")
+        raise RunError(f"{path}: not a moeforge run report (no 'steps'): moeforge.runtime.train and moeforge.runtime.megatron write one")
     if report.get("status") not in (None, "ok"):
         raise RunError(f"{path}: the run ended {report.get('status')!r}: only finished runs calibrate")
     plan_path, plan = _plan_of(path, report)

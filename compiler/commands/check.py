@@ -11,14 +11,14 @@ import json
 import os
 from pathlib import Path
 
-from compiler import project
-from compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
-from compiler import driver
-from compiler.knobs.fields import megatron_core_diagnostics
-from compiler.recipe import validate
-from compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
-from compiler.recipe.load import load_file
-from compiler.recipe.migrate import old_schema_notes
+from moeforge.compiler import project
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
+from moeforge.compiler import driver
+from moeforge.compiler.knobs.fields import megatron_core_diagnostics
+from moeforge.compiler.recipe import validate
+from moeforge.compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler.recipe.migrate import old_schema_notes
 
 NON_RECIPE_DIRS = {"platforms", "models", "sweeps"}  # documents of their own kinds, not recipes
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.bounded import LIMITS, Unreadable, read_json
-from compiler.diagnostics import CompileError, Position, error
-from compiler import driver
-from compiler.knobs import table as K
-from compiler.knobs.display import display
-from compiler.targets.plan import environment
+from moeforge.compiler.bounded import LIMITS, Unreadable, read_json
+from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler import driver
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.display import display
+from moeforge.compiler.targets.plan import environment
 
 
 def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:

@@ -1,6 +1,6 @@
 """`moeforge dryrun`'s report: the runtime's real shard, with the compiler's memory estimate beside it.
 
-Why here: runtime.dryrun builds one rank's shard on the meta device, so its parameter counts are
+Why here: moeforge.runtime.dryrun builds one rank's shard on the meta device, so its parameter counts are
 megatron-core's own; the memory a step needs on that rank is an estimate, and moeforge has one
 memory model (compiler/estimate/memory.py, docs/memory-model.md), the one plan-layout ranks with.
 The runtime never imports the compiler, so the estimate joins the report here: per rank, for the
@@ -9,9 +9,9 @@ estimate's count of that stage equals what megatron-core built.
 """
 from __future__ import annotations
 
-from compiler.bounded import LIMITS, Unreadable, read_json
-from compiler.estimate import calibration, memory
-from compiler.knobs.layout import Layout
+from moeforge.compiler.bounded import LIMITS, Unreadable, read_json
+from moeforge.compiler.estimate import calibration, memory
+from moeforge.compiler.knobs.layout import Layout
 
 
 def estimate_for(result: dict, plan: dict, choice: str | None = None) -> dict:

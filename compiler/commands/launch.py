@@ -8,9 +8,10 @@ forever) and reports the job's exit code; both finish by summarising report.json
 The job's interpreter (by the plan's megatron-core release) and environment are compiler/targets/job.py's.
 
 The job runs in the project root (compiler/project.py: moeforge.toml or recipes/, or --root), where
-build/ is. The runs find moeforge's runtime in the job's Python when moeforge is installed there;
-when this module runs from a checkout that is not the project root, MOEFORGE_HOME names the checkout
-and the scripts put it first on PYTHONPATH.
+build/ is. The runs find moeforge's runtime (`python -m moeforge.runtime....`) in the job's Python, where
+moeforge is installed (from a checkout: `pip install -e`, which `make setup` and `make setup312` do); a
+directory that holds an installed copy can be named by MOEFORGE_HOME, which the scripts put first on
+PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compiler import project
-from compiler.bounded import LIMITS, Unreadable, read_json, read_text
-from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
-from compiler.targets.job import LaunchError, job_env, job_python, local_command, needs_venv312
+from moeforge.compiler import project
+from moeforge.compiler.bounded import LIMITS, Unreadable, read_json, read_text
+from moeforge.compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
+from moeforge.compiler.targets.job import LaunchError, job_env, job_python, local_command, needs_venv312
 
 
 def _realised(report: dict, field: str):
@@ -211,7 +212,7 @@ def print_commands(build: Path, timeout: int) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser, what: str = "build/<recipe> directory made by `moeforge compile`") -> None:
-    """The launch options, shared by `python -m compiler.commands.launch` and `moeforge launch`."""
+    """The launch options, shared by `python -m moeforge.compiler.commands.launch` and `moeforge launch`."""
     p.add_argument("build", help=what)
     p.add_argument("--target", choices=("local", "slurm", "print"), default="local",
                    help="local: torchrun.sh on this machine; slurm: sbatch --wait launch.sbatch; "

@@ -16,12 +16,12 @@ import os
 import textwrap
 from pathlib import Path
 
-from compiler import project
-from compiler.commands.check import recipe_files
-from compiler.diagnostics import CompileError
-from compiler import driver
-from compiler.recipe.compose import RECIPES, display_path
-from compiler.recipe.load import load_file
+from moeforge.compiler import project
+from moeforge.compiler.commands.check import recipe_files
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler import driver
+from moeforge.compiler.recipe.compose import RECIPES, display_path
+from moeforge.compiler.recipe.load import load_file
 
 WIDTH = 120  # the text table's widest line
 DISPATCHER = {"alltoall": "a2a", "allgather": "ag", "flex/deepep": "dep", "flex/hybridep": "hep"}
@@ -121,7 +121,7 @@ def _run(jobs: list[tuple]) -> list[dict]:
     workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
     if len(jobs) < PARALLEL_FROM or workers < 2:
         return [_cell_job(j) for j in jobs]
-    from compiler.solver import encoding  # noqa: F401  # lazy: z3, imported before the fork so workers start warm
+    from moeforge.compiler.solver import encoding  # noqa: F401  # lazy: z3, imported before the fork so workers start warm
 
     try:
         ctx = multiprocessing.get_context("fork")

@@ -1,7 +1,7 @@
 """The commands that run the runtime: `moeforge dryrun` and `moeforge data prepare`.
 
 Why a module of their own: they need torch and megatron-core, which the compiler never imports, so
-each runs `python -m runtime.MODULE` in a subprocess of this interpreter (signals passed on, the
+each runs `python -m moeforge.runtime.MODULE` in a subprocess of this interpreter (signals passed on, the
 exit code returned); `dryrun` then adds the compiler's memory estimate to the runtime's report.
 """
 from __future__ import annotations
@@ -15,21 +15,21 @@ import tempfile
 import threading
 from pathlib import Path
 
-from compiler.bounded import LIMITS, read_json
-from compiler.commands.dryrun_report import with_estimates
-from compiler.files import write_file_atomically
+from moeforge.compiler.bounded import LIMITS, read_json
+from moeforge.compiler.commands.dryrun_report import with_estimates
+from moeforge.compiler.files import write_file_atomically
 
 ROOT = Path(__file__).resolve().parents[2]  # where the compiler and runtime packages are
 
 
 def cmd_dryrun(args) -> int:
-    """`python -m runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
+    """`python -m moeforge.runtime.dryrun` in this interpreter, as a subprocess (torch and megatron-core stay out
     of the compiler); a build directory stands for its plan.json."""
     plans = [str(Path(p) / "plan.json") if Path(p).is_dir() else p for p in args.plan]
     with tempfile.TemporaryDirectory(prefix="moeforge-dryrun-") as tmp:
         raw = Path(tmp) / "dryrun.json"
         rest = [*plans, "--rank", args.rank, *(["--local-spec"] if args.local_spec else []), "--out", str(raw)]
-        rc = _run_runtime("runtime.dryrun", rest, "moeforge dryrun", quiet=True)
+        rc = _run_runtime("moeforge.runtime.dryrun", rest, "moeforge dryrun", quiet=True)
         if not raw.is_file():
             return rc
         text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
@@ -41,9 +41,9 @@ def cmd_dryrun(args) -> int:
 
 
 def cmd_data_prepare(rest: list[str]) -> int:
-    """Run `python -m runtime.data_prepare REST` in this interpreter, as a subprocess: tokenizing
+    """Run `python -m moeforge.runtime.data_prepare REST` in this interpreter, as a subprocess: tokenizing
     needs megatron-core (and torch), which the compiler never imports."""
-    return _run_runtime("runtime.data_prepare", rest, "moeforge data prepare",
+    return _run_runtime("moeforge.runtime.data_prepare", rest, "moeforge data prepare",
                         {"MOEFORGE_DATA_PREPARE_PROG": "moeforge data prepare"})
 
 
@@ -54,7 +54,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})
-    env["MOEFORGE_PARENT_PID"] = str(os.getpid())  # runtime.launch_env.die_with_parent: it dies with us
+    env["MOEFORGE_PARENT_PID"] = str(os.getpid())  # moeforge.runtime.launch_env.die_with_parent: it dies with us
     cmd = [sys.executable, "-m", module, *rest]
     child: list[subprocess.Popen] = []
 

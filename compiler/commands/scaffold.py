@@ -11,12 +11,12 @@ import json
 import re
 from pathlib import Path
 
-from compiler.knobs import table as K
-from compiler.diagnostics import CompileError, Position, error
-from compiler.project import MARKER, SCHEMA_DIR, schema_files, schema_ref
-from compiler.resources import SCHEMAS
-from compiler.recipe.compose import NAME, resolve_recipe
-from compiler.recipe.validate import KINDS
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.project import MARKER, SCHEMA_DIR, schema_files, schema_ref
+from moeforge.compiler.resources import SCHEMAS
+from moeforge.compiler.recipe.compose import NAME, resolve_recipe
+from moeforge.compiler.recipe.validate import KINDS
 
 WIDTH = 100
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from compiler import project
-from compiler.sweep import builds, k8s, report, results, slurm, status, workflow
-from compiler.targets.job import LaunchError
+from moeforge.compiler import project
+from moeforge.compiler.sweep import builds, k8s, report, results, slurm, status, workflow
+from moeforge.compiler.targets.job import LaunchError
 
 
 def cmd_sweep(args) -> int:

@@ -1,6 +1,6 @@
 """`moeforge diagnose RUN`: which wall a run hit, the numbers behind it, and the fixes that compile.
 
-RUN is a report.json (runtime.train or runtime.megatron) or the directory holding it; its plan.json is
+RUN is a report.json (moeforge.runtime.train or moeforge.runtime.megatron) or the directory holding it; its plan.json is
 read beside it, its profiler trace (runtime --profile) from the report's profile section.  Exit codes as
 moeforge's: 0 a diagnosis, 1 an unusable run (one line), 2 usage.
 """
@@ -10,12 +10,12 @@ import argparse
 import json
 from pathlib import Path
 
-from compiler.calibrate.runs import RunError, from_report
-from compiler.diagnose import fixes, trace, walls
-from compiler.diagnose.trace import TraceError
-from compiler.diagnostics import command_main
-from compiler.estimate import calibration as calib
-from compiler.estimate import memory, steptime
+from moeforge.compiler.calibrate.runs import RunError, from_report
+from moeforge.compiler.diagnose import fixes, trace, walls
+from moeforge.compiler.diagnose.trace import TraceError
+from moeforge.compiler.diagnostics import command_main
+from moeforge.compiler.estimate import calibration as calib
+from moeforge.compiler.estimate import memory, steptime
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def diagnose(report_path: Path, trace_path: str | None = None, choice: str | Non
     """The diagnosis as a dict (what --format json prints)."""
     run = from_report(report_path)
     if not run.step_s:
-        raise RunError(f"{report_path}: no step times in the report (runtime.megatron records them from this "
+        raise RunError(f"{report_path}: no step times in the report (moeforge.runtime.megatron records them from this "
                        "version on): run it again")
     plan = run.plan
     cal = calib.for_platform(plan["platform"]["name"], choice)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler import driver
-from compiler.diagnose.walls import capacity_bytes
-from compiler.diagnostics import CompileError
-from compiler.estimate import memory, steptime
-from compiler.estimate.calibration import Calibration
+from moeforge.compiler import driver
+from moeforge.compiler.diagnose.walls import capacity_bytes
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.estimate import memory, steptime
+from moeforge.compiler.estimate.calibration import Calibration
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Fix:
     notes: list = field(default_factory=list)
 
 
-NOT_RECIPE = {"host overhead": ["--manual-gc (a Megatron-LM flag, not a recipe setting: runtime.megatron takes it "
+NOT_RECIPE = {"host overhead": ["--manual-gc (a Megatron-LM flag, not a recipe setting: moeforge.runtime.megatron takes it "
                                 "after --)", "CPU affinity tuning (numactl/taskset in the launcher, not a recipe setting)"]}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import bounded
+from moeforge.compiler import bounded
 
 COMM_MARKS = ("nccl", "gloo:", "c10d::", "all_to_all", "alltoall", "allreduce", "all_reduce", "allgather",
               "all_gather", "reduce_scatter", "reducescatter", "record_param_comms", "send", "recv")

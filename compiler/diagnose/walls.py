@@ -19,9 +19,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from compiler.estimate import memory, steptime
-from compiler.estimate.calibration import Calibration
-from compiler.knobs.layout import Layout
+from moeforge.compiler.estimate import memory, steptime
+from moeforge.compiler.estimate.calibration import Calibration
+from moeforge.compiler.knobs.layout import Layout
 
 WALLS = ("memory", "communication", "host overhead", "compute")
 NEAR_CAPACITY = 0.9

@@ -10,5 +10,5 @@ layout_param_counts.json), FLOPs against Megatron-LM's own count (tests/compiler
 test_estimate_steptime.py, fixture tests/data/megatron_flops.json), step times against the
 measured runs in docs/layout-model.md.
 
-May import: compiler.knobs.
+May import: moeforge.compiler.knobs.
 """

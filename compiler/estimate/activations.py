@@ -13,7 +13,7 @@ Notation: t = seq/cp * mbs tokens of the micro-batch; t_h = t/tp with sequence p
 """
 from __future__ import annotations
 
-from compiler.knobs import table as K
+from moeforge.compiler.knobs import table as K
 
 ACT = 2          # bf16/fp16 activations (params_dtype bfloat16 in every GPU recipe)
 FP32 = 4

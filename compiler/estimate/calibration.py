@@ -19,10 +19,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler import bounded, project
-from compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
-from compiler.resources import BUILTIN_RECIPES
-from compiler.resources import SCHEMAS
+from moeforge.compiler import bounded, project
+from moeforge.compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
+from moeforge.compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler.resources import SCHEMAS
 
 SCHEMA = "moeforge/calibration/v1"
 SUFFIX = ".calibration.yaml"

@@ -14,8 +14,8 @@ holds) comes from memory.py: one place.
 """
 from __future__ import annotations
 
-from compiler.estimate.activations import glu_factor, heads
-from compiler.estimate.memory import is_linear_attention_layer, is_moe_layer
+from moeforge.compiler.estimate.activations import glu_factor, heads
+from moeforge.compiler.estimate.memory import is_linear_attention_layer, is_moe_layer
 
 FWD_BWD = 3  # forward, backward dgrad, backward wgrad (Megatron-LM forward_backward_expansion_factor)
 FMA = 2      # one multiply-add is two FLOPs (Megatron-LM fma_expansion_factor)

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from compiler.knobs import pipeline_layout
-from compiler.knobs.layer_pattern import linear_attention_layer, moe_layer
-from compiler.knobs.layout import Layout
-from compiler.knobs.versions import megatron_core_release, version_int
-from compiler.estimate import activations as A
-from compiler.estimate import calibration as calib
+from moeforge.compiler.knobs import pipeline_layout
+from moeforge.compiler.knobs.layer_pattern import linear_attention_layer, moe_layer
+from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.knobs.versions import megatron_core_release, version_int
+from moeforge.compiler.estimate import activations as A
+from moeforge.compiler.estimate import calibration as calib
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.knobs.layout import Layout
-from compiler.estimate import comm
-from compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
-from compiler.estimate.activations import heads
-from compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
-from compiler.estimate.steptime_constants import OUTPUT_LAYER_FRACTION
-from compiler.estimate.steptime_terms import assemble, elementwise_bytes, expert_gemm_efficiency
-from compiler.estimate import calibration as calib
+from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.estimate import comm
+from moeforge.compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
+from moeforge.compiler.estimate.activations import heads
+from moeforge.compiler.estimate.memory import DTYPE_BYTES, builds_te, fuses_mla_query_norm, layer_kinds, rank_parameters, stage_contents
+from moeforge.compiler.estimate.steptime_constants import OUTPUT_LAYER_FRACTION
+from moeforge.compiler.estimate.steptime_terms import assemble, elementwise_bytes, expert_gemm_efficiency
+from moeforge.compiler.estimate import calibration as calib
 
 ITEMS = ("compute", "tp_comm", "cp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_reduce", "optimizer", "overhead",
          "host")

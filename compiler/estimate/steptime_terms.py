@@ -6,10 +6,10 @@ All times are per optimizer step on one GPU of the busiest pipeline stage.
 """
 from __future__ import annotations
 
-from compiler.estimate import comm
-from compiler.estimate.activations import ACT, glu_factor
-from compiler.estimate.memory import state_bytes_per_param
-from compiler.estimate.steptime_constants import ADAM_BYTES_PER_PARAM, FP32_STATE_BYTES
+from moeforge.compiler.estimate import comm
+from moeforge.compiler.estimate.activations import ACT, glu_factor
+from moeforge.compiler.estimate.memory import state_bytes_per_param
+from moeforge.compiler.estimate.steptime_constants import ADAM_BYTES_PER_PARAM, FP32_STATE_BYTES
 
 
 def _fmt(x: float) -> str:

@@ -1,7 +1,7 @@
 """One plan's estimate with the calibration it used: what `explain` prints and what `moeforge results`
 records beside a measured run (its owner calls ``of_plan``).
 
-    from compiler.estimate import summary
+    from moeforge.compiler.estimate import summary
     summary.of_plan(plan)                  # the calibration beside the plan's platform, if any
     summary.of_plan(plan, choice="none")   # the fixed constants; choice=PATH: that calibration file
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.estimate import calibration, memory, steptime
+from moeforge.compiler.estimate import calibration, memory, steptime
 
 
 def of_plan(plan: dict, choice: str | None = None, platform_file: Path | None = None) -> dict:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import yaml
 
-from compiler.knobs import table as K
-from compiler.targets.bridge_overrides import BRIDGE_FIXED, BRIDGE_SECTIONS, dtype_in_override, recipe_variables
-from compiler.importer.documents import has_path, nodes, put, put_path
-from compiler.importer.validate_args import why_no_knob
-from compiler.targets.megatron_args import COPIES, DERIVED, RUNTIME_ONLY
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.targets.bridge_overrides import BRIDGE_FIXED, BRIDGE_SECTIONS, dtype_in_override, recipe_variables
+from moeforge.compiler.importer.documents import has_path, nodes, put, put_path
+from moeforge.compiler.importer.validate_args import why_no_knob
+from moeforge.compiler.targets.megatron_args import COPIES, DERIVED, RUNTIME_ONLY
 
 STRUCTURE = ("mixed_precision", "comm_overlap")  # nodes the list rebuilds, not settings
 STRUCTURE_FIELDS = ("._target_", "params_dtype", "pipeline_dtype", "autocast_dtype")  # follow precision.dtype

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from compiler.knobs import layout as L
+from moeforge.compiler.knobs import layout as L
 
 
 def put(doc: dict, dotted: str, value) -> None:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import yaml
 
-from compiler import driver
-from compiler import project
-from compiler.diagnostics import CompileError
-from compiler.files import write_file_atomically
-from compiler.importer import hf
-from compiler.importer.launch import Imported, import_text
-from compiler.launch_reader import kinds
-from compiler.launch_reader.text import ImportError_, read_source
+from moeforge.compiler import driver
+from moeforge.compiler import project
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.importer import hf
+from moeforge.compiler.importer.launch import Imported, import_text
+from moeforge.compiler.launch_reader import kinds
+from moeforge.compiler.launch_reader.text import ImportError_, read_source
 
 
 def render(imp: Imported, doc: dict, kind: str, source: str, path: Path) -> str:

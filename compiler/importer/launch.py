@@ -11,7 +11,7 @@ Inputs (detected from the text):
 - the `MODEL_ARGS:` mapping of a Megatron-LM functional-test `model_config.yaml`;
 - a Megatron-Bridge override list (`model.tensor_model_parallel_size=2` lines).
 
-Every flag goes through the one knob table (compiler.knobs.table): its Megatron-LM argument dest (flags,
+Every flag goes through the one knob table (moeforge.compiler.knobs.table): its Megatron-LM argument dest (flags,
 negated forms, choices and Megatron-LM's defaults from compiler/data/megatron_lm_args.json, Megatron-LM
 0.19.2's parser as data) or its Megatron-Bridge path. Architecture goes to the model file, the rest to
 the v3 recipe. A flag absent from a Megatron-LM launch has Megatron-LM's default, so the recipe pins
@@ -30,18 +30,18 @@ from pathlib import Path
 
 import yaml
 
-from compiler.knobs import table as K
-from compiler import project
-from compiler.recipe.compose import NAME
-from compiler.importer.bridge import from_bridge
-from compiler.importer.documents import nodes, put, put_path
-from compiler.importer.validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width,
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler import project
+from moeforge.compiler.recipe.compose import NAME
+from moeforge.compiler.importer.bridge import from_bridge
+from moeforge.compiler.importer.documents import nodes, put, put_path
+from moeforge.compiler.importer.validate_args import (as_validate_args_reads, derive_layout, derive_mlp_width,
                                              padded_vocab, refuse_unplanned, samples_as_iterations,
                                              validate_args_rewrites, why_no_knob)
-from compiler.launch_reader.text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
+from moeforge.compiler.launch_reader.text import (ImportError_, args_file_words, detect, freq_value, functional_test_words, guess_platform,
                           knob_value, launch_words, parse_flags, platform_docs)
-from compiler.targets.megatron_args import lm_default
-from compiler.knobs.versions import version_int
+from moeforge.compiler.targets.megatron_args import lm_default
+from moeforge.compiler.knobs.versions import version_int
 
 
 @dataclass

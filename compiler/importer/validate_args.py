@@ -4,15 +4,15 @@ vocabulary build_tokenizer pads, a launch counted in samples, and why a dropped 
 reads a launch as it runs."""
 from __future__ import annotations
 
-from compiler.importer import vocab
-from compiler.importer.documents import has_path, put_path
-from compiler.importer.documents import put
-from compiler.knobs import table as K
-from compiler.knobs.fields import megatron_fields
-from compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
-from compiler.launch_reader.text import ImportError_
-from compiler.lint.frontends import validate_args_rewrites as rewrites
-from compiler.targets.megatron_args import lm_default
+from moeforge.compiler.importer import vocab
+from moeforge.compiler.importer.documents import has_path, put_path
+from moeforge.compiler.importer.documents import put
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.fields import megatron_fields
+from moeforge.compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
+from moeforge.compiler.launch_reader.text import ImportError_
+from moeforge.compiler.lint.frontends import validate_args_rewrites as rewrites
+from moeforge.compiler.targets.megatron_args import lm_default
 
 # Megatron-LM validate_args rewrites deprecated flags before anything reads them (arguments.py, "Deprecated
 # arguments" and the CUDA-graph block): dest -> (the dest it sets, the value it sets; None: the flag's own value).

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.bounded import LIMITS, read_bytes, read_json
-from compiler.targets.megatron_args import lm_default
+from moeforge.compiler.bounded import LIMITS, read_bytes, read_json
+from moeforge.compiler.targets.megatron_args import lm_default
 
 GPT2_VOCAB = 50257           # GPT-2's vocab.json (encoder.json): 50,000 merges + 256 bytes + <|endoftext|>
 TIKTOKEN_DEFAULT = 2 ** 17   # tiktoken_tokenizer.py DEFAULT_TIKTOKEN_MAX_VOCAB

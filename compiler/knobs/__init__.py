@@ -4,6 +4,6 @@ path (table.py, rows in row.py, model.py, facts.py, training_io.py), the recipe'
 pipeline_layout.py), per-layer patterns (layer_pattern.py), the Megatron field catalogue per release (fields.py),
 version numbers (versions.py) and the recipe path a field is known by (display.py).
 
-May import: compiler.diagnostics, compiler.resources, compiler.recipe (the recipe schema's names and version).
+May import: moeforge.compiler.diagnostics, moeforge.compiler.resources, moeforge.compiler.recipe (the recipe schema's names and version).
 Nothing here reads a rule, solves or emits.
 """

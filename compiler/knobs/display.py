@@ -2,7 +2,7 @@
 explanation names a knob this way)."""
 from __future__ import annotations
 
-from compiler.knobs.table import BY_FIELD
+from moeforge.compiler.knobs.table import BY_FIELD
 
 
 def display(field: str) -> str:

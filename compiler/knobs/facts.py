@@ -4,7 +4,7 @@ what the model is, not a setting; compiler/knobs/table.py re-exports them.
 """
 from __future__ import annotations
 
-from compiler.knobs.row import Knob
+from moeforge.compiler.knobs.row import Knob
 
 _K = Knob
 # megatron-core's activation functions by name (TransformerConfig.activation_func: F.gelu, F.silu,
@@ -24,7 +24,7 @@ FACTS: tuple[Knob, ...] = (
     _K("nvlink_domain", "platform.nvlink_domain", "int", 8),
     _K("deep_ep_installed", "platform.software.deep_ep", "bool", False),
     _K("hybrid_ep_installed", "platform.software.hybrid_ep", "bool", False),
-    # unset on the platform: installed with Transformer Engine, absent without (compiler.solver.inputs.facts)
+    # unset on the platform: installed with Transformer Engine, absent without (moeforge.compiler.solver.inputs.facts)
     _K("apex_installed", "platform.software.apex", "bool", False,
        doc="APEX with its CUDA extensions (fused_weight_gradient_mlp_cuda, scaled_masked_softmax_cuda, "
            "fused_layer_norm_cuda) is installed"),
@@ -45,7 +45,7 @@ FACTS: tuple[Knob, ...] = (
        doc="the model document itself states multi-latent attention (Megatron-Bridge's recipe for it then "
            "builds an MLATransformerConfig provider)"),
     # Facts of the recipe's own values that no rule could compare otherwise (lists, floats); computed by
-    # compiler.solver.inputs.derived_facts, never chosen by the solver.
+    # moeforge.compiler.solver.inputs.derived_facts, never chosen by the solver.
     _K("path_env_vars", None, "str", None,
        doc="the ${VAR} names in the recipe's paths, comma-separated (None: none); resolved at launch"),
     _K("data_blend_weights_positive", None, "bool", True, doc="every data.blend weight is > 0"),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 import json
 
-from compiler.diagnostics import error
-from compiler.knobs import table as K
-from compiler.knobs.versions import version_int
-from compiler.resources import MEGATRON_DATA
+from moeforge.compiler.diagnostics import error
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.resources import MEGATRON_DATA
 
 DATA = MEGATRON_DATA / "megatron_fields.json"
 LM_FLAGS = MEGATRON_DATA / "megatron_lm_flags.json"

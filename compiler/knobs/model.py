@@ -4,8 +4,8 @@ compiler/knobs/table.py puts them into the one table (KNOBS) where this tuple st
 """
 from __future__ import annotations
 
-from compiler.knobs.row import Knob
-from compiler.knobs.row import tc as _tc
+from moeforge.compiler.knobs.row import Knob
+from moeforge.compiler.knobs.row import tc as _tc
 
 _K = Knob
 LOAD_BALANCING_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")

@@ -6,7 +6,7 @@ row.py) the bounds, patterns, description and default. What no knob holds is the
 here: its identity keys (schema, revision, name, ...), precision.dtype, the launch options the templates read,
 the order of sections and keys (what an editor and `moeforge new` list) and each section's description.
 
-    python -m compiler.knobs.recipe_schema [--check]
+    python -m moeforge.compiler.knobs.recipe_schema [--check]
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import os
 import sys
 from pathlib import Path
 
-from compiler.knobs.row import Knob
-from compiler.knobs.table import BY_PATH, DEPENDENT_DEFAULTS, KNOBS
-from compiler.recipe.compose import NAME
-from compiler.recipe.validate import KINDS
-from compiler.resources import SCHEMAS
+from moeforge.compiler.knobs.row import Knob
+from moeforge.compiler.knobs.table import BY_PATH, DEPENDENT_DEFAULTS, KNOBS
+from moeforge.compiler.recipe.compose import NAME
+from moeforge.compiler.recipe.validate import KINDS
+from moeforge.compiler.resources import SCHEMAS
 
 VERSION = KINDS["recipe"]
 FILE = SCHEMAS / f"recipe.v{VERSION}.json"

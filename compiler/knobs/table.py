@@ -7,12 +7,12 @@ and a few moeforge facts), so a rule reads like the Megatron check it mirrors.
 from __future__ import annotations
 
 # AUTO, FRONTENDS, BYTE_*, IO_SECTIONS, FACTS: re-exported, the rest of the compiler reads them as K.NAME
-from compiler.knobs.model import LOAD_BALANCING_TYPES, MODEL_KNOBS  # noqa: F401
-from compiler.knobs.row import AUTO, FRONTENDS, Form, Knob
-from compiler.knobs.row import tc as _tc
-from compiler.knobs.facts import (ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, FLEX_BACKENDS, GPU_PRODUCTS,  # noqa: F401
+from moeforge.compiler.knobs.model import LOAD_BALANCING_TYPES, MODEL_KNOBS  # noqa: F401
+from moeforge.compiler.knobs.row import AUTO, FRONTENDS, Form, Knob
+from moeforge.compiler.knobs.row import tc as _tc
+from moeforge.compiler.knobs.facts import (ACTIVATION_FUNCS, FACT_BY_FIELD, FACTS, FLEX_BACKENDS, GPU_PRODUCTS,  # noqa: F401
                                   gpu_product)
-from compiler.knobs.training_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT, \
+from moeforge.compiler.knobs.training_io import BYTE_EOD, BYTE_VOCAB, EXIT_SIGNAL, IO_KNOBS, IO_SECTIONS, LOGS_DIR_DEFAULT, \
     RESUME_SCHEDULERS
 
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -55,7 +55,7 @@ KNOBS: tuple[Knob, ...] = (
     _K("seed", "training.seed", "int", 1234, section="training", bridge="rng.seed",
        form=Form(minimum=0)),
     # the optimizer's numbers live in recipe section `schedule` and in plan section `optimizer` under
-    # megatron-core OptimizerConfig names (runtime.train passes plan.optimizer to OptimizerConfig)
+    # megatron-core OptimizerConfig names (moeforge.runtime.train passes plan.optimizer to OptimizerConfig)
     _K("lr", "schedule.lr", "float", 1e-4, section="optimizer", bridge="optimizer.lr",
        doc="peak learning rate (OptimizerConfig.lr, Megatron-LM --lr)",
        form=Form(description="Peak learning rate (default 1e-4).", exclusive_minimum=0)),
@@ -282,7 +282,7 @@ KNOBS: tuple[Knob, ...] = (
     *IO_KNOBS,  # training I/O: entry point, data, tokenizer, checkpoints, LR schedule, logging, eval
     # --- launch (rendered by the launch templates; not in the plan) ------------------------------
     _K("logs_dir", "launch.logs_dir", "str", None, lm=None, bridge=None,
-       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (compiler.targets.emit.launch_settings)",
+       doc=f"where the launchers write logs; null: {LOGS_DIR_DEFAULT} (moeforge.compiler.targets.emit.launch_settings)",
        form=Form(description="Where the launchers write logs (default logs/<recipe name>).", min_length=1,
                  max_length=1024, nullable=False, default_text="logs/<recipe name>")),
     _K("signal_margin_s", "launch.signal_margin_s", "int", 120, lm=None, bridge=None, unit="seconds",
@@ -295,7 +295,7 @@ KNOBS: tuple[Knob, ...] = (
     # --- lint-config only --------------------------------------------------------------
     # Megatron fields a recipe cannot set (deprecated spellings, list/str-valued layout
     # knobs). lint-config reads them; for recipes the rules see megatron-core's default
-    # (compiler.rules specialises the catalogue), see LINT_ONLY below.
+    # (moeforge.compiler.rules specialises the catalogue), see LINT_ONLY below.
     _K("moe_layer_freq", None, "int", 1,  # computed for recipes from model.moe.layer_freq
        doc="int N: every Nth layer is MoE; lint-config reads a list as 1 (all MoE) or 2 (some dense)"),
     _tc("pipeline_model_parallel_layout", "parallelism.pipeline_layout", "str", None,
@@ -329,7 +329,7 @@ BY_PATH: dict[str, Knob] = {k.path: k for k in KNOBS if k.path}
 
 # Knobs without a recipe path that the compiler still fills in for a recipe: bf16/fp16
 # from precision.dtype, the world and data-parallel sizes from resources and layout, and what the
-# training-I/O values imply (compiler.solver.inputs.derived_pins).
+# training-I/O values imply (moeforge.compiler.solver.inputs.derived_pins).
 COMPUTED = frozenset({"bf16", "fp16", "world_size", "data_parallel_size", "expert_data_parallel_size",
                       "moe_layer_freq", "tokenizer_vocab_size", "null_tokenizer_eod_id", "use_persistent_ckpt_worker",
                       "exit_signal_handler", "exit_signal", "lr_warmup_fraction", *RESUME_SCHEDULERS.values()} - {None})

@@ -6,7 +6,7 @@ them into the one table (KNOBS) in this order.
 """
 from __future__ import annotations
 
-from compiler.knobs.row import ENV_NOTE, PATH_PATTERN, Form, Knob
+from moeforge.compiler.knobs.row import ENV_NOTE, PATH_PATTERN, Form, Knob
 
 _K = Knob
 
@@ -35,18 +35,18 @@ LOGS_DIR_DEFAULT = "logs/<recipe name>"
 
 IO_KNOBS: tuple[Knob, ...] = (
     _io("entrypoint", "runtime.entrypoint", "enum", "moeforge", ENTRYPOINTS, "runtime", "entrypoint", lm=None,
-        bridge=None, doc="moeforge: python -m runtime.train (moeforge's harness: synthetic tokens, no data, "
-        "checkpoints or LR schedule); megatron-lm: python -m runtime.megatron (Megatron-LM's pretrain() loop)",
-        form=Form(description=("moeforge: python -m runtime.train, moeforge's harness (synthetic tokens, no "
-                               "checkpoints); megatron-lm: python -m runtime.megatron, Megatron-LM's pretrain() loop "
+        bridge=None, doc="moeforge: python -m moeforge.runtime.train (moeforge's harness: synthetic tokens, no data, "
+        "checkpoints or LR schedule); megatron-lm: python -m moeforge.runtime.megatron (Megatron-LM's pretrain() loop)",
+        form=Form(description=("moeforge: python -m moeforge.runtime.train, moeforge's harness (synthetic tokens, no "
+                               "checkpoints); megatron-lm: python -m moeforge.runtime.megatron, Megatron-LM's pretrain() loop "
                                "(data, tokenizer, checkpoints and resume, LR schedule, logging; "
                                "megatron-core >= 0.17)."))),
     _io("data_kind", "data.kind", "enum", None, DATA_KINDS, "data", "kind", lm="mock_data",
         lm_values=(("synthetic", True), ("learnable", True), ("mock", True), ("indexed", False)), bridge=None,
         doc="default: synthetic for runtime.entrypoint moeforge, mock for megatron-lm (DEPENDENT_DEFAULTS); "
-        "synthetic/learnable are runtime.train's generators, mock is Megatron-LM's --mock-data, indexed reads "
+        "synthetic/learnable are moeforge.runtime.train's generators, mock is Megatron-LM's --mock-data, indexed reads "
         "Megatron indexed datasets (PREFIX.bin/.idx)",
-        form=Form(description=("synthetic / learnable: runtime.train's generators (entrypoint moeforge, the default "
+        form=Form(description=("synthetic / learnable: moeforge.runtime.train's generators (entrypoint moeforge, the default "
                                "there); mock: Megatron-LM's mock dataset (the default for entrypoint megatron-lm); "
                                "indexed: Megatron indexed datasets (paths or blend)."))),
     _io("data_paths", "data.paths", "str", None, (), "data", "paths", lm="data_path", bridge="dataset.data_path",
@@ -105,8 +105,8 @@ IO_KNOBS: tuple[Knob, ...] = (
                   item_description="a checkpoint directory. " + ENV_NOTE)),
     _io("keep_last", "checkpoint.keep_last", "opt_int", None, (), "checkpoint", "keep_last", lm=None,
         bridge="checkpoint.most_recent_k", lm_values=((None, -1),),  # Bridge: -1 keeps every checkpoint
-        doc="Megatron-LM has no flag for it: runtime.megatron prunes all but the newest keep_last iterations itself",
-        form=Form(description=("Keep only the newest N checkpoints (runtime.megatron prunes; Bridge "
+        doc="Megatron-LM has no flag for it: moeforge.runtime.megatron prunes all but the newest keep_last iterations itself",
+        form=Form(description=("Keep only the newest N checkpoints (moeforge.runtime.megatron prunes; Bridge "
                                "checkpoint.most_recent_k)."))),
     _io("async_save", "checkpoint.async", "bool", False, (), "checkpoint", "async", lm="async_save",
         bridge="checkpoint.async_save", doc="save in the background (torch_dist, GPU); Megatron-LM also gets "
@@ -146,8 +146,8 @@ IO_KNOBS: tuple[Knob, ...] = (
     _io("lr_decay_style", "schedule.decay", "enum", "constant", DECAY_STYLES, "schedule", "decay",
         lm="lr_decay_style", bridge="scheduler.lr_decay_style", lm_values=(("wsd", "WSD"),),
         doc="LR decay after warmup (Megatron-LM's default is linear; moeforge's is constant, what "
-        "runtime.train's harness does)",
-        form=Form(description=("LR decay after warmup (default constant, what runtime.train's harness does; "
+        "moeforge.runtime.train's harness does)",
+        form=Form(description=("LR decay after warmup (default constant, what moeforge.runtime.train's harness does; "
                                "Megatron-LM's own default is linear)."),
                   values=("constant", "linear", "cosine", "wsd"))),
     _io("lr_warmup_iters", "schedule.warmup", "opt_int", 0, (), "schedule", "warmup_iters", lm="lr_warmup_iters",

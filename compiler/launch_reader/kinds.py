@@ -13,7 +13,7 @@ from typing import Callable
 
 import yaml
 
-from compiler.bounded import Unreadable, parse_json
+from moeforge.compiler.bounded import Unreadable, parse_json
 
 LAUNCHES = ("functional-test", "bridge", "args", "launch")  # what lint-config reads as a launch
 # entry points: the script a command runs says what it is (Megatron-LM's own names)
@@ -145,7 +145,7 @@ def what_it_is(text: str, name: str = "") -> str:
 
 def fragment_hint(text: str, name: str = "") -> str:
     """'(MODEL_ARGS holds Megatron-LM flags: ...)' when the script keeps flags in variables but runs nothing."""
-    from compiler.launch_reader.shell import read_script  # lazy: tree-sitter, only for a file that looks like a script
+    from moeforge.compiler.launch_reader.shell import read_script  # lazy: tree-sitter, only for a file that looks like a script
 
     try:
         script = read_script(text, None)

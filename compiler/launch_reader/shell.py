@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.bounded import LIMITS, Unreadable, read_text
-from compiler.launch_reader import shell_eval as E
+from moeforge.compiler.bounded import LIMITS, Unreadable, read_text
+from moeforge.compiler.launch_reader import shell_eval as E
 
 # commands that run another command from a string
 STRING_RUNNERS = ("bash", "sh", "zsh", "dash")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, parser, remove_pattern,
+from moeforge.compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, parser, remove_pattern,
                                               substitute_pattern, test_words, to_int, unescape_dq,
                                               unescape_heredoc, unescape_word)
 

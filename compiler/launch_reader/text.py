@@ -17,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
-from compiler.bounded import LIMITS, Unreadable, read_text
-from compiler.knobs import table as K
-from compiler.launch_reader import kinds
-from compiler.diagnostics import CompileError
-from compiler.recipe.load import load_file
-from compiler.targets.megatron_args import lm_parser
-from compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler.bounded import LIMITS, Unreadable, read_text
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.launch_reader import kinds
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler.targets.megatron_args import lm_parser
+from moeforge.compiler.resources import BUILTIN_RECIPES
 
 
 class ImportError_(Exception):
@@ -45,7 +45,7 @@ def launch_words(text: str, path: str | Path | None = None) -> tuple[list[str], 
     """(the words after the entry point, the launch's context: `env` (what the script sets), `nnodes`,
     `nproc_per_node`, `entry` (the script it runs), `mode` (training | inference) and `notes` (what the shell
     reader could not evaluate)). The last command that runs an entry point is the launch."""
-    from compiler.launch_reader.shell import TooLarge, read_script  # lazy: tree-sitter-bash, only to read a script
+    from moeforge.compiler.launch_reader.shell import TooLarge, read_script  # lazy: tree-sitter-bash, only to read a script
 
     try:
         script = read_script(text, path)

@@ -13,7 +13,7 @@ moeforge's own knob names (num_nodes, gpus_per_node, nvlink_domain, deep_ep_inst
 hybrid_ep_installed, hybridep_ranks_per_nvlink_domain, ...) are accepted too. A quantity nobody
 can know (the world size when it is not given, a version that is not declared) is UNKNOWN, and
 every check that needs it is skipped, never failed. Evaluation is concrete and three-valued
-(compiler.rules.expr.evaluate): no z3, no jsonschema, no megatron import.
+(moeforge.compiler.rules.expr.evaluate): no z3, no jsonschema, no megatron import.
 
 Every verdict is for one front-end (`frontend: megatron-core | megatron-lm | bridge`, or
 `--frontend`, which wins; inferred when absent: Megatron-LM argument names that are not
@@ -50,15 +50,15 @@ import sys
 
 from dataclasses import replace
 
-from compiler.knobs import table as K
-from compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from_rule
-from compiler.launch_reader.text import read_source
-from compiler.rules import CATALOGUE, Rule
-from compiler.rules.expr import UNKNOWN, evaluate
-from compiler.lint.flat_config import (  # noqa: F401 - lint-config's API: re-exported for callers and tests
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from_rule
+from moeforge.compiler.launch_reader.text import read_source
+from moeforge.compiler.rules import CATALOGUE, Rule
+from moeforge.compiler.rules.expr import UNKNOWN, evaluate
+from moeforge.compiler.lint.flat_config import (  # noqa: F401 - lint-config's API: re-exported for callers and tests
     SEVERITY_ORDER, Config, UnusableInput, known_names, megatron_fields, parse, read,
 )
-from compiler.rules.display import show
+from moeforge.compiler.rules.display import show
 
 # ----------------------------------------------------------------------- checking
 

@@ -13,25 +13,25 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from compiler.bounded import parse_json
-from compiler.diagnostics import Diagnostic, finding
-from compiler.knobs import layout as L
-from compiler.knobs import pipeline_layout
-from compiler.knobs import table as K
-from compiler.knobs.fields import OWN_KEYS, did_you_mean, fields_for, known_names, megatron_fields
-from compiler.knobs.versions import version_int
-from compiler.launch_reader.kinds import what_it_is
-from compiler.lint.frontends import (bridge_layout, flatten_bridge, frontend_of, frontend_rewrites, lm_aliases,
+from moeforge.compiler.bounded import parse_json
+from moeforge.compiler.diagnostics import Diagnostic, finding
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.knobs import pipeline_layout
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.fields import OWN_KEYS, did_you_mean, fields_for, known_names, megatron_fields
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.launch_reader.kinds import what_it_is
+from moeforge.compiler.lint.frontends import (bridge_layout, flatten_bridge, frontend_of, frontend_rewrites, lm_aliases,
                                      lm_virtual_pipeline)
-from compiler.lint.launch import VERSION_KEYS, knob_of_dest, launch_mapping
-from compiler.lint.values import (UnusableInput, coerce, read_graph_modules, read_layer_freq, read_load_balancing,
+from moeforge.compiler.lint.launch import VERSION_KEYS, knob_of_dest, launch_mapping
+from moeforge.compiler.lint.values import (UnusableInput, coerce, read_graph_modules, read_layer_freq, read_load_balancing,
                                   read_version, wrong_type)
-from compiler.recipe.yaml_nodes import YamlLoader  # YAML 1.2 exponent floats (lr: 3e-4), as in recipes
-from compiler.rules import CATALOGUE
-from compiler.rules.display import known_int, shown_values
-from compiler.rules.expr import UNKNOWN
-from compiler.solver.inputs import flat_config_facts
-from compiler.targets.megatron_args import lm_parser
+from moeforge.compiler.recipe.yaml_nodes import YamlLoader  # YAML 1.2 exponent floats (lr: 3e-4), as in recipes
+from moeforge.compiler.rules import CATALOGUE
+from moeforge.compiler.rules.display import known_int, shown_values
+from moeforge.compiler.rules.expr import UNKNOWN
+from moeforge.compiler.solver.inputs import flat_config_facts
+from moeforge.compiler.targets.megatron_args import lm_parser
 
 GPU_MAJOR = {"A100": 8, "H100": 9, "H200": 9, "B100": 10, "B200": 10, "B300": 10, "GB200": 10, "GB300": 10}
 # knobs that are not TransformerConfig fields but whose "not given" value is known (the optimizer's precision:
@@ -279,7 +279,7 @@ def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> 
             env[k.field] = NON_MCORE_DEFAULTS[k.field]
         else:
             env[k.field] = UNKNOWN
-    env.update({name: UNKNOWN if value is None else value  # what compiler.solver.inputs derives for a recipe
+    env.update({name: UNKNOWN if value is None else value  # what moeforge.compiler.solver.inputs derives for a recipe
                 for name, value in flat_config_facts(env, data).items() if name not in given})
     if "model_document_mla" not in given:  # a linted config is its own model document: MLA there is MLA's provider
         env["model_document_mla"] = env.get("multi_latent_attention") is True

@@ -7,12 +7,12 @@ fields, and applies the rewrites the front-end makes silently, each with its rea
 """
 from __future__ import annotations
 
-from compiler.knobs import table as K
-from compiler.knobs.fields import BRIDGE_PROVIDER_FIELDS, LM_ALIASES, NEUTRAL_NAMES, lm_names
-from compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
-from compiler.lint.values import UnusableInput, wrong_type
-from compiler.rules.display import known_int
-from compiler.rules.expr import UNKNOWN
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.fields import BRIDGE_PROVIDER_FIELDS, LM_ALIASES, NEUTRAL_NAMES, lm_names
+from moeforge.compiler.knobs.layout import LayoutError, vpp_from_layers_per_virtual_stage
+from moeforge.compiler.lint.values import UnusableInput, wrong_type
+from moeforge.compiler.rules.display import known_int
+from moeforge.compiler.rules.expr import UNKNOWN
 
 # Megatron-Bridge: the sections of a ConfigContainer (nested mappings or dotted keys such as
 # comm_overlap.overlap_p2p_comm).

@@ -12,11 +12,11 @@ import re
 
 import yaml
 
-from compiler import project
-from compiler.knobs import table as K
-from compiler.knobs.versions import version_int
-from compiler.launch_reader import kinds, text as launch_text
-from compiler.lint.values import UnusableInput
+from moeforge.compiler import project
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.launch_reader import kinds, text as launch_text
+from moeforge.compiler.lint.values import UnusableInput
 
 VERSION_KEYS = ("torch", "transformer_engine", "megatron_core")
 V19 = version_int("0.19.2")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 import re
 
-from compiler.knobs import table as K
-from compiler.rules.expr import UNKNOWN
-from compiler.knobs.versions import version_int
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.rules.expr import UNKNOWN
+from moeforge.compiler.knobs.versions import version_int
 
 _VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}([.+-]?[A-Za-z0-9.+-]*)?$")
 

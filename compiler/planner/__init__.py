@@ -5,5 +5,5 @@ analytic estimators (compiler/estimate) and confirms the best through the real p
 catalogue and solver of `check` are the only judge of legality), report.py prints them, emit.py
 writes the winner as a recipe, cli.py is the command line.
 
-May import: compiler.driver, compiler.estimate and everything below them (compiler.LAYERS).
+May import: moeforge.compiler.driver, moeforge.compiler.estimate and everything below them (compiler.LAYERS).
 """

@@ -7,11 +7,11 @@ import argparse
 import json
 import sys
 
-from compiler.diagnostics import CompileError, render_all
-from compiler.diagnostics import command_main
-from compiler.driver import load
-from compiler.estimate import calibration
-from compiler.planner import emit, report, search
+from moeforge.compiler.diagnostics import CompileError, render_all
+from moeforge.compiler.diagnostics import command_main
+from moeforge.compiler.driver import load
+from moeforge.compiler.estimate import calibration
+from moeforge.compiler.planner import emit, report, search
 
 
 def parser() -> argparse.ArgumentParser:

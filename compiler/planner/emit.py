@@ -6,10 +6,10 @@ from pathlib import Path
 
 import yaml
 
-from compiler import project
-from compiler.files import write_file_atomically
-from compiler.planner.search import GIB, Evaluated, PlannerError
-from compiler.planner.space import Setting
+from moeforge.compiler import project
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.planner.search import GIB, Evaluated, PlannerError
+from moeforge.compiler.planner.space import Setting
 
 HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, checked by the rule catalogue.\n"
           "# The estimate in the description comes from compiler/estimate (memory, step time).\n")

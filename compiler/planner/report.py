@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from compiler.planner.search import GIB, Evaluated, Result
+from moeforge.compiler.planner.search import GIB, Evaluated, Result
 
 
 def record(ev: Evaluated, capacity_gb: float | None) -> dict:

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import yaml
 
-from compiler import driver, project
-from compiler.diagnostics import CompileError
-from compiler.estimate import memory, steptime
-from compiler.estimate.steptime_terms import elementwise_bytes
-from compiler.knobs.layout import Layout
-from compiler.planner import space, splits
-from compiler.recipe import integers, validate
-from compiler.recipe.compose import display_path
-from compiler.recipe.load import load_file
-from compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler import driver, project
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.estimate import memory, steptime
+from moeforge.compiler.estimate.steptime_terms import elementwise_bytes
+from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.planner import space, splits
+from moeforge.compiler.recipe import integers, validate
+from moeforge.compiler.recipe.compose import display_path
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler.resources import BUILTIN_RECIPES
 
 GIB = memory.GIB
 CONFIRM_BUDGET = 150     # pipeline compiles per search at most (~16 ms each on this machine)

@@ -14,13 +14,13 @@ import copy
 import math
 from dataclasses import dataclass, replace
 
-from compiler.knobs import table as K
-from compiler.knobs.layout import Layout, LayoutError
-from compiler.rules import BY_ID
-from compiler.rules.expr import evaluate
-from compiler.knobs.versions import version_int
-from compiler.rules.precision import PERMUTE_FUSION_TE
-from compiler.planner import splits
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.layout import Layout, LayoutError
+from moeforge.compiler.rules import BY_ID
+from moeforge.compiler.rules.expr import evaluate
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.rules.precision import PERMUTE_FUSION_TE
+from moeforge.compiler.planner import splits
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MBS = (1, 2, 4)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.estimate import flops, steptime
-from compiler.estimate.steptime_terms import elementwise_bytes
-from compiler.knobs.pipeline_layout import stages as layout_stages
+from moeforge.compiler.estimate import flops, steptime
+from moeforge.compiler.estimate.steptime_terms import elementwise_bytes
+from moeforge.compiler.knobs.pipeline_layout import stages as layout_stages
 
 BISECT_STEPS = 60
 

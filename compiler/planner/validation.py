@@ -5,16 +5,16 @@ recipes): plan-layout with the same model, platform, GPU count, sequence length 
 (a) find the tuned layout legal (compiled through the pipeline) and within memory, and (b) rank it
 in its top RANK_LIMIT or estimate it within RATIO_LIMIT of its own best.  Run as a module to print
 the table (``--update-readme``: into README.md between its validation markers, as `make validate-layouts`
-does):  python -m compiler.planner.validation tests/data/bridge_tuned_layouts.json [--update-readme]
+does):  python -m moeforge.compiler.planner.validation tests/data/bridge_tuned_layouts.json [--update-readme]
 """
 from __future__ import annotations
 
 import json
 import sys
 
-from compiler.diagnostics import CompileError
-from compiler.knobs.layout import LayoutError
-from compiler.planner import search, space, splits
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.knobs.layout import LayoutError
+from moeforge.compiler.planner import search, space, splits
 
 RANK_LIMIT = 10       # issue 15: "rank it in its top 10
 RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
@@ -111,7 +111,7 @@ if __name__ == "__main__":
     results = [validate(r) for r in rows]
     print(table(results))
     if "--update-readme" in sys.argv[2:]:
-        from compiler.files import write_file_atomically
+        from moeforge.compiler.files import write_file_atomically
 
         readme = Path(__file__).resolve().parents[2] / "README.md"
         write_file_atomically(readme, update_readme(readme.read_text(), results))

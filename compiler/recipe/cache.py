@@ -32,7 +32,7 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
-from compiler import __version__
+from moeforge.compiler import __version__
 
 try:
     from _blake2 import blake2b
@@ -125,7 +125,7 @@ def key(schema_file: Path, data) -> str | None:
 
 
 def valid(entry: str | None, detailed: bool) -> list | None:
-    """What remember_valid() kept for this entry: the accepted document's integer paths (compiler.recipe.
+    """What remember_valid() kept for this entry: the accepted document's integer paths (moeforge.compiler.recipe.
     integers), [] when there are none; None for a miss. detailed: the document holds an integral float, so
     only an entry that lists its paths will do (an empty one, cut short or not ours, is a miss)."""
     cache = _directory()

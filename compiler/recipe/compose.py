@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.document import INT_MAX, INT_MIN, Document, out_of_range
-from compiler.recipe.load import load_file
-from compiler import project
-from compiler.project import BUILTIN_PREFIX
-from compiler.recipe.migrate import MOVED_KEYS, upgrade_document
-from compiler.resources import BUILTIN_RECIPES
+from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.recipe.document import INT_MAX, INT_MIN, Document, out_of_range
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler import project
+from moeforge.compiler.project import BUILTIN_PREFIX
+from moeforge.compiler.recipe.migrate import MOVED_KEYS, upgrade_document
+from moeforge.compiler.resources import BUILTIN_RECIPES
 
-RECIPES = BUILTIN_RECIPES  # the built-in catalogue; the user's recipes/ is compiler.project.recipes()
+RECIPES = BUILTIN_RECIPES  # the built-in catalogue; the user's recipes/ is moeforge.compiler.project.recipes()
 REFERENCE_KEYS = ("platform", "model")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 ID_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
@@ -310,7 +310,7 @@ def parse_override(text: str) -> tuple[tuple, object]:
         raise CompileError([error("E_OVERRIDE", f"override key '{key}' is not a dotted name", pos)])
     import yaml  # lazy: PyYAML only for --set values (a recipe file comes from the parse cache when unchanged)
 
-    from compiler.recipe.yaml_nodes import YamlLoader  # lazy: PyYAML, as above
+    from moeforge.compiler.recipe.yaml_nodes import YamlLoader  # lazy: PyYAML, as above
 
     try:
         value = yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""

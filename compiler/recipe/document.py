@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import Position, error
+from moeforge.compiler.diagnostics import Position, error
 
 MAX_BYTES = 1 << 20          # a recipe is a page, not a data set
 MAX_NODES = 50_000           # after alias expansion

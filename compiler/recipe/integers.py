@@ -6,13 +6,13 @@ arithmetic, plan.json and Megatron's argparse do not (the runtime died in range(
 publishes: where the schema admits an integer and not a number, an integral float is that int, past int64
 an E_INT_RANGE. Which paths those are is decided while validating (validate.accept, which has the schema
 at hand and remembers the answer in the validity cache), so a cold check of an unchanged recipe reads no
-schema for it; compiler.driver.load applies them to the composed recipe, so check, compile, explain and
+schema for it; moeforge.compiler.driver.load applies them to the composed recipe, so check, compile, explain and
 diff see one spelling.
 """
 from __future__ import annotations
 
-from compiler.diagnostics import Diagnostic
-from compiler.recipe.document import INT_MAX, INT_MIN, out_of_range
+from moeforge.compiler.diagnostics import Diagnostic
+from moeforge.compiler.recipe.document import INT_MAX, INT_MIN, out_of_range
 
 
 def floats(data) -> list[tuple]:

@@ -3,17 +3,17 @@
 PyYAML composes the node graph (libyaml when present); we build plain values from it
 ourselves so that we can refuse what a recipe never needs: tags beyond the YAML core
 schema, duplicate keys, non-string keys, alias bombs, deep nesting and huge documents.
-That half lives in compiler.recipe.yaml_nodes and is imported only for a document the parse cache
-(compiler.recipe.cache) has not seen: an unchanged recipe is read back as JSON, without PyYAML.
+That half lives in moeforge.compiler.recipe.yaml_nodes and is imported only for a document the parse cache
+(moeforge.compiler.recipe.cache) has not seen: an unchanged recipe is read back as JSON, without PyYAML.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.bounded import Unreadable, read_bytes
-from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe import cache
-from compiler.recipe.document import MAX_BYTES, Document
+from moeforge.compiler.bounded import Unreadable, read_bytes
+from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.recipe import cache
+from moeforge.compiler.recipe.document import MAX_BYTES, Document
 
 PARSER = "2"  # part of every parse-cache entry's key: bump when what load_yaml builds changes
 
@@ -45,7 +45,7 @@ def load_text(text: str | bytes, file: str) -> Document:
                                                    for p, line, col in cached["positions"]})
         except (KeyError, TypeError, ValueError):
             pass  # an entry of another shape (not ours): parsed again, and overwritten
-    from compiler.recipe.yaml_nodes import parse  # lazy: PyYAML, only for a document the parse cache has not seen
+    from moeforge.compiler.recipe.yaml_nodes import parse  # lazy: PyYAML, only for a document the parse cache has not seen
 
     doc = parse(text, file)
     cache.store(entry, {"data": doc.data, "positions": [[list(p), pos.line, pos.col]
@@ -54,7 +54,7 @@ def load_text(text: str | bytes, file: str) -> Document:
 
 
 def load_file(path: Path, display: str | None = None) -> Document:
-    """The document in a file, through the compiler's one bounded reader (compiler.bounded)."""
+    """The document in a file, through the compiler's one bounded reader (moeforge.compiler.bounded)."""
     display = display or str(path)
     try:
         raw = read_bytes(path, MAX_BYTES)

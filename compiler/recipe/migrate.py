@@ -21,9 +21,9 @@ import re
 import stat
 from pathlib import Path
 
-from compiler.bounded import LIMITS, read_text
-from compiler.diagnostics import CompileError, Diagnostic, Position, error
-from compiler.recipe.document import Document
+from moeforge.compiler.bounded import LIMITS, read_text
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, error
+from moeforge.compiler.recipe.document import Document
 
 CURRENT = {"recipe": 3, "platform": 1, "model": 1, "sweep": 1}
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from compiler.diagnostics import Diagnostic, Position, error
-from compiler.recipe import cache, integers
-from compiler.recipe.document import KEY
-from compiler.recipe.migrate import declared_version
-from compiler.resources import KINDS, SCHEMAS  # noqa: F401 (KINDS: read as validate.KINDS too)
+from moeforge.compiler.diagnostics import Diagnostic, Position, error
+from moeforge.compiler.recipe import cache, integers
+from moeforge.compiler.recipe.document import KEY
+from moeforge.compiler.recipe.migrate import declared_version
+from moeforge.compiler.resources import KINDS, SCHEMAS  # noqa: F401 (KINDS: read as validate.KINDS too)
 
 MAX_UNKNOWN_KEYS = 20  # unknown keys of one mapping reported one by one; the rest in one line
 
@@ -33,8 +33,8 @@ def check(data, schema_name: str, pos_of) -> list[Diagnostic]:
 
 def accept(data, schema_name: str, pos_of) -> tuple[list[Diagnostic], list[tuple]]:
     """(every schema violation of `data`, and when there is none the paths of its integral floats that the
-    schema wants as integers: compiler.recipe.integers). A document this schema accepted before
-    (compiler.recipe.cache) is not validated again, and its paths are read back with the verdict."""
+    schema wants as integers: moeforge.compiler.recipe.integers). A document this schema accepted before
+    (moeforge.compiler.recipe.cache) is not validated again, and its paths are read back with the verdict."""
     candidates = integers.floats(data)
     entry = cache.key(SCHEMAS / schema_name, data)
     known = cache.valid(entry, detailed=bool(candidates))

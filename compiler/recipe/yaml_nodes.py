@@ -1,8 +1,8 @@
-"""The YAML half of compiler.recipe.load: PyYAML's node graph turned into plain values and positions.
+"""The YAML half of moeforge.compiler.recipe.load: PyYAML's node graph turned into plain values and positions.
 
-Imported only when a document is not in the parse cache (compiler.recipe.load): importing PyYAML and
+Imported only when a document is not in the parse cache (moeforge.compiler.recipe.load): importing PyYAML and
 compiling its reader's expressions is a fifth of a cold check, and an unchanged recipe does not
-need them. What a recipe may not contain is refused here (see compiler.recipe.load).
+need them. What a recipe may not contain is refused here (see moeforge.compiler.recipe.load).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import re
 
 import yaml
 
-from compiler.diagnostics import CompileError, Position, error
-from compiler.recipe.document import INT_MAX, INT_MIN, KEY, MAX_DEPTH, MAX_NODES, Document, out_of_range
+from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.recipe.document import INT_MAX, INT_MIN, KEY, MAX_DEPTH, MAX_NODES, Document, out_of_range
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null")}
@@ -31,7 +31,7 @@ _construct = yaml.constructor.SafeConstructor()
 
 
 def parse(text: str, file: str) -> Document:
-    """The document in `text` (already decoded and size-checked by compiler.recipe.load.load_text)."""
+    """The document in `text` (already decoded and size-checked by moeforge.compiler.recipe.load.load_text)."""
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:

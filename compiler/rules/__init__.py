@@ -22,9 +22,9 @@ from functools import cached_property
 from functools import lru_cache
 from importlib import import_module
 
-from compiler.rules.expr import TRUE, Expr, fold
-from compiler.knobs.table import BY_FIELD, LINT_ONLY
-from compiler.knobs.versions import version_int
+from moeforge.compiler.rules.expr import TRUE, Expr, fold
+from moeforge.compiler.knobs.table import BY_FIELD, LINT_ONLY
+from moeforge.compiler.knobs.versions import version_int
 
 CONCERNS = ("ep_overlap", "delayed_wgrad", "dispatcher", "cuda_graphs", "recompute", "comm_overlap", "layout",
             "architecture", "precision", "optimizer", "kernels", "nvlink", "training_io", "advice", "guidance")

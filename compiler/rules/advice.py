@@ -6,8 +6,8 @@ Qwen3-Next measurements), nemo-mbridge-perf-moe-dispatcher-selection (dispatcher
 hardware, routing mode for benchmarks, comparing dispatchers), perf-moe-optimization-workflow
 (CUDA graphs for dropless MoE).
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, Const, IsSet, Not, Or
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, Const, IsSet, Not, Or
 
 OVERLAP_SKILL = "seeds: perf-expert-parallel-overlap (measured short-run evidence)"
 OVERLAP_DOC = "seeds: docs/training/communication-overlap.md (expected metric changes)"

@@ -5,9 +5,9 @@ megatron-core TransformerConfig / MLATransformerConfig.__post_init__ (0.16-0.19)
 validate_args.  A catalogue model passes them all; a new or edited model document is checked here before
 a launch would be refused.
 """
-from compiler.knobs import table as K
-from compiler.rules import Rule
-from compiler.rules.expr import F, IsSet, Not, Or
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 MLA_TC = "megatron-core transformer/transformer_config.py MLATransformerConfig.__post_init__"

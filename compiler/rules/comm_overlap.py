@@ -10,8 +10,8 @@
   overlap_param_gather without the distributed optimizer); Megatron-Bridge applies its
   CommOverlapConfig DP overlap only with the distributed optimizer.
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, IsSet, Or, TE_INSTALLED
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, IsSet, Or, TE_INSTALLED
 
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"

@@ -10,8 +10,8 @@ its checks, so the expressions below treat them as the same thing.
 For dropless MoE the seeds recommend partial TE-scoped graphs (attn, moe_router,
 moe_preprocess) and full-iteration graphs only for static shapes (drop-and-pad).
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 TC16 = f"{TC} (0.16-0.17)"
@@ -83,7 +83,7 @@ RULES = (
          message="cuda_graph_impl=full_iteration captures the whole iteration; per-layer modules must be empty",
          source=TC18, fix="set cuda_graph.modules: [] (or null)",
          megatron_message="cuda_graph_modules must be empty when cuda_graph_impl=\"full_iteration\".", versions=V18),
-    # a recipe's launches turn the check off themselves (compiler.targets.plan.nan_check); lint-config only
+    # a recipe's launches turn the check off themselves (moeforge.compiler.targets.plan.nan_check); lint-config only
     Rule(id="CUDA_GRAPH_FULL_ITERATION_NO_NAN_CHECK", severity="error", when=FULL_ITER,
          require=F("check_for_nan_in_loss_and_grad").is_(False),
          message="a full-iteration CUDA graph cannot run Megatron-LM's per-step NaN check of loss and gradients",

@@ -12,9 +12,9 @@ Bridge decides "captured in a graph" from the configured modules alone, ignoring
 cuda_graph_impl: wgrad_in_graph = attn or (moe_router and shared experts without
 shared-expert overlap).
 """
-from compiler.rules import Rule
-from compiler.rules.cuda_graphs import GRAPH_TE
-from compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.cuda_graphs import GRAPH_TE
+from moeforge.compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
 
 MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.14+)"
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"

@@ -11,9 +11,9 @@ GPU matrix (Bridge): A100/H100 -> deepep + hybridep; B200/B300 -> deepep + hybri
 GB200/GB300 (major 10, name "NVIDIA GB...") -> hybridep only; B100 -> hybridep only;
 major > 10 -> neither.
 """
-from compiler.knobs.facts import FLEX_BACKENDS
-from compiler.rules import Rule
-from compiler.rules.expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
+from moeforge.compiler.knobs.facts import FLEX_BACKENDS
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 TD = "megatron-core transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher"

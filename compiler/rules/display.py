@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import marshal
 
-from compiler.knobs import layout as L
-from compiler.knobs import table as K
-from compiler.knobs.versions import version_text
-from compiler.rules.expr import UNKNOWN, evaluate
-from compiler.rules.layout import SHOWN
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.versions import version_text
+from moeforge.compiler.rules.expr import UNKNOWN, evaluate
+from moeforge.compiler.rules.layout import SHOWN
 
 # the version facts, whose values Megatron prints as releases (0.16.1), not as version_int's numbers
 _SPEC = {**K.BY_FIELD, **K.FACT_BY_FIELD}

@@ -10,9 +10,9 @@ under Bridge, with its own wording, kept in `also`). Behaviour by megatron-core 
 - 0.18+: the CUDA-graph restriction only applies to cuda_graph_impl=transformer_engine.
 - 0.19: mtp_num_layers in (None, 0, 1) with new wording; ncclep + expert_fc1 offloading.
 """
-from compiler.rules import Rule
-from compiler.rules.cuda_graphs import GRAPH_ANY, GRAPH_LOCAL, GRAPH_TE
-from compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.cuda_graphs import GRAPH_ANY, GRAPH_LOCAL, GRAPH_TE
+from moeforge.compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or
 
 MCORE = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__ (0.14+)"
 BRIDGE = "Megatron-Bridge training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Callable
 
-from compiler.knobs.versions import version_int
+from moeforge.compiler.knobs.versions import version_int
 
 
 class _Unknown:
@@ -339,7 +339,7 @@ class Evaluate(Walk):
 
 def _num(v):
     """None compares as 0, exactly as the solver encodes an unset optional integer; a truth value
-    counts 1 or 0 (`PP - IsSet(first_stage)` is the middle stages), as compiler.solver.encoding counts it."""
+    counts 1 or 0 (`PP - IsSet(first_stage)` is the middle stages), as moeforge.compiler.solver.encoding counts it."""
     if v is None or v is False:
         return 0
     if v is True:

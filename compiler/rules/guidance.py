@@ -13,8 +13,8 @@ win; Megatron's silent rewrites weigh 50, Megatron's default 1 per knob):
   3  gradients reduced in FP32 with BF16 (Megatron-LM and Megatron-Bridge's bf16 default)
   2  SM counts for the flex backends; gradient accumulation fusion with TE
 """
-from compiler.rules import Preference
-from compiler.rules.expr import F, Has, IsSet, Not, Or
+from moeforge.compiler.rules import Preference
+from moeforge.compiler.rules.expr import F, Has, IsSet, Not, Or
 
 DISP, BACKEND = F("moe_token_dispatcher_type"), F("moe_flex_dispatcher_backend")
 EP, TP = F("expert_model_parallel_size"), F("tensor_model_parallel_size")

@@ -1,13 +1,13 @@
 """Kernel choices: fusions that keep the math but exist only under some conditions.
 
 Megatron-LM turns its fusions on by default and off again where they cannot run; megatron-core
-defaults them off. The plan states each one (compiler.knobs.table, `kernels.*`), so what Megatron-LM
+defaults them off. The plan states each one (moeforge.compiler.knobs.table, `kernels.*`), so what Megatron-LM
 rewrites at start-up must be known here.
 """
-from compiler.rules import Rule
-from compiler.rules.architecture import ACT, GATED
-from compiler.rules.cuda_graphs import FULL_ITER
-from compiler.rules.expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.architecture import ACT, GATED
+from moeforge.compiler.rules.cuda_graphs import FULL_ITER
+from moeforge.compiler.rules.expr import F, AtLeast, IsSet, Not, Or, TE_INSTALLED
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"

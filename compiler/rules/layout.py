@@ -12,9 +12,9 @@ is checked instead by the LAYOUT_PIPELINE_LAYOUT_* rules, on the facts compiler/
 reads from it as megatron-core's PipelineParallelLayerLayout does; stage sizes by the
 LAYOUT_*_STAGE_LAYERS_* and LAYOUT_UNEVEN_* rules, accounting by the LAYOUT_ACCOUNT_FOR_* rules.
 """
-from compiler.knobs import layout as L
-from compiler.rules import Rule
-from compiler.rules.expr import F, IsSet, Not, Or
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, IsSet, Not, Or
 
 PS = "megatron-core parallel_state.initialize_model_parallel"
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"

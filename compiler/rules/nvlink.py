@@ -24,8 +24,8 @@ node) is the usual inter-node expert parallelism, chosen on purpose; the dispatc
 (ADVICE_EP_OVERLAP_PAYS_INTER_NODE, ADVICE_FLEX_FOR_CROSS_NODE_EP) covers it, so it is not warned
 about here. On such platforms only a span that would fit a node but straddles two is.
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, IsSet, Not, Or
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, IsSet, Not, Or
 
 TP, EP, ETP = F("tensor_model_parallel_size"), F("expert_model_parallel_size"), F("expert_tensor_parallel_size")
 NVL, PER_NODE, WORLD = F("nvlink_domain"), F("gpus_per_node"), F("world_size")

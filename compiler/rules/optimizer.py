@@ -6,8 +6,8 @@ and a FusedAdam of Transformer Engine whose signature takes the dtypes, TE >= 1.
 validate_args (BF16 main grads only without FP32 gradient accumulation), and Transformer Engine's
 FusedAdam itself (BF16 moments from TE 2.3 on).
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, AtLeast, TE_INSTALLED
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, AtLeast, TE_INSTALLED
 
 OPT = "megatron-core optimizer/optimizer_config.py OptimizerConfig.__post_init__"
 LM_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"

@@ -5,8 +5,8 @@ table (Hopper: FP8 blockwise; Blackwell: MXFP8; NVFP4 on Blackwell once BF16/FP8
 stable; keep the router in FP32) for the advice. MXFP8 and NVFP4 are Blackwell
 (compute capability 10.x) tensor-core formats.
 """
-from compiler.rules import Rule
-from compiler.rules.expr import F, AtLeast, IsSet, Or, TE_INSTALLED
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, AtLeast, IsSet, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 SEEDS = "seeds: perf-moe-optimization-workflow (FP8 recipe quick decision)"

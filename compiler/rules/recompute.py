@@ -6,10 +6,10 @@ normalises recompute_modules=None to ["core_attn"]; the rules treat None the sam
 The seeds: prefer selective recompute (layernorm, core_attn, moe_act, mlp, shared_experts,
 mla_up_proj) before full recompute; TE-scoped CUDA graphs pair with selective recompute.
 """
-from compiler.knobs.table import CUDA_GRAPH_MODULES, OFFLOAD_MODULES
-from compiler.rules import Rule
-from compiler.rules.cuda_graphs import FULL_ITER, GRAPH_ANY, GRAPH_LOCAL, M
-from compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
+from moeforge.compiler.knobs.table import CUDA_GRAPH_MODULES, OFFLOAD_MODULES
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.cuda_graphs import FULL_ITER, GRAPH_ANY, GRAPH_LOCAL, M
+from moeforge.compiler.rules.expr import F, AtLeast, Has, IsSet, Not, Or, TE_INSTALLED
 
 TC = "megatron-core transformer/transformer_config.py TransformerConfig.__post_init__"
 GRAN, MODS = F("recompute_granularity"), F("recompute_modules")

@@ -1,16 +1,16 @@
 """Training I/O: entry point, data, tokenizer, checkpoints, LR schedule, evaluation.
 
-What Megatron-LM's pretrain() (run by `python -m runtime.megatron`), Megatron-LM's validate_args,
+What Megatron-LM's pretrain() (run by `python -m moeforge.runtime.megatron`), Megatron-LM's validate_args,
 megatron-core's OptimizerParamScheduler and Megatron-Bridge's ConfigContainer enforce, or what would
 fail (or silently do nothing) once the job runs: a checkpoint interval without a directory, a tokenizer
 whose ids do not fit the model's embedding, data the chosen entry point cannot read. Most of Megatron's
 checks here are bare asserts (no message to quote), so the rules are moeforge's words with Megatron's
 file as the source. Lists and floats (blend weights, min_lr vs lr) are read through facts computed from
-the recipe (compiler.solver.inputs.derived_facts), so that every rule stays solver-friendly.
+the recipe (moeforge.compiler.solver.inputs.derived_facts), so that every rule stays solver-friendly.
 """
-from compiler.knobs.table import BYTE_VOCAB
-from compiler.rules import Rule
-from compiler.rules.expr import F, AtLeast, IsSet, Not, Or
+from moeforge.compiler.knobs.table import BYTE_VOCAB
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.expr import F, AtLeast, IsSet, Not, Or
 
 ARGS = "Megatron-LM megatron/training/arguments.py validate_args (0.19)"
 PRETRAIN = "Megatron-LM megatron/training/training.py pretrain (0.19; shipped in the megatron-core wheel from 0.17)"
@@ -18,7 +18,7 @@ LR_SCHEDULER = "megatron-core optimizer_param_scheduler.py OptimizerParamSchedul
 BRIDGE_CKPT = "Megatron-Bridge training/config.py CheckpointConfig.finalize / ConfigContainer.validate (0.6.2)"
 TOKENIZER = "megatron-core tokenizers/utils/build_tokenizer.py build_tokenizer (0.19)"
 DATASETS = "megatron-core datasets/blended_megatron_dataset_config.py, datasets/utils.py get_blend_from_list (0.19)"
-RUNTIME = "moeforge runtime: runtime.train (entrypoint moeforge) / runtime.megatron (entrypoint megatron-lm)"
+RUNTIME = "moeforge runtime: moeforge.runtime.train (entrypoint moeforge) / moeforge.runtime.megatron (entrypoint megatron-lm)"
 
 MEGATRON_LM = F("entrypoint") == "megatron-lm"
 HARNESS = F("entrypoint") == "moeforge"
@@ -39,11 +39,11 @@ RULES = (
              "runtime.entrypoint: moeforge", megatron_message=None, origin="moeforge"),
     Rule(id="DATA_KIND_NEEDS_MEGATRON_LM", severity="error", when=KIND.isin("mock", "indexed"), require=MEGATRON_LM,
          message="data.kind mock and indexed are read by Megatron-LM's data pipeline: they need runtime.entrypoint "
-                 "megatron-lm (runtime.train only generates synthetic or learnable tokens)", source=RUNTIME,
+                 "megatron-lm (moeforge.runtime.train only generates synthetic or learnable tokens)", source=RUNTIME,
          fix="set runtime.entrypoint: megatron-lm, or data.kind: synthetic", megatron_message=None, origin="moeforge"),
     Rule(id="DATA_KIND_NEEDS_MOEFORGE_RUNTIME", severity="error", when=KIND.isin("synthetic", "learnable"),
          require=HARNESS,
-         message="data.kind synthetic and learnable are runtime.train's generators: they need runtime.entrypoint "
+         message="data.kind synthetic and learnable are moeforge.runtime.train's generators: they need runtime.entrypoint "
                  "moeforge (Megatron-LM reads mock or indexed data)", source=RUNTIME,
          fix="set data.kind: mock (or indexed with data.paths), or runtime.entrypoint: moeforge", megatron_message=None,
          origin="moeforge"),
@@ -71,7 +71,7 @@ RULES = (
          require=Not(IsSet(F("path_env_vars"))),
          message="paths use environment variables {path_env_vars}: kept literally in plan.json and megatron-lm.args "
                  "and resolved at launch by the runtime (an unset variable stops the job before it starts)",
-         source="moeforge runtime.megatron (expands ${VAR} in megatron-lm.args at launch)",
+         source="moeforge moeforge.runtime.megatron (expands ${VAR} in megatron-lm.args at launch)",
          fix="export the variables in the job's environment (or write the paths out)", megatron_message=None,
          origin="moeforge"),
     # --- tokenizer
@@ -117,7 +117,7 @@ RULES = (
     # --- what the harness would silently ignore
     Rule(id="HARNESS_IGNORES_TRAINING_IO", severity="warning", when=HARNESS,
          require=Not(Or(SAVE, IsSet(F("eval_interval")), IsSet(F("tensorboard_dir")), IsSet(F("wandb_project")))),
-         message="runtime.entrypoint moeforge (runtime.train) writes no checkpoints, evaluates nothing and logs to "
+         message="runtime.entrypoint moeforge (moeforge.runtime.train) writes no checkpoints, evaluates nothing and logs to "
                  "report.json only: checkpoint, eval and logging settings are for runtime.entrypoint megatron-lm",
          source=RUNTIME, fix="set runtime.entrypoint: megatron-lm (with data.kind mock or indexed), or remove them",
          megatron_message=None, origin="moeforge"),

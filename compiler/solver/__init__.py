@@ -4,6 +4,6 @@ rules folded over the pins (problem.py), the exact finite fast path (finite.py),
 the optimisation and provenance (solve.py), and, when a recipe cannot be solved, the explanation (conflicts.py:
 minimal pins and fixes).
 
-May import: compiler.recipe, compiler.knobs, compiler.rules, compiler.diagnostics. z3 is imported lazily
+May import: moeforge.compiler.recipe, moeforge.compiler.knobs, moeforge.compiler.rules, moeforge.compiler.diagnostics. z3 is imported lazily
 (a recipe finite.py settles, or one with nothing left to solve, never loads it).
 """

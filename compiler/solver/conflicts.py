@@ -17,16 +17,16 @@ from dataclasses import replace
 
 import z3
 
-from compiler.diagnostics import Diagnostic, Note, Position, from_rule
-from compiler.knobs import layout as L
-from compiler.knobs import table as K
-from compiler.knobs.display import display
-from compiler.recipe import validate
-from compiler.rules import Rule
-from compiler.rules.display import megatron_display
-from compiler.solver.encoding import check, encode, tracked
-from compiler.solver.inputs import vpp_from_layout
-from compiler.solver.problem import BUDGET, DERIVED, SET_VALUE, SPEC, Problem, fixed_values
+from moeforge.compiler.diagnostics import Diagnostic, Note, Position, from_rule
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.display import display
+from moeforge.compiler.recipe import validate
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules.display import megatron_display
+from moeforge.compiler.solver.encoding import check, encode, tracked
+from moeforge.compiler.solver.inputs import vpp_from_layout
+from moeforge.compiler.solver.problem import BUDGET, DERIVED, SET_VALUE, SPEC, Problem, fixed_values
 
 
 def _residual_verdict(problem):

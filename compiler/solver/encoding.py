@@ -10,9 +10,9 @@ from typing import Any
 
 import z3
 
-from compiler.knobs import layout as L
-from compiler.solver.problem import BUDGET, DERIVED, INPUTS, MAX_INT, QUERY_RLIMIT, SET_VALUE, SPEC
-from compiler.rules import expr as E
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.solver.problem import BUDGET, DERIVED, INPUTS, MAX_INT, QUERY_RLIMIT, SET_VALUE, SPEC
+from moeforge.compiler.rules import expr as E
 
 
 def check(solver, *assumptions):

@@ -1,13 +1,13 @@
 """An exact pure-Python solver for what unit propagation leaves open (no z3 import).
 
-After compiler.solver.problem folds the pins in and propagates, a recipe's residual problem is a handful of
+After moeforge.compiler.solver.problem folds the pins in and propagates, a recipe's residual problem is a handful of
 auto knobs with small domains: a few booleans and enums, now and then an optional integer that
 rules only compare with constants (`hybridep_ranks_per_nvlink_domain == 8`) or test for dividing a
 constant (`2 % (etp * 2) == 0`). Importing z3 and building an Optimize for that costs more than
 the whole rest of a check, so this module settles such problems by enumeration, with the SAME
-semantics as compiler.solver.encoding + z3's Optimize in compiler.solver.solve._optimise:
+semantics as moeforge.compiler.solver.encoding + z3's Optimize in moeforge.compiler.solver.solve._optimise:
 
-- values are encoded as compiler.solver.encoding encodes them (an enum is its index, an unset optional
+- values are encoded as moeforge.compiler.solver.encoding encodes them (an enum is its index, an unset optional
   integer is 0, a set is one boolean per member), and rules are read as z3 reads those terms;
 - the cost of an assignment is what the z3 objective minimises: the weight of every preference it
   breaks, plus 1 for every auto knob off megatron-core's default;
@@ -19,14 +19,14 @@ semantics as compiler.solver.encoding + z3's Optimize in compiler.solver.solve._
 It answers only when the answer is forced to be z3's: the optimum is unique on the auto knobs, and
 each of them is a single value (not a gap of several, where z3 picks one of many). Anything else
 (no solution, ties, an expression outside this fragment, too many combinations) returns None, and
-compiler.solver.solve asks z3 as before. tests/compiler/test_finite_solve.py compares both on the catalogue.
+moeforge.compiler.solver.solve asks z3 as before. tests/compiler/test_finite_solve.py compares both on the catalogue.
 """
 from __future__ import annotations
 
 from itertools import product
 
-from compiler.solver.problem import DERIVED, MAX_INT, SPEC
-from compiler.rules import expr as E
+from moeforge.compiler.solver.problem import DERIVED, MAX_INT, SPEC
+from moeforge.compiler.rules import expr as E
 
 MAX_COMBINATIONS = 4096   # per independent group of knobs: above this, z3 (2^12, a dozen booleans)
 MAX_DIVIDEND = 1 << 40    # divisors of larger constants are not enumerated (trial division to 2^20)
@@ -46,7 +46,7 @@ class Settled:
 
     def forced(self, names: list[str]) -> list[str] | None:
         """Of `names` (each a settled knob), those that no assignment satisfying the rules moves off
-        its value (what compiler.solver.solve._forcing_rules asks z3 per name); None: cannot tell here."""
+        its value (what moeforge.compiler.solver.solve._forcing_rules asks z3 per name); None: cannot tell here."""
         out = []
         for name in names:
             group = next((g for g in self._groups if name in g.names), None)
@@ -110,7 +110,7 @@ def _settle(problem, auto_free: list[str]) -> Settled | None:
 # ----------------------------------------------------------------------------- value classes
 
 def _const(name: str, value):
-    """A constant as compiler.solver.encoding.Encoding.const encodes it for this knob."""
+    """A constant as moeforge.compiler.solver.encoding.Encoding.const encodes it for this knob."""
     spec = SPEC[name]
     if spec.kind == "bool":
         return bool(value)
@@ -238,7 +238,7 @@ def _classes(name: str, points: set, fixed: dict) -> list[tuple[object, int]]:
         return [(tuple(bool(mask >> i & 1) for i in range(len(spec.domain))), 1)
                 for mask in range(1 << len(spec.domain))]
     lo, hi = (1 if spec.kind == "int" else 0), MAX_INT
-    if spec.bound:  # compiler.solver.encoding bounds the knob by another field's fixed value
+    if spec.bound:  # moeforge.compiler.solver.encoding bounds the knob by another field's fixed value
         if spec.bound not in fixed:
             raise _Unsupported(name)
         if fixed[spec.bound] is not None:
@@ -254,7 +254,7 @@ def _classes(name: str, points: set, fixed: dict) -> list[tuple[object, int]]:
 
 
 def _decode(name: str, raw):
-    """A value as compiler.solver.encoding.Encoding.read decodes it."""
+    """A value as moeforge.compiler.solver.encoding.Encoding.read decodes it."""
     spec = SPEC[name]
     if spec.kind == "set":
         return [m for m, on in zip(spec.domain, raw) if on] or None
@@ -268,7 +268,7 @@ def _decode(name: str, raw):
 # ----------------------------------------------------------------------------- evaluation
 
 class _Z3Reading(E.Evaluate):
-    """An expression's value as z3 evaluates the term compiler.solver.encoding builds for it, over encoded values
+    """An expression's value as z3 evaluates the term moeforge.compiler.solver.encoding builds for it, over encoded values
     (every free field has one). The connectives are Evaluate's: UNKNOWN here stands for a value that depends on
     z3's unspecified x % 0. The leaves differ: a constant is compared in its encoding (an enum as its index, an
     unset optional integer as 0, a set as one boolean per member), and arithmetic appears only as divisibility."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 
-from compiler.knobs import table as K
-from compiler.knobs import pipeline_layout
-from compiler.recipe.compose import Composed
-from compiler.knobs.table import AUTO, FACTS, KNOBS, gpu_product
-from compiler.knobs.layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe, list_entries
-from compiler.knobs.versions import version_int
-from compiler.solver.values import Pin
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs import pipeline_layout
+from moeforge.compiler.recipe.compose import Composed
+from moeforge.compiler.knobs.table import AUTO, FACTS, KNOBS, gpu_product
+from moeforge.compiler.knobs.layer_pattern import fits_layers, last_layer_linear_attention, last_layer_moe, list_entries
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.solver.values import Pin
 
 MISSING = object()  # lookup's answer for a path the data does not have
 DTYPES = {"bf16": (True, False), "fp16": (False, True), "fp32": (False, False)}

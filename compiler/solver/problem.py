@@ -2,7 +2,7 @@
 
 A Problem is the rules (and preferences) specialised to what is fixed. When nothing stays free,
 this is the whole answer and z3 is never imported (a fully pinned recipe checks without it);
-otherwise compiler.solver.finite settles what is free, or compiler.solver.encoding turns it into z3 terms.
+otherwise moeforge.compiler.solver.finite settles what is free, or moeforge.compiler.solver.encoding turns it into z3 terms.
 What every one of them reads of a field (SPEC, the derived layout sizes, the integers' range) and the bounds
 on z3's work are here too, below them all: finite.py, encoding.py and conflicts.py import them from here.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-from compiler.knobs import layout as L
-from compiler.knobs import table as K
-from compiler.knobs.layout import derive_sizes
-from compiler.rules import Rule
-from compiler.rules import expr as E
-from compiler.rules.expr import fold
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.layout import derive_sizes
+from moeforge.compiler.rules import Rule
+from moeforge.compiler.rules import expr as E
+from moeforge.compiler.rules.expr import fold
 
 SPEC = {**K.BY_FIELD, **K.FACT_BY_FIELD}
 DERIVED = ("world_size", "data_parallel_size", "expert_data_parallel_size")
@@ -118,7 +118,7 @@ class Problem:
     folds that value in too, and repeats until nothing changes. Those knobs are `forced`, each with
     the rules that force it (catalogue order), so neither z3 nor a provenance query is needed for
     them; what is left for z3 is only what is really open. A propagation that makes a rule fold to
-    false is dropped (the unpropagated problem then goes to z3 and compiler.solver.conflicts as before)."""
+    false is dropped (the unpropagated problem then goes to z3 and moeforge.compiler.solver.conflicts as before)."""
 
     def __init__(self, rules: list[Rule], fixed: dict, prefs=(), propagate: bool = False):
         self.violated, self.residual = [], {}

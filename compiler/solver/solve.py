@@ -1,23 +1,23 @@
 """Resolve pins, platform facts and rules into values, or explain precisely why not.
 
-Pins and facts are folded into the rules first (compiler.rules.expr.fold): a rule that folds to
+Pins and facts are folded into the rules first (moeforge.compiler.rules.expr.fold): a rule that folds to
 true is satisfied, one that folds to false is violated by the pins alone, and only what
 still mentions an `auto` knob is solved, together with the seeds' guidance as weighted soft
-constraints: by compiler.solver.finite where it can prove its answer is z3's (small domains,
-a unique optimum; no z3 import), else by z3 (compiler.solver.encoding). What cannot be solved is
-explained by compiler.solver.conflicts (z3). Everything runs in catalogue order, so the results are
+constraints: by moeforge.compiler.solver.finite where it can prove its answer is z3's (small domains,
+a unique optimum; no z3 import), else by z3 (moeforge.compiler.solver.encoding). What cannot be solved is
+explained by moeforge.compiler.solver.conflicts (z3). Everything runs in catalogue order, so the results are
 deterministic.
 """
 from __future__ import annotations
 
-from compiler.diagnostics import Diagnostic
-from compiler.knobs import table as K
-from compiler.knobs.layout import derive_sizes
-from compiler.rules import Preference, Rule
-from compiler.rules import expr as E
-from compiler.solver.finite import settle
-from compiler.solver.problem import DERIVED, SOLVE_MS, SPEC, Problem, fixed_values
-from compiler.solver.values import Decision, Pin, Solution
+from moeforge.compiler.diagnostics import Diagnostic
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.layout import derive_sizes
+from moeforge.compiler.rules import Preference, Rule
+from moeforge.compiler.rules import expr as E
+from moeforge.compiler.solver.finite import settle
+from moeforge.compiler.solver.problem import DERIVED, SOLVE_MS, SPEC, Problem, fixed_values
+from moeforge.compiler.solver.values import Decision, Pin, Solution
 
 
 def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[Preference],
@@ -31,7 +31,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
     values = {f: SPEC[f].default for f in sorted(auto) if f not in problem.free and f not in problem.forced}
     values.update({f: v for f, (v, _) in problem.forced.items() if f in auto})
     enc = terms = settled = None
-    if problem.free:  # something is left to choose: enumerated when small (compiler.solver.finite), else z3
+    if problem.free:  # something is left to choose: enumerated when small (moeforge.compiler.solver.finite), else z3
         settled = settle(problem, sorted(set(auto) & problem.free))
         if settled is not None:
             values.update(settled.values)
@@ -57,7 +57,7 @@ def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[P
 
 def _encode(problem):
     """The z3 encoding of the residual problem and its rules' terms (imports z3)."""
-    from compiler.solver.encoding import encode  # lazy: z3 only when finite.settle cannot answer
+    from moeforge.compiler.solver.encoding import encode  # lazy: z3 only when finite.settle cannot answer
 
     enc = encode(problem)
     return enc, {rid: enc.term(e) for rid, e in problem.residual.items()}
@@ -66,7 +66,7 @@ def _encode(problem):
 def _refused(pins, rules, problem, silent_rules, explain_errors: bool) -> Solution:
     """The answer for a recipe that cannot be solved: each conflict with its pins and fixes (explain_errors=False:
     only which rules conflict)."""
-    from compiler.solver import conflicts  # lazy: z3, only for a recipe that is refused
+    from moeforge.compiler.solver import conflicts  # lazy: z3, only for a recipe that is refused
 
     if not explain_errors:
         return Solution({}, {}, _unexplained(conflicts.explain_rules(pins, rules, problem)))
@@ -189,7 +189,7 @@ def _forcing_rules(enc, terms: dict, names: list[str], values: dict, because=Non
     with the rules behind the propagated values folded into them (`because`)."""
     import z3  # lazy: only a knob the pure-Python checks cannot clear gets here
 
-    from compiler.solver.encoding import check, tracked  # lazy: z3, as above
+    from moeforge.compiler.solver.encoding import check, tracked  # lazy: z3, as above
 
     s, literals = tracked(enc, terms)
     out = {}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import Position
-from compiler.recipe.compose import Composed
+from moeforge.compiler.diagnostics import Position
+from moeforge.compiler.recipe.compose import Composed
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ import json
 import time
 from pathlib import Path
 
-from compiler import __version__, project
-from compiler.targets import emit
-from compiler.sweep import estimates
-from compiler.sweep.collapse import Collapsed
-from compiler.sweep.document import Sweep
-from compiler.sweep.points import Compiled
-from compiler.sweep.status import read_json, write
+from moeforge.compiler import __version__, project
+from moeforge.compiler.targets import emit
+from moeforge.compiler.sweep import estimates
+from moeforge.compiler.sweep.collapse import Collapsed
+from moeforge.compiler.sweep.document import Sweep
+from moeforge.compiler.sweep.points import Compiled
+from moeforge.compiler.sweep.status import read_json, write
 
 MANIFEST = "sweep.json"
 LABEL_SWEEP, LABEL_POINT = "moeforge.dev/sweep", "moeforge.dev/point"

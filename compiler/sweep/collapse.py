@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from compiler.sweep.points import Compiled
+from moeforge.compiler.sweep.points import Compiled
 
 # plan decision source -> the kind of reason, as results.json and `sweep check` name it
 WHY = {"pinned": "pinned elsewhere", "model": "pinned elsewhere", "platform": "pinned elsewhere",

@@ -7,12 +7,12 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler import project
-from compiler.recipe import validate
-from compiler.diagnostics import CompileError, Diagnostic, Note, Position, error
-from compiler.recipe.document import KEY, Document
-from compiler.recipe.load import load_file
-from compiler.recipe.migrate import MOVED_KEYS, upgrade_document
+from moeforge.compiler import project
+from moeforge.compiler.recipe import validate
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Note, Position, error
+from moeforge.compiler.recipe.document import KEY, Document
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler.recipe.migrate import MOVED_KEYS, upgrade_document
 
 SCHEMA = f"sweep.v{validate.KINDS['sweep']}.json"
 SECTIONS = ("set", "axes", "points")

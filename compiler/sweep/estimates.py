@@ -5,8 +5,8 @@ without a `performance` block (the cpu platform) has no step-time model: the est
 of inventing one."""
 from __future__ import annotations
 
-from compiler.estimate import calibration, flops, memory, steptime
-from compiler.knobs.layout import Layout
+from moeforge.compiler.estimate import calibration, flops, memory, steptime
+from moeforge.compiler.knobs.layout import Layout
 
 
 def of_plan(plan: dict, repeats: int = 1) -> dict:

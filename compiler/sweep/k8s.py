@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from compiler import project
-from compiler.files import write_file_atomically
-from compiler.sweep import status
+from moeforge.compiler import project
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.sweep import status
 
 FILE = "pytorchjobs.yaml"
 

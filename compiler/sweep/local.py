@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import project
-from compiler.sweep import status
-from compiler.sweep.builds import relative
-from compiler.sweep.progress import Progress
-from compiler.targets.job import job_env, job_python, local_command
+from moeforge.compiler import project
+from moeforge.compiler.sweep import status
+from moeforge.compiler.sweep.builds import relative
+from moeforge.compiler.sweep.progress import Progress
+from moeforge.compiler.targets.job import job_env, job_python, local_command
 
 KILL_AFTER_S = 30
 

@@ -3,7 +3,7 @@
 A point is the base recipe with the sweep's fixed overrides, then its own values, as `--set` overrides
 (so a knob path means what it means to `moeforge compile --set`), and `name=<sweep>-<point>` so every
 job, log and PyTorchJob of the sweep has a name of its own. Each point goes through the same compile as
-`moeforge check` (compiler.driver.compile); a refused point keeps its diagnostics, moved from the `--set`
+`moeforge check` (moeforge.compiler.driver.compile); a refused point keeps its diagnostics, moved from the `--set`
 text to the line of the sweep file that set the value.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import itertools
 import json
 from dataclasses import dataclass, field, replace
 
-from compiler import driver
-from compiler.diagnostics import CompileError, Note, Position, error
-from compiler.sweep.document import Knob, Sweep
+from moeforge.compiler import driver
+from moeforge.compiler.diagnostics import CompileError, Note, Position, error
+from moeforge.compiler.sweep.document import Knob, Sweep
 
 MAX_POINTS = 1000
 

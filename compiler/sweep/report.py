@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from compiler.diagnostics import render_all
-from compiler.sweep.builds import relative
-from compiler.sweep.estimates import of_plan
+from moeforge.compiler.diagnostics import render_all
+from moeforge.compiler.sweep.builds import relative
+from moeforge.compiler.sweep.estimates import of_plan
 
 GIB = 2 ** 30
 

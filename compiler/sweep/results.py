@@ -16,12 +16,12 @@ import json
 import statistics
 from pathlib import Path
 
-from compiler import __version__, project
-from compiler.recipe.validate import validator
-from compiler.sweep import estimates, plots, slurm, status
-from compiler.sweep.builds import MANIFEST, relative
-from compiler.sweep.report import num, short_names, table, value
-from compiler.files import write_file_atomically
+from moeforge.compiler import __version__, project
+from moeforge.compiler.recipe.validate import validator
+from moeforge.compiler.sweep import estimates, plots, slurm, status
+from moeforge.compiler.sweep.builds import MANIFEST, relative
+from moeforge.compiler.sweep.report import num, short_names, table, value
+from moeforge.compiler.files import write_file_atomically
 
 SCHEMA = "results.v1.json"
 GIB, MIB = 2 ** 30, 2 ** 20

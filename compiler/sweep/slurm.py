@@ -9,10 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from compiler import __version__, project
-from compiler.targets import emit
-from compiler.sweep import status
-from compiler.sweep.progress import Progress
+from moeforge.compiler import __version__, project
+from moeforge.compiler.targets import emit
+from moeforge.compiler.sweep import status
+from moeforge.compiler.sweep.progress import Progress
 
 SCRIPT = "sweep.sbatch"
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",

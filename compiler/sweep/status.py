@@ -3,7 +3,7 @@
 The record is written when the run starts (state running) and again when it ends (state ended, with the
 exit code), by the local runner or by the Slurm array task itself (templates/sweep.sbatch.j2), atomically;
 report.json moves next to it. How a run ended is read from the exit code, the report, the runtime's one
-error line in the log (runtime/errors.py: `runtime.train[rank N]: <kind>: <message>`) and, on Slurm, the
+error line in the log (runtime/errors.py: `moeforge.runtime.train[rank N]: <kind>: <message>`) and, on Slurm, the
 job state: a run that died before writing report.json is a failed run, never a missing one.
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ import re
 import signal
 from pathlib import Path
 
-from compiler import project
-from compiler.bounded import LIMITS, Unreadable
-from compiler.bounded import read_json as bounded_json
+from moeforge.compiler import project
+from moeforge.compiler.bounded import LIMITS, Unreadable
+from moeforge.compiler.bounded import read_json as bounded_json
 
 # the runtime's exit codes (runtime/errors.py; the compiler never imports the runtime: a test compares them)
 EXIT_OUT_OF_MEMORY = 9
-from compiler.files import write_file_atomically  # noqa: E402
-from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved on a signal)
+from moeforge.compiler.files import write_file_atomically  # noqa: E402
+from moeforge.compiler.targets.emit import EXIT_SAVED_ON_SIGNAL  # noqa: E402  (75: saved on a signal)
 
 FINAL = ("ok", "failed", "cancelled", "oom", "preempted", "timeout")
 STATUSES = (*FINAL, "running", "pending", "refused", "duplicate")

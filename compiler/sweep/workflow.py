@@ -7,14 +7,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import project
-from compiler.files import write_file_atomically
-from compiler.targets import emit
-from compiler.targets.job import LaunchError, job_env, job_python, local_command
-from compiler.sweep import builds, document, k8s, local, points, slurm, status
-from compiler.sweep.collapse import Collapsed, collapse
-from compiler.sweep.document import Sweep
-from compiler.sweep.points import Compiled
+from moeforge.compiler import project
+from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.targets import emit
+from moeforge.compiler.targets.job import LaunchError, job_env, job_python, local_command
+from moeforge.compiler.sweep import builds, document, k8s, local, points, slurm, status
+from moeforge.compiler.sweep.collapse import Collapsed, collapse
+from moeforge.compiler.sweep.document import Sweep
+from moeforge.compiler.sweep.points import Compiled
 
 TARGETS = ("local", "slurm", "k8s", "print")
 
@@ -122,7 +122,7 @@ def _write_array(checked: Checked, top: Path, todo: list[dict], concurrency: int
 
 
 def _env(checked: Checked, todo: list[dict]) -> dict:
-    """The jobs' environment (compiler.targets.job.job_env): one Python for the whole sweep."""
+    """The jobs' environment (moeforge.compiler.targets.job.job_env): one Python for the whole sweep."""
     by_id = {c.point.id: c for c in checked.compiled}
     try:
         pythons = {job_python(by_id[t["point"]].plan) for t in todo}

@@ -3,6 +3,6 @@ overrides (bridge_overrides.py), EXPLAIN.md (explain.py), rendered from the temp
 directory they are swapped into whole, keeping what a run left there (builddir.py), and how a build runs as a
 job (job.py: its interpreter, environment and command).
 
-May import: compiler.recipe, compiler.knobs, compiler.rules, compiler.solver, compiler.diagnostics,
-compiler.project, compiler.resources.
+May import: moeforge.compiler.recipe, moeforge.compiler.knobs, moeforge.compiler.rules, moeforge.compiler.solver, moeforge.compiler.diagnostics,
+moeforge.compiler.project, moeforge.compiler.resources.
 """

@@ -1,4 +1,4 @@
-"""Megatron-Bridge overrides for a plan, from the one table's Bridge paths (compiler.knobs.table).
+"""Megatron-Bridge overrides for a plan, from the one table's Bridge paths (moeforge.compiler.knobs.table).
 
 Hydra-style `key=value` lines that give a Bridge recipe the plan's values whatever the recipe itself
 holds: config nodes whose setup would overwrite the plan are rebuilt or cleared first, each value is set
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import re
 
-from compiler.knobs import table as K
-from compiler.solver.inputs import ENV_VAR
-from compiler.targets.megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
-from compiler.knobs.versions import version_int
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.solver.inputs import ENV_VAR
+from moeforge.compiler.targets.megatron_args import RUNTIME_ONLY, SECTIONS, knob_index
+from moeforge.compiler.knobs.versions import version_int
 
 # Where a plan field without a Bridge path of its own lives in Bridge's ConfigContainer.
 BRIDGE_SECTIONS = {"tc": "model.{}", "model": "model.{}", "ddp": "ddp.{}", "optimizer": "optimizer.{}"}

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from compiler.diagnostics import Diagnostic, Position
+from moeforge.compiler.diagnostics import Diagnostic, Position
 
 # Tests set this to a callable(step) to stop a compile at a named step on disk (tests/fuzz/test_fuzz_build.py
 # kills the process there, one step after another); None in every real run.

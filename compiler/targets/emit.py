@@ -15,15 +15,15 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from compiler import __version__
-from compiler.targets.explain import ORDER
-from compiler.targets.bridge_overrides import bridge_overrides
-from compiler.diagnostics import CompileError, error
-from compiler.knobs import table as K
-from compiler.resources import TEMPLATES
-from compiler.solver.inputs import MISSING, lookup
-from compiler.targets import builddir
-from compiler.targets.megatron_args import arguments, release_for
+from moeforge.compiler import __version__
+from moeforge.compiler.targets.explain import ORDER
+from moeforge.compiler.targets.bridge_overrides import bridge_overrides
+from moeforge.compiler.diagnostics import CompileError, error
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.resources import TEMPLATES
+from moeforge.compiler.solver.inputs import MISSING, lookup
+from moeforge.compiler.targets import builddir
+from moeforge.compiler.targets.megatron_args import arguments, release_for
 
 OUTPUTS = ("torchrun.sh", "launch.sbatch", "pytorchjob.yaml", "env.sh", "megatron-lm.args",
            "bridge.overrides", "EXPLAIN.md")
@@ -34,7 +34,7 @@ EXECUTABLE = {"torchrun.sh", "launch.sbatch"}
 # never imports the runtime); the two must agree: tests/launch/test_launch_signals.py reads that file.
 EXIT_SAVED_ON_SIGNAL = 75
 # plan.runtime.entrypoint -> the module every launch runs (`python -m MODULE PLAN.json --out DIR`).
-RUNTIME_MODULES = {"moeforge": "runtime.train", "megatron-lm": "runtime.megatron"}
+RUNTIME_MODULES = {"moeforge": "moeforge.runtime.train", "megatron-lm": "moeforge.runtime.megatron"}
 # Kubernetes restarts of a checkpointing job (each resumes from the last checkpoint): see pytorchjob.yaml.j2.
 K8S_BACKOFF_LIMIT = 3
 # launch.sbatch with checkpointing: srun --kill-on-bad-exit=0 --wait=<this>. Ranks that saved on a signal

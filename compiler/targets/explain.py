@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler import project
-from compiler.knobs import table as K
-from compiler.recipe.compose import display_path
-from compiler.knobs.display import display
-from compiler.solver.values import Resolved
+from moeforge.compiler import project
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.recipe.compose import display_path
+from moeforge.compiler.knobs.display import display
+from moeforge.compiler.solver.values import Resolved
 
 ORDER = {"override": 0, "pinned": 1, "rule": 2, "megatron": 3, "preference": 4, "solver": 5, "model": 6,
          "platform": 7, "derived": 8, "default": 9}

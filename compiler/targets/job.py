@@ -3,7 +3,7 @@ environment, and the command that runs it on this machine.
 
 Why here, below every command: `moeforge launch` (compiler/commands/launch.py) and a sweep's points run builds
 the same way. The job's python: plans for megatron-core >= 0.17 (the wheels that ship megatron/training, which
-runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter running this
+moeforge.runtime.megatron needs) run with .venv312's (`make setup312`), the others with the interpreter running this
 module (.venv); an installed moeforge runs every plan with its own interpreter.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from compiler import project
-from compiler.knobs.versions import megatron_core_release, version_int
-from compiler.resources import CHECKOUT
+from moeforge.compiler import project
+from moeforge.compiler.knobs.versions import megatron_core_release, version_int
+from moeforge.compiler.resources import CHECKOUT
 
 VENV312 = (CHECKOUT / ".venv312") if CHECKOUT is not None else None
 MCORE_WITH_TRAINING = "0.17.0"  # the first megatron-core wheels with megatron/training (Megatron-LM's loop)
@@ -46,8 +46,6 @@ def job_env(python: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("MOEFORGE_ROOT", str(project.root()))
-    if CHECKOUT is not None and CHECKOUT != project.root().resolve():
-        env.setdefault("MOEFORGE_HOME", str(CHECKOUT))
     # megatron-core's import-time notices (no Apex, deprecations) drown the summary
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning")
     return env

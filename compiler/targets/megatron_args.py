@@ -1,4 +1,4 @@
-"""Megatron-LM pretrain_gpt.py arguments for a plan, from the one table (compiler.knobs.table).
+"""Megatron-LM pretrain_gpt.py arguments for a plan, from the one table (moeforge.compiler.knobs.table).
 
 Every plan value is looked up in the table (section and name -> Megatron-LM argument dest). The flag that sets a dest, its action (store_true / store_false / value / list) and
 Megatron-LM's own default come from Megatron-LM's argument parser, stored as data
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from compiler.knobs import table as K
-from compiler.knobs.versions import version_int
-from compiler.resources import MEGATRON_DATA
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.resources import MEGATRON_DATA
 
 SECTIONS = (("transformer_config", "tc"), ("model", "model"), ("ddp_config", "ddp"), ("optimizer", "optimizer"),
             ("training", "training"), ("config_attributes", "yarn"))
@@ -212,7 +212,7 @@ def training_io(plan: dict, mcore: int) -> tuple[dict, list[str]]:
             if value is not None:
                 put(knob, name, value)
     if data["kind"] in ("synthetic", "learnable"):
-        notes.append(f"kind={json.dumps(data['kind'])}: runtime.train's generator; Megatron-LM reads --mock-data")
+        notes.append(f"kind={json.dumps(data['kind'])}: moeforge.runtime.train's generator; Megatron-LM reads --mock-data")
     if ckpt["async"]:
         put(K.knob("use_persistent_ckpt_worker"), "async", True)
     switch = K.RESUME_SCHEDULERS[ckpt["scheduler"]]

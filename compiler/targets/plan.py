@@ -9,18 +9,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from compiler import __version__
-from compiler.diagnostics import CompileError, error
-from compiler.knobs import table as K
-from compiler.knobs.display import display
-from compiler.knobs.fields import megatron_fields
-from compiler.knobs.layout import Layout
-from compiler.knobs.versions import version_int, version_text
-from compiler.recipe.validate import validator
-from compiler.rules.cuda_graphs import FULL_ITER
-from compiler.rules.expr import evaluate
-from compiler.solver.inputs import env_vars
-from compiler.solver.values import Resolved
+from moeforge.compiler import __version__
+from moeforge.compiler.diagnostics import CompileError, error
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.display import display
+from moeforge.compiler.knobs.fields import megatron_fields
+from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.knobs.versions import version_int, version_text
+from moeforge.compiler.recipe.validate import validator
+from moeforge.compiler.rules.cuda_graphs import FULL_ITER
+from moeforge.compiler.rules.expr import evaluate
+from moeforge.compiler.solver.inputs import env_vars
+from moeforge.compiler.solver.values import Resolved
 
 CHECKED = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
            "delay_wgrad_compute", "moe_shared_expert_overlap", "expert_model_parallel_size",
@@ -81,7 +81,7 @@ def _build(r: Resolved) -> dict:
 
 
 def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
-    """Every knob with a plan section, under its name in this megatron-core release (compiler.knobs.table).
+    """Every knob with a plan section, under its name in this megatron-core release (moeforge.compiler.knobs.table).
 
     What is not one knob to one field is spelled out here, once: the activation (gated + function),
     the per-layer MoE pattern, the position table length, tied embeddings, dtypes, and what

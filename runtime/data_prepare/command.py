@@ -1,6 +1,6 @@
 """Tokenize a JSONL corpus into a Megatron indexed dataset: PREFIX.bin + PREFIX.idx + PREFIX.json.
 
-    python -m runtime.data_prepare INPUT.jsonl --tokenizer byte|PATH --output PREFIX
+    python -m moeforge.runtime.data_prepare INPUT.jsonl --tokenizer byte|PATH --output PREFIX
                                    [--workers N] [--json-key text] [--progress|--no-progress]
 
 (``moeforge data prepare ...`` runs exactly this in a subprocess, so the compiler never imports
@@ -42,12 +42,12 @@ import threading
 import time
 from collections import deque
 
-from runtime.data_prepare import publish as publishing
-from runtime.data_prepare.encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
-from runtime.data_prepare.tokenizers import (DataError, Missing, interpreter_name, load_tokenizer,
+from moeforge.runtime.data_prepare import publish as publishing
+from moeforge.runtime.data_prepare.encode import MAX_REPORTED, await_batch, batches, encode_batch, init_worker, reset_worker
+from moeforge.runtime.data_prepare.tokenizers import (DataError, Missing, interpreter_name, load_tokenizer,
                                              megatron_lm_tokenizer_args, tokenizer_fingerprint, tokenizer_spec)
-from runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
-from runtime.launch_env import die_with_parent
+from moeforge.runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
+from moeforge.runtime.launch_env import die_with_parent
 
 EXIT_BAD_INPUT = EXIT_BAD_PLAN  # 2, as every moeforge command uses for bad input
 PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usage names it
@@ -117,7 +117,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog or os.environ.get(PROG_ENV) or "python -m runtime.data_prepare",
+        prog=prog or os.environ.get(PROG_ENV) or "python -m moeforge.runtime.data_prepare",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="INPUT.jsonl",
                    help="the corpus: one JSON object per line (UTF-8); empty lines are skipped")
@@ -157,7 +157,7 @@ def import_megatron():
     except ImportError as exc:
         raise Missing(f"megatron-core is not importable in {interpreter_name()} ({exc}); "
                       f"run this in the project's runtime environment: `make setup`, then "
-                      f".venv/bin/python -m compiler data prepare ...") from None
+                      f".venv/bin/python -m moeforge.compiler data prepare ...") from None
     return IndexedDatasetBuilder, DType, getattr(megatron.core, "__version__", "unknown")
 
 
@@ -177,7 +177,7 @@ def _progress_bar(show: bool | None, total: int, desc: str):
 
 
 def _prog() -> str:
-    return os.environ.get(PROG_ENV) or "runtime.data_prepare"
+    return os.environ.get(PROG_ENV) or "moeforge.runtime.data_prepare"
 
 
 def _check_paths(args) -> tuple[str, str, str]:

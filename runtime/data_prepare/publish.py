@@ -27,7 +27,7 @@ import secrets
 import shutil
 import signal
 
-from runtime.data_prepare.tokenizers import DataError
+from moeforge.runtime.data_prepare.tokenizers import DataError
 
 EXTS = (".bin", ".idx", ".json")
 KILL_ENV = "MOEFORGE_DATA_PREPARE_KILL_AT"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.calibrate import fit
-from compiler.calibrate.runs import Run
-from compiler.estimate import calibration as calib
-from compiler.estimate import steptime
-from compiler.planner import validation
+from moeforge.compiler.calibrate import fit
+from moeforge.compiler.calibrate.runs import Run
+from moeforge.compiler.estimate import calibration as calib
+from moeforge.compiler.estimate import steptime
+from moeforge.compiler.planner import validation
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUBLISHED = json.loads((DATA / "bridge_measured_throughput.json").read_text())["rows"]

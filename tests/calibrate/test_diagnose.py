@@ -1,7 +1,7 @@
 """`moeforge diagnose` on real CPU runs: each names the wall the run was built to hit, and the fixes it offers
 compile.
 
-Three short runs of tiny-moe/cpu on 2 CPU ranks (runtime.train --profile, module fixture: each trained
+Three short runs of tiny-moe/cpu on 2 CPU ranks (moeforge.runtime.train --profile, module fixture: each trained
 once): a tiny model with no expert parallelism (host overhead: Python and operator dispatch around
 arithmetic that takes microseconds), many all-to-alls with EP overlap off over a slow network
 (communication), and full recompute on a platform whose memory budget (platform.memory_budget_gb) the run
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnose import trace
+from moeforge.compiler.diagnose import trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -44,7 +44,7 @@ CASES = {
 
 
 def moeforge(*args):
-    return subprocess.run([sys.executable, "-m", "compiler", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "moeforge.compiler", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -74,7 +74,7 @@ def train(root: Path, name: str, sets: list[str], steps: str, prefix: tuple[str,
     from runtime_testlib import free_port, subprocess_env
 
     run = subprocess.run([*prefix, TORCHRUN, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                          str(free_port()), "-m", "runtime.train", str(build / "plan.json"), "--profile", steps],
+                          str(free_port()), "-m", "moeforge.runtime.train", str(build / "plan.json"), "--profile", steps],
                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return build

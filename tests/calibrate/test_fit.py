@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.targets import plan as plan_mod
-from compiler.calibrate import fit, memory_fit
-from compiler.calibrate.runs import Run, collect
-from compiler.estimate import calibration as calib
-from compiler.estimate import memory, steptime
-from compiler.driver import load, resolve
+from moeforge.compiler.targets import plan as plan_mod
+from moeforge.compiler.calibrate import fit, memory_fit
+from moeforge.compiler.calibrate.runs import Run, collect
+from moeforge.compiler.estimate import calibration as calib
+from moeforge.compiler.estimate import memory, steptime
+from moeforge.compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "qwen3-30b-a3b/h100-bf16-ep16-alltoall-overlap"
@@ -157,13 +157,13 @@ def test_memory_fit_recovers_scale_and_allowance(plans):
 
 # ------------------------------------------------------------------------ the command, end to end
 def moeforge(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "compiler", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "moeforge.compiler", *args], cwd=cwd, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, plans):
-    """A user's project with ten measured runs in build/ (each a plan.json and the report runtime.train writes)."""
+    """A user's project with ten measured runs in build/ (each a plan.json and the report moeforge.runtime.train writes)."""
     root = tmp_path_factory.mktemp("project")
     (root / "recipes" / "platforms").mkdir(parents=True)
     (root / "moeforge.toml").write_text("")
@@ -224,8 +224,8 @@ def test_calibrate_writes_the_platform_calibration_that_the_commands_use(project
 
 
 def test_dryrun_estimate_names_its_calibration(project, tmp_path):
-    from compiler import project as proj
-    from compiler.commands import dryrun_report
+    from moeforge.compiler import project as proj
+    from moeforge.compiler.commands import dryrun_report
 
     plan = plan_mod.build(resolve(load("qwen3-30b-a3b/h100-bf16")))
     out = project / "recipes" / "platforms" / "h100.calibration.yaml"

@@ -3,7 +3,7 @@
 The log lines are made here by evaluating Megatron-LM's own format strings (quoted with their file and line:
 Megatron-LM core_v0.16.1, and the megatron-core 0.19.2 wheel's megatron/training, which matches
 core_v0.19.0's lines), so the parser is tested against the text the releases print, not against a copy
-of its own regular expressions.  The real log runtime.megatron writes on CPU is read in
+of its own regular expressions.  The real log moeforge.runtime.megatron writes on CPU is read in
 tests/runtime/test_megatron_training.py (the training there is not repeated here).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.calibrate import megatron_log, runs
+from moeforge.compiler.calibrate import megatron_log, runs
 
 STAMP = datetime(2026, 1, 2, 3, 4, 5, 678901)
 
@@ -129,7 +129,7 @@ def test_resumed_run_drops_the_first_lines_of_each_start(tmp_path):
 
 
 def test_cpu_memory_reports_of_zero_are_no_measurement(tmp_path):
-    """runtime.megatron on CPU prints the memory report with the CUDA stand-ins' zeros."""
+    """moeforge.runtime.megatron on CPU prints the memory report with the CUDA stand-ins' zeros."""
     path = tmp_path / "cpu.log"
     zero = "[Rank 0] (after 1 iterations) memory (MB) | allocated: 0.00 | max allocated: 0.00 | reserved: 0.00 | max reserved: 0.00"
     path.write_text(iteration_line("0.19.2", 1, 4, 0.5) + "\n" + zero + "\n")
@@ -173,7 +173,7 @@ def test_calibrate_takes_a_log_with_the_plan_it_ran(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     assumed = [f"--assume={k}=0.5" for k in ("achievable_fraction", "a2a_efficiency", "collective_efficiency")]
     assumed += [f"--assume={k}=1" for k in ("bf16_dense_tflops", "hbm_gbps", "nvlink_gbps", "internode_gbps")]
-    proc = subprocess.run([sys.executable, "-m", "compiler", "calibrate", "--log", str(log), str(tmp_path / "plan.json"),
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", "calibrate", "--log", str(log), str(tmp_path / "plan.json"),
                            "--fit", "host_step_s", "--fix", "activation_scale", *assumed, "--dry-run", "--format", "json"],
                           cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.recipe import validate
-from compiler.commands.check import recipe_files
-from compiler.recipe.compose import RECIPES
-from compiler.diagnostics import CompileError
-from compiler.recipe.load import load_file
-from compiler.driver import load, resolve
+from moeforge.compiler.recipe import validate
+from moeforge.compiler.commands.check import recipe_files
+from moeforge.compiler.recipe.compose import RECIPES
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.load import load_file
+from moeforge.compiler.driver import load, resolve
 
 PLATFORMS = sorted((RECIPES / "platforms").glob("*.yaml"))
 MODELS = sorted((RECIPES / "models").glob("*.yaml"))

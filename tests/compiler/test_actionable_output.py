@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.knobs import table as K
-from compiler.commands.check import check_one, recipe_files
-from compiler.cli import main
-from compiler.diagnostics import CompileError, Diagnostic, Position, finding, merge_shared
-from compiler.driver import load, resolve
-from compiler.rules import BY_ID
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.commands.check import check_one, recipe_files
+from moeforge.compiler.cli import main
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, finding, merge_shared
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.rules import BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -267,7 +267,7 @@ def test_a_conflict_core_is_found_in_one_encoding(monkeypatch):
     (over 200 for tiny-moe, about 1 s of the 3 s explanation budget, 3 s on a busy machine): past the budget every
     rule stayed, and a fresh CI run reported TP=2 on tiny-moe as a conflict of 26 rules instead of 2 (the case
     above failed as 'unreliable').  One encoding now holds them all behind literals; counted, not timed."""
-    from compiler.solver import conflicts, encoding
+    from moeforge.compiler.solver import conflicts, encoding
 
     contexts, inside = [], [False]
     real_init, real_core = encoding.Encoding.__init__, conflicts._rule_core

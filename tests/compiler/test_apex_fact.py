@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 
 def refused(rid: str, sets: list[str]) -> dict:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.cli import main
-from compiler.recipe.validate import validator
+from moeforge.compiler.cli import main
+from moeforge.compiler.recipe.validate import validator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,8 +117,8 @@ def test_matrix_text_and_html(tmp_path):
 
 
 def test_version():
-    from compiler import __version__
+    from moeforge.compiler import __version__
 
-    proc = subprocess.run([sys.executable, "-m", "compiler", "--version"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", "--version"], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0 and proc.stdout.strip() == f"moeforge {__version__}"

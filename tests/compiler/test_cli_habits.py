@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from compiler import cli
-from compiler.commands import runtime as runtime_commands
-from compiler.knobs import table as K
-from compiler.cli import main
-from compiler.diagnostics import CompileError
-from compiler.recipe.load import load_text
-from compiler.driver import load, resolve
+from moeforge.compiler import cli
+from moeforge.compiler.commands import runtime as runtime_commands
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.cli import main
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.load import load_text
+from moeforge.compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 VPP_CASE = ["parallelism.pp=4", "parallelism.ep=4", "moe.overlap.ep_comm=true"]
@@ -84,7 +84,7 @@ def test_make_launch_calls_moeforge_launch():
     block = text[text.index("\nlaunch:"):text.index("\nmatrix:")]
     assert "$(MOEFORGE) launch --target $(TARGET) $(BUILD_DIR)" in block
     assert "\nBUILD_DIR = $(or $(OUT),build)/$(RECIPE)\n" in text  # build/<recipe> unless OUT says otherwise
-    assert "compiler.commands.launch" not in block
+    assert "moeforge.compiler.commands.launch" not in block
 
 
 def test_dryrun_runs_the_runtime_in_a_subprocess_of_this_interpreter(tmp_path, monkeypatch):
@@ -94,7 +94,7 @@ def test_dryrun_runs_the_runtime_in_a_subprocess_of_this_interpreter(tmp_path, m
     (tmp_path / "plan.json").write_text("{}")
     assert main(["dryrun", str(tmp_path), "--rank", "0,-1", "--local-spec"]) == 0
     (module, rest, quiet), = seen
-    assert module == "runtime.dryrun" and quiet  # the runtime writes its JSON to --out; moeforge prints it
+    assert module == "moeforge.runtime.dryrun" and quiet  # the runtime writes its JSON to --out; moeforge prints it
     assert rest[:4] == [str(tmp_path / "plan.json"), "--rank", "0,-1", "--local-spec"] and rest[4] == "--out"
 
 
@@ -104,8 +104,8 @@ def test_dryrun_report_carries_the_compilers_memory_estimate(tmp_path, monkeypat
 
     plan = json.loads((ROOT / "tests" / "golden" / "qwen3-30b-a3b" / "h100-bf16" / "plan.json").read_text())
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    from compiler.estimate import memory
-    from compiler.knobs.layout import Layout
+    from moeforge.compiler.estimate import memory
+    from moeforge.compiler.knobs.layout import Layout
 
     counts = memory.rank_parameters(plan["transformer_config"], plan["model"], Layout.from_plan(plan["layout"]), 0)
     shard = {"plan": str(tmp_path / "plan.json"), "rank": 0, "coordinates": {"pp": 0},
@@ -128,7 +128,7 @@ def test_the_compiler_never_imports_torch_for_dryrun():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom compiler import cli\nfrom compiler.commands import runtime as runtime_commands\nruntime_commands._run_runtime = lambda *a, **k: 0\n"
+    code = ("import sys\nfrom moeforge.compiler import cli\nfrom moeforge.compiler.commands import runtime as runtime_commands\nruntime_commands._run_runtime = lambda *a, **k: 0\n"
             "cli.main(['dryrun', 'x/plan.json'])\nassert 'torch' not in sys.modules and 'megatron' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -158,8 +158,8 @@ def test_explain_changed_shows_only_what_differs_from_the_defaults():
 
 
 def test_vpp_chosen_for_ep_overlap_names_the_rule_everywhere():
-    from compiler.targets.emit import render
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets.emit import render
+    from moeforge.compiler.targets.plan import build
 
     r = resolve(load("qwen3-30b-a3b/h100-bf16", VPP_CASE))
     d = r.decisions["virtual_pipeline_model_parallel_size"]
@@ -176,7 +176,7 @@ def test_vpp_chosen_for_ep_overlap_names_the_rule_everywhere():
 
 
 def _catalogue():
-    from compiler.commands.check import recipe_files
+    from moeforge.compiler.commands.check import recipe_files
 
     return [str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_files([ROOT / "recipes"])]
 
@@ -272,7 +272,7 @@ def test_check_notes_a_document_on_an_old_schema_version(v2_recipe):
 # --- matrix --------------------------------------------------------------------------------------------------
 
 def test_matrix_scales_nodes_to_each_platforms_gpus_per_node():
-    from compiler.commands import matrix
+    from moeforge.compiler.commands import matrix
 
     rows, plats, table = matrix.build([str(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml")])
     assert rows == ["qwen3-30b-a3b/h100-bf16"]
@@ -283,7 +283,7 @@ def test_matrix_scales_nodes_to_each_platforms_gpus_per_node():
 
 
 def test_matrix_error_cells_name_the_same_rules_as_check():
-    from compiler.commands import matrix
+    from moeforge.compiler.commands import matrix
 
     c = matrix.cell(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml", "cpu", 8)
     try:

@@ -36,8 +36,8 @@ PINNED = textwrap.dedent("""\
 PROBE = textwrap.dedent("""\
     import json, sys
     from pathlib import Path
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from moeforge.compiler.driver import load, resolve
+    from moeforge.compiler.targets.plan import build
     r = resolve(load(sys.argv[1], sys.argv[3:], root=Path(sys.argv[2])))
     plan = build(r)
     print(json.dumps({"z3": "z3" in sys.modules, "auto": sorted(r.auto), "tc": plan["transformer_config"]}))
@@ -67,7 +67,7 @@ def test_a_fully_pinned_recipe_is_checked_without_z3(tmp_path):
 
 CHECK = textwrap.dedent("""\
     import json, sys
-    from compiler.cli import main
+    from moeforge.compiler.cli import main
     rc = main(["check", "recipes/tiny-moe/cpu.yaml"])
     print(json.dumps({"rc": rc, "jsonschema": "jsonschema" in sys.modules}))
     """)
@@ -91,8 +91,8 @@ def test_an_unchanged_recipe_is_not_validated_again(tmp_path):
 
 
 def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
-    from compiler.recipe import cache as valid_cache
-    from compiler.recipe.validate import SCHEMAS, check
+    from moeforge.compiler.recipe import cache as valid_cache
+    from moeforge.compiler.recipe.validate import SCHEMAS, check
 
     monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
     valid_cache._directory.cache_clear()
@@ -106,12 +106,12 @@ def test_the_cache_never_hides_an_error(tmp_path, monkeypatch):
 
 
 def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_path, monkeypatch):
-    """The parse cache (compiler.recipe.load): the same values and positions as PyYAML's parse; a changed file
+    """The parse cache (moeforge.compiler.recipe.load): the same values and positions as PyYAML's parse; a changed file
     or a file that does not parse is never read from it."""
-    from compiler.recipe import cache as valid_cache
-    from compiler.diagnostics import CompileError
-    from compiler.recipe.load import load_text
-    from compiler.recipe.yaml_nodes import parse
+    from moeforge.compiler.recipe import cache as valid_cache
+    from moeforge.compiler.diagnostics import CompileError
+    from moeforge.compiler.recipe.load import load_text
+    from moeforge.compiler.recipe.yaml_nodes import parse
 
     monkeypatch.setenv("MOEFORGE_CACHE_DIR", str(tmp_path))
     valid_cache._directory.cache_clear()
@@ -140,14 +140,14 @@ def test_a_parsed_document_read_back_from_the_cache_is_the_same_document(tmp_pat
 # the other subcommands' modules (launch, emit and its templates, the plan), argparse (a plain check is read
 # without it), and, on a warm validity cache, jsonschema (and what only it pulls in). Asserted on what
 # is imported, never on how long it takes.
-NEVER = {"z3", "jinja2", "compiler.commands.launch", "compiler.targets.emit", "compiler.targets.explain", "compiler.solver.encoding",
-         "compiler.solver.conflicts", "argparse", "subprocess",
-         "compiler.targets.plan"}  # check stops before the plan: compiler.driver.compile(..., plan=False)
-WARM = NEVER | {"jsonschema", "tempfile", "yaml", "compiler.recipe.yaml_nodes"}
+NEVER = {"z3", "jinja2", "moeforge.compiler.commands.launch", "moeforge.compiler.targets.emit", "moeforge.compiler.targets.explain", "moeforge.compiler.solver.encoding",
+         "moeforge.compiler.solver.conflicts", "argparse", "subprocess",
+         "moeforge.compiler.targets.plan"}  # check stops before the plan: moeforge.compiler.driver.compile(..., plan=False)
+WARM = NEVER | {"jsonschema", "tempfile", "yaml", "moeforge.compiler.recipe.yaml_nodes"}
 
 
 def _imported(argv: list[str], cwd: Path, cache: Path) -> set[str]:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "compiler", *argv], cwd=cwd,
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "moeforge.compiler", *argv], cwd=cwd,
                          capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MOEFORGE_CACHE_DIR": str(cache)})
     assert out.returncode == 0, out.stdout + out.stderr
@@ -160,16 +160,16 @@ def test_a_cold_check_of_a_pinned_recipe_imports_only_what_it_uses(tmp_path):
     cache = tmp_path / "cache"
     argv = ["check", "recipes/tiny-moe/pinned.yaml"]
     first = _imported(argv, tmp_path, cache)
-    assert "compiler.driver" in first and "jsonschema" in first  # it did check (and validated: cold cache)
+    assert "moeforge.compiler.driver" in first and "jsonschema" in first  # it did check (and validated: cold cache)
     assert not first & NEVER, sorted(first & NEVER)
     again = _imported(argv, tmp_path, cache)
     assert not again & WARM, sorted(again & WARM)
     solved = _imported(["check", "recipes/tiny-moe/cpu.yaml"], tmp_path, cache)  # auto knobs: the solver runs
-    assert "compiler.solver.finite" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
+    assert "moeforge.compiler.solver.finite" in solved and not solved & NEVER, sorted(solved & NEVER)  # ... without z3
 
 
 def test_a_check_with_unusual_arguments_still_goes_through_argparse(tmp_path, capsys):
-    from compiler.cli import main
+    from moeforge.compiler.cli import main
 
     assert main(["check", "--format", "yaml", "recipes/tiny-moe/cpu.yaml"]) == 2  # argparse's usage error
     assert "invalid choice" in capsys.readouterr().err

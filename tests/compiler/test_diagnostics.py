@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.recipe.load import load_text
-from compiler.driver import load, resolve
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.load import load_text
+from moeforge.compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "recipes" / "tiny-moe" / "cpu.yaml").read_text()
@@ -59,7 +59,7 @@ def test_swiglu_stated_ungated_is_refused_where_it_is_stated(recipes):
     assert (d.pos.file, d.pos.line) == ("recipes/models/tiny-moe.yaml", 18)
     assert "drop gated_linear_unit: false" in d.help and "activation: silu" in d.help
     # a plain SiLU MLP, and SwiGLU with the gate stated or implied, are what they say
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets.plan import build
     (recipes / "x" / "r.yaml").write_text(TINY)
     for sets, want in ((["model.architecture.activation=silu"], ("silu", False)),
                        (["model.architecture.activation=swiglu", "model.architecture.gated_linear_unit=true"],
@@ -147,7 +147,7 @@ def test_every_shipped_schema_is_a_valid_draft_2020_12_schema():
 
     import jsonschema
 
-    from compiler.recipe.validate import SCHEMAS
+    from moeforge.compiler.recipe.validate import SCHEMAS
 
     names = sorted(p.name for p in SCHEMAS.glob("*.json"))
     assert {"recipe.v1.json", "recipe.v2.json", "recipe.v3.json", "platform.v1.json", "model.v1.json", "plan.v1.json",

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.estimate import flops, steptime
-from compiler.planner import validation
+from moeforge.compiler.estimate import flops, steptime
+from moeforge.compiler.planner import validation
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 _PUBLISHED = json.loads((DATA / "bridge_measured_throughput.json").read_text())

@@ -1,7 +1,7 @@
 """compiler/estimate/memory.py against megatron-core's own parameter counts.
 
 tests/data/layout_param_counts.json holds, for every catalogue recipe, what ``python -m
-runtime.dryrun PLAN --rank 0,[middle,]-1 --local-spec`` counted on the meta device (megatron-core
+moeforge.runtime.dryrun PLAN --rank 0,[middle,]-1 --local-spec`` counted on the meta device (megatron-core
 0.19.2 for the GPU platforms, 0.16 for the CPU one); tests/data/gen_layout_param_counts.py
 regenerates it.  The analytic count, from the golden plan.json alone (no torch), must equal it
 exactly, for every rank recorded: total, dense, expert and embedding, the decoder layers the
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.commands.check import recipe_ids
-from compiler.cli import main
-from compiler.estimate import activations as A
-from compiler.estimate import memory as M
-from compiler.knobs.layout import Layout
+from moeforge.compiler.commands.check import recipe_ids
+from moeforge.compiler.cli import main
+from moeforge.compiler.estimate import activations as A
+from moeforge.compiler.estimate import memory as M
+from moeforge.compiler.knobs.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "tests" / "data" / "layout_param_counts.json").read_text())
@@ -137,7 +137,7 @@ def test_te_spec_replicates_mla_down_projections():
 def test_dryrun_report_compares_the_spec_it_built():
     """`moeforge dryrun --local-spec` counts the local spec's shard: its memory estimate counts the same spec, so
     an MLA model at TP > 1 matches (it reported parameters_match false: found dry-running plan-layout winners)."""
-    from compiler.commands.dryrun_report import estimate_for
+    from moeforge.compiler.commands.dryrun_report import estimate_for
 
     plan = _plan("deepseek-v3/h100-bf16")
     lay = Layout.from_plan(plan["layout"])
@@ -177,7 +177,7 @@ PRODUCTION_PEAK_ALLOCATED = 62.166 * 2**30
 def test_production_ep_overlap_run_calibration():
     """The second measured peak: the same model with HybridEP and EP overlap (whose combined 1F1B holds
     one more layer than one micro-batch), within the smoke run's tolerance."""
-    from compiler.planner import validation
+    from moeforge.compiler.planner import validation
     rows = json.loads((ROOT / "tests" / "data" / "bridge_tuned_layouts.json").read_text())["rows"]
     row = next(r for r in rows if (r["model"], r["gpu"], r["ngpu"]) == ("qwen3-30b-a3b", "h100", 16))
     assert (row["ep"], row["flex_backend"], row["ep_overlap"], row["mbs"]) == (16, "hybridep", True, 1)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler import driver as pipeline
-from compiler.targets import plan as planmod
-from compiler.estimate import comm, flops, steptime, steptime_constants
-from compiler.knobs.layout import Layout, LayoutError
+from moeforge.compiler import driver as pipeline
+from moeforge.compiler.targets import plan as planmod
+from moeforge.compiler.estimate import comm, flops, steptime, steptime_constants
+from moeforge.compiler.knobs.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -204,7 +204,7 @@ def test_elementwise_passes_move_the_stage_activations_at_hbm_bandwidth():
     """A calibration's elementwise_passes adds passes x layers x tokens x h x 2 B / hbm_gbps to the busiest
     stage's compute (and to the weight that picks it); the fixed constants leave it at 0, so without a
     calibration nothing moves."""
-    from compiler.estimate import calibration as calib
+    from moeforge.compiler.estimate import calibration as calib
 
     plan = _golden("gpt-oss-120b/h100-bf16")  # PP4
     base = steptime.estimate(plan)
@@ -230,7 +230,7 @@ def test_expert_gemms_follow_their_roofline():
     R = peak / HBM: time over compute-bound time sqrt(1 + (R/I)^2), fc1 (K = h, N = 2f, 2/3 of the
     FLOPs) and fc2 (K = f, N = h) weighted.  At 1024 tokens per expert: Qwen3-30B-A3B's 2048 x 768
     experts x0.822, gpt-oss's 2880 x 2880 x0.909; more tokens per expert, closer to 1."""
-    from compiler.estimate import steptime_terms
+    from moeforge.compiler.estimate import steptime_terms
 
     def eff(recipe, m_tokens):
         plan = copy.deepcopy(_golden(recipe))

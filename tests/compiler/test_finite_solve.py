@@ -2,7 +2,7 @@
 
 Differential: every catalogue recipe, and variants of it that open more knobs to the solver (--set
 ...=auto, every auto knob at once) or pin values that make rules bite, is resolved twice: as
-compiler.solver.solve does it (the finite solver first) and with the finite solver switched off (z3's
+moeforge.compiler.solver.solve does it (the finite solver first) and with the finite solver switched off (z3's
 Optimize, as before it existed). Values, decisions (provenance), warnings and errors must be the
 same. Both paths must really be taken: the catalogue itself never needs z3, some variants do.
 """
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.solver import finite as finite_solve
-from compiler.solver import solve as S
-from compiler.commands.check import recipe_ids
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
-from compiler.solver.problem import Problem
+from moeforge.compiler.solver import finite as finite_solve
+from moeforge.compiler.solver import solve as S
+from moeforge.compiler.commands.check import recipe_ids
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.solver.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = recipe_ids(ROOT / "recipes")
@@ -92,10 +92,10 @@ def test_the_catalogue_never_needs_z3_and_some_variants_do(outcomes):
 
 
 def _problem(rid: str, sets=()):
-    from compiler.solver.inputs import pins_and_auto
-    from compiler.driver import rules_in_force
-    from compiler.solver.problem import fixed_values
-    from compiler.rules import PREFERENCES
+    from moeforge.compiler.solver.inputs import pins_and_auto
+    from moeforge.compiler.driver import rules_in_force
+    from moeforge.compiler.solver.problem import fixed_values
+    from moeforge.compiler.rules import PREFERENCES
 
     pins, auto = pins_and_auto(load(rid, list(sets)))
     rules = [r for r in rules_in_force({f: p.value for f, p in pins.items()}) if r.severity == "error" and not r.silent]

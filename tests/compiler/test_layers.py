@@ -12,14 +12,14 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from compiler import LAYERS
+from moeforge.compiler import LAYERS
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "megatron", "transformer_engine")
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = ("moeforge",) + path.relative_to(ROOT).with_suffix("").parts   # installed as moeforge.<folder>
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -61,7 +61,7 @@ def _target(name: str) -> str | None:
 def _graph() -> dict:
     graph = {m: set() for m in _sources("compiler")}
     for module, name, _ in _imports("compiler"):
-        target = _target(name) if name.split(".")[0] == "compiler" else None
+        target = _target(name) if name.startswith("moeforge.compiler") else None
         if target and target != module:
             graph[module].add(target)
     return graph
@@ -69,7 +69,7 @@ def _graph() -> dict:
 
 def _unit(module: str) -> str:
     """The layer unit of a module: its package under compiler/ (or top-level module); 'compiler' for the root."""
-    parts = module.split(".")
+    parts = module.split(".")[1:]   # without "moeforge."
     return parts[1] if len(parts) > 1 else "compiler"
 
 
@@ -131,7 +131,7 @@ def test_no_private_name_is_imported_across_modules():
     modules = _sources("compiler")
     wrong = []
     for module, name, node in _imports("compiler"):
-        if not name.startswith("compiler."):
+        if not name.startswith("moeforge.compiler."):
             continue
         owner, _, last = name.rpartition(".")
         if last.startswith("_") and not last.startswith("__") and owner in modules and owner != module:
@@ -139,7 +139,7 @@ def test_no_private_name_is_imported_across_modules():
     for module, (_, _, tree) in modules.items():  # `from compiler.x import y` / `import compiler.x as y`, then y._z
         aliases = {}
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("compiler"):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("moeforge.compiler"):
                 aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
                                 if f"{node.module}.{a.name}" in modules})
             elif isinstance(node, ast.Import):
@@ -173,14 +173,22 @@ def test_compiler_sources_do_not_import_heavy_packages():
 
 
 def test_runtime_sources_do_not_import_the_compiler():
-    bad = [(m, n) for m, n, _ in _imports("runtime") if n.split(".")[0] == "compiler"]
+    bad = [(m, n) for m, n, _ in _imports("runtime") if n.startswith("moeforge.compiler")]
     assert bad == []
+
+
+def test_one_import_name():
+    """Installed, moeforge is one name: no source imports the folders by their bare names (`compiler`,
+    `runtime`), which a user's own package of that name would shadow."""
+    bare = [(m, n) for top in ("compiler", "runtime") for m, n, node in _imports(top)
+            if n.split(".")[0] in ("compiler", "runtime") and not getattr(node, "level", 0)]
+    assert bare == []
 
 
 def test_a_whole_compile_loads_no_heavy_module(tmp_path):
     code = (
         "import sys\n"
-        "from compiler.cli import main\n"
+        "from moeforge.compiler.cli import main\n"
         f"rc = main(['compile', 'tiny-moe/cpu', '--out', {str(tmp_path)!r}])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron', 'transformer_engine'))\n"
         "print(rc, heavy)\n"
@@ -192,17 +200,17 @@ def test_a_whole_compile_loads_no_heavy_module(tmp_path):
 
 
 def test_the_stages_are_wired_together_only_in_the_driver():
-    """compiler.driver.compile() is the one pipeline: no other module calls a stage's result into the next."""
+    """moeforge.compiler.driver.compile() is the one pipeline: no other module calls a stage's result into the next."""
     import re
 
     wired = re.compile(r"\b(build|resolve)\(\s*(resolve|load)\(")
     found = [f"{path.relative_to(ROOT)}:{n}" for module, (path, lines, _) in _sources("compiler").items()
-             if module != "compiler.driver" for n, line in enumerate(lines, 1) if wired.search(line)]
-    assert found == [], "use compiler.driver.compile(): " + ", ".join(found)
+             if module != "moeforge.compiler.driver" for n, line in enumerate(lines, 1) if wired.search(line)]
+    assert found == [], "use moeforge.compiler.driver.compile(): " + ", ".join(found)
 
 
 def test_compile_stops_before_the_plan_when_asked(tmp_path):
-    from compiler import driver
+    from moeforge.compiler import driver
 
     whole, solved = driver.compile("tiny-moe/cpu"), driver.compile("tiny-moe/cpu", plan=False)
     assert solved.plan is None and whole.plan["layout"]["ep"] == 2

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.knobs import layout as L
-from compiler.knobs.layout import Layout, LayoutError
+from moeforge.compiler.knobs import layout as L
+from moeforge.compiler.knobs.layout import Layout, LayoutError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,8 +68,8 @@ def test_sizes_work_on_z3_terms():
 def test_runtime_mirror_says_the_same():
     """runtime/plan.py's folding check (the runtime never imports the compiler) words its
     messages as compiler/knobs/layout.py does."""
-    from runtime.errors import PlanError
-    from runtime.plan import _check_folding
+    from moeforge.runtime.errors import PlanError
+    from moeforge.runtime.plan import _check_folding
 
     for kwargs in (dict(world_size=66, tp=2, pp=4), dict(world_size=24, ep=16), dict(world_size=8, vpp=2)):
         with pytest.raises(LayoutError) as want:
@@ -91,8 +91,8 @@ def test_golden_plan_layouts_fold(plan):
 def test_runtime_mirror_folds_every_small_layout_as_the_compiler_does():
     """Every layout of a small grid: runtime/plan.py accepts exactly what compiler/knobs/layout.py accepts,
     with the same DP and the same message."""
-    from runtime.errors import PlanError
-    from runtime.plan import _check_folding
+    from moeforge.runtime.errors import PlanError
+    from moeforge.runtime.plan import _check_folding
 
     sizes = (1, 2, 3, 4)
     for world in (1, 2, 4, 6, 8, 12, 16, 24):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.commands.check import recipe_files
+from moeforge.compiler.commands.check import recipe_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +16,6 @@ def test_compile_all_compiles_every_recipe():
     targets, and `make compile-all` then compiled nothing."""
     proc = subprocess.run(["make", "-n", "compile-all"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    compiled = sorted(line.rsplit(" ", 1)[-1] for line in proc.stdout.splitlines() if "-m compiler compile " in line)
+    compiled = sorted(line.rsplit(" ", 1)[-1] for line in proc.stdout.splitlines() if "-m moeforge.compiler compile " in line)
     expected = sorted(str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_files([ROOT / "recipes"]))
     assert compiled == expected

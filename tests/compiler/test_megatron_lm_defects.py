@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.commands.check import recipe_files
-from compiler.targets.emit import render
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.commands.check import recipe_files
+from moeforge.compiler.targets.emit import render
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +109,7 @@ def test_layout_string_and_virtual_stages_are_not_both_given(plan, args, files):
 @pytest.mark.parametrize("plan,args,files", COMPILED)
 def test_every_plan_field_is_written_or_explained(plan, args, files):
     """Nothing the plan holds is dropped without a comment line saying why."""
-    from compiler.targets.megatron_args import arguments
+    from moeforge.compiler.targets.megatron_args import arguments
 
     written, notes = arguments(plan)
     assert all(": " in note for note in notes)
@@ -118,7 +118,7 @@ def test_every_plan_field_is_written_or_explained(plan, args, files):
 
 
 def test_the_param_gather_rule_is_an_error_no_preference_can_break():
-    from compiler.rules import BY_ID
+    from moeforge.compiler.rules import BY_ID
 
     rule = BY_ID["DP_PARAM_GATHER_NEEDS_GRAD_REDUCE"]
     assert rule.severity == "error" and rule.origin == "megatron-lm"
@@ -164,9 +164,9 @@ def test_an_unstated_mlp_width_is_megatron_cores_not_validate_args_swiglu_width(
 
     import yaml
 
-    from compiler.targets.bridge_overrides import bridge_overrides
-    from compiler.targets.megatron_args import arguments
-    from compiler.estimate import memory, steptime
+    from moeforge.compiler.targets.bridge_overrides import bridge_overrides
+    from moeforge.compiler.targets.megatron_args import arguments
+    from moeforge.compiler.estimate import memory, steptime
 
     root = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", root)
@@ -191,9 +191,9 @@ def test_a_yarn_model_states_the_yarn_attributes_it_leaves_unset(tmp_path):
 
     import yaml
 
-    from compiler.knobs import table as K
-    from compiler.targets.bridge_overrides import bridge_overrides
-    from compiler.targets.megatron_args import arguments
+    from moeforge.compiler.knobs import table as K
+    from moeforge.compiler.targets.bridge_overrides import bridge_overrides
+    from moeforge.compiler.targets.megatron_args import arguments
 
     root = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", root)
@@ -218,9 +218,9 @@ def test_mla_fields_without_mla_are_not_emitted(tmp_path):
 
     import yaml
 
-    from compiler.knobs import table as K
-    from compiler.targets.bridge_overrides import bridge_overrides
-    from compiler.targets.megatron_args import arguments
+    from moeforge.compiler.knobs import table as K
+    from moeforge.compiler.targets.bridge_overrides import bridge_overrides
+    from moeforge.compiler.targets.megatron_args import arguments
 
     root = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", root)
@@ -247,8 +247,8 @@ def test_per_layer_patterns_are_list_expressions(pattern):
     """Megatron-LM's pattern types (--moe-layer-freq, --linear-attention-freq, --window-attn-skip-freq) read an integer
     or a Python list expression; a list once went out as "1,1,0", which they refuse. The expression (runs, the
     shortest period once) reads back as the same list, and uses only what Megatron-LM's _eval_pattern allows."""
-    from compiler.launch_reader.text import freq_value
-    from compiler.targets.megatron_args import PATTERN_DESTS, _layer_freq
+    from moeforge.compiler.launch_reader.text import freq_value
+    from moeforge.compiler.targets.megatron_args import PATTERN_DESTS, _layer_freq
 
     text = _layer_freq(pattern)
     assert text.startswith("(") and re.fullmatch(r"[,\d\[\]()+*]+", text), text

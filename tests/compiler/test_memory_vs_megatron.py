@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.estimate import memory as M
-from compiler.knobs.layout import Layout
+from moeforge.compiler.estimate import memory as M
+from moeforge.compiler.knobs.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads((ROOT / "tests" / "data" / "theoretical_memory.json").read_text())["recipes"]

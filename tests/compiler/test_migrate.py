@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.recipe.migrate import CURRENT, migrate_file, recipe_v1_to_v2, recipe_v2_to_v3, upgrade
-from compiler.driver import load, resolve
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.migrate import CURRENT, migrate_file, recipe_v1_to_v2, recipe_v2_to_v3, upgrade
+from moeforge.compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def _to_v1(text: str) -> str:
 
 @pytest.mark.parametrize("recipe", ["qwen3-30b-a3b/h100-bf16", "qwen3-next-80b-a3b/b200-bf16"])
 def test_catalogue_recipes_written_with_v1_names_compile_to_the_same_plan(tmp_path, recipe):
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets.plan import build
 
     root = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", root)
@@ -206,7 +206,7 @@ def test_set_overrides_written_for_v2_still_apply():
 
 @pytest.mark.parametrize("recipe", ["tiny-moe/cpu", "qwen3-30b-a3b/h100-bf16-ep16-alltoall"])
 def test_catalogue_recipes_written_as_v2_compile_to_the_same_plan(tmp_path, recipe):
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets.plan import build
 
     root = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", root)

@@ -9,13 +9,14 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from compiler import project
-from compiler.cli import main
-from compiler.resources import BUILTIN_RECIPES, SCHEMAS, TEMPLATES
+from moeforge.compiler import project
+from moeforge.compiler.cli import main
+from moeforge.compiler.resources import BUILTIN_RECIPES, SCHEMAS, TEMPLATES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -199,9 +200,25 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
 
     user = tmp_path / "elsewhere" / "my project"
     user.mkdir(parents=True)
-    where = _sh(["python", "-c", "import compiler, runtime, importlib.util as u; print(compiler.__file__); "
+    where = _sh(["python", "-c", "import moeforge.compiler as c, importlib.util as u; print(c.__file__); "
                  "print(u.find_spec('torch') is None)"], user, env)
     assert str(env_dir) in where.stdout.splitlines()[0] and where.stdout.splitlines()[1] == "True", where.stdout
+    # one import name: the wheel adds `moeforge` (and its dist-info) to site-packages, nothing else
+    [site] = (env_dir / "lib").glob("python3*/site-packages")
+    baseline = {"pip", "_distutils_hack", "setuptools", "pkg_resources", "distutils-precedence.pth"}
+    with zipfile.ZipFile(wheel) as whl:
+        tops = {name.split("/")[0] for name in whl.namelist()}
+    assert tops == {"moeforge", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    assert not (site / "compiler").exists() and not (site / "runtime").exists() and not (site / "moeforge_data").exists()
+    # a `runtime` and a `compiler` of the user's own, in the directory the launch runs in, change nothing
+    (user / "runtime.py").write_text("raise SystemExit('the user runtime.py ran')\n")
+    (user / "compiler").mkdir()
+    (user / "compiler" / "__init__.py").write_text("raise SystemExit('the user compiler ran')\n")
+    # (-c, like -m, puts the current directory first on sys.path; this venv has no torch to train with)
+    shadow = _sh(["python", "-c", "import moeforge.runtime.plan as p, moeforge.compiler.cli as c; "
+                  "print(p.__file__); print(c.__file__)"], user, env)
+    assert shadow.returncode == 0 and "user" not in shadow.stdout + shadow.stderr, shadow.stdout + shadow.stderr
+    assert all(line.startswith(f"{site}/moeforge/") for line in shadow.stdout.splitlines()), shadow.stdout
 
     def moeforge(*args, rc=0):
         proc = _sh(["moeforge", *args], user, env)
@@ -230,10 +247,10 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     assert f"local: cd {user}" in proc.stdout.replace("'", "") and "MOEFORGE_HOME" not in proc.stdout, proc.stdout
     assert "torchrun.sh" in proc.stdout and "sbatch" in proc.stdout
     # the plan is readable by the installed runtime's schema (no torch needed for that)
-    proc = _sh(["python", "-c", "import json, jsonschema; from runtime.plan import SCHEMA_FILE; "
+    proc = _sh(["python", "-c", "import json, jsonschema; from moeforge.runtime.plan import SCHEMA_FILE; "
                 "s = json.loads(SCHEMA_FILE.read_text()); "
                 "jsonschema.validate(json.load(open('build/mine/plan.json')), s); print(SCHEMA_FILE)"], user, env)
-    assert proc.returncode == 0 and "moeforge_data" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"{site}/moeforge/schemas/plan.v1.json" in proc.stdout, proc.stdout + proc.stderr
     # import a launch script and plan a layout: both write into this project, and what they write compiles
     script = REPO / "tests" / "data" / "import" / "qwen3_30b_a3b_h100.sh"
     assert f"wrote {user}/recipes/imported/qwen3_30b_a3b_h100-imported.yaml" in moeforge("import", str(script))

@@ -6,8 +6,8 @@ import json
 import jsonschema
 import pytest
 
-from compiler.knobs import recipe_schema as RS
-from compiler.knobs import table as K
+from moeforge.compiler.knobs import recipe_schema as RS
+from moeforge.compiler.knobs import table as K
 
 
 def test_the_checked_in_schema_is_the_generated_one():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_ep1_with_overlap_pinned_is_rejected_before_anything_runs(tmp_path):
     bad = ROOT / "recipes" / "tiny-moe" / "_test_ep1.yaml"
     bad.write_text(recipe.read_text().replace("  ep: 2", "  ep: 1"))
     try:
-        out = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/_test_ep1",
+        out = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/_test_ep1",
                               "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     finally:
@@ -49,8 +49,8 @@ def test_ep1_with_overlap_pinned_is_rejected_before_anything_runs(tmp_path):
 
 
 def test_compile_writes_a_plan_that_matches_its_schema(tmp_path):
-    from compiler.cli import main
-    from compiler.recipe.validate import validator
+    from moeforge.compiler.cli import main
+    from moeforge.compiler.recipe.validate import validator
 
     assert main(["compile", "tiny-moe/cpu", "--out", str(tmp_path)]) == 0
     plan = json.loads((tmp_path / "tiny-moe" / "cpu" / "plan.json").read_text())

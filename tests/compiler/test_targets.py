@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.commands.check import recipe_files
-from compiler.knobs.table import FLEX_BACKENDS
-from compiler.targets.emit import render
-from compiler.targets.megatron_args import flag_tables, release_for
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.commands.check import recipe_files
+from moeforge.compiler.knobs.table import FLEX_BACKENDS
+from moeforge.compiler.targets.emit import render
+from moeforge.compiler.targets.megatron_args import flag_tables, release_for
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_version_specific_flag_names():
 
 
 def test_016_sm_count_uses_the_per_backend_field():
-    from compiler.targets.plan import megatron_view
+    from moeforge.compiler.targets.plan import megatron_view
 
     env = {"megatron_core": 16001, "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
            "moe_flex_dispatcher_num_sms": 24, "tensor_model_parallel_size": 1, "bf16": True, "fp16": False,
@@ -98,8 +98,8 @@ def test_bridge_overrides_keep_ep_overlap_and_delayed_wgrad_separate(plan, files
 def test_the_runtime_gate_asks_for_the_backend_package_the_plan_names(backend):
     """compiler/knobs/facts.py FLEX_BACKENDS is the one table of the flex backends' packages; runtime/gate.py
     (the runtime never imports the compiler) mirrors it: the module it imports is the plan's runtime.requires."""
-    from runtime import gate
-    from runtime.plan import check
+    from moeforge.runtime import gate
+    from moeforge.runtime.plan import check
 
     plan = build(resolve(load("qwen3-30b-a3b/h100-bf16", ["moe.dispatcher=flex", f"moe.flex_backend={backend}",
                                                           f"platform.software.{FLEX_BACKENDS[backend].software}=true"])))

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from compiler.knobs import table as K
-from compiler.targets.bridge_overrides import bridge_overrides
-from compiler.targets.emit import launch_settings
-from compiler.targets.megatron_args import arguments, lm_parser
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.targets.bridge_overrides import bridge_overrides
+from moeforge.compiler.targets.emit import launch_settings
+from moeforge.compiler.targets.megatron_args import arguments, lm_parser
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 # the issue's case: tiny-moe on Megatron-LM's loop, an indexed dataset, byte tokens, checkpoints
@@ -92,7 +92,7 @@ def test_the_real_training_case_reaches_megatron_lm_args():
 
 def test_the_cli_compiles_it_with_list_overrides(tmp_path):
     sets = [a for s in REAL for a in ("--set", s)]
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path),
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path),
                            *sets], cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "tiny-moe" / "cpu" / "megatron-lm.args").read_text()
@@ -129,7 +129,7 @@ def test_a_blend_env_vars_a_warmup_fraction_and_the_rest():
     assert args["--min-lr"] == ["1e-05"] and args["--log-interval"] == ["1"]
     assert args["--tensorboard-dir"] == ["/tb"] and args["--wandb-project"] == ["moe"]
     assert args["--eval-interval"] == ["5"] and args["--eval-iters"] == ["2"]
-    assert any(n.startswith("keep_last=2: Megatron-LM has no flag") and "runtime.megatron prunes" in n for n in notes)
+    assert any(n.startswith("keep_last=2: Megatron-LM has no flag") and "moeforge.runtime.megatron prunes" in n for n in notes)
     overrides = dict(bridge_overrides(plan)[0])
     assert overrides["checkpoint.most_recent_k"] == "2" and overrides["scheduler.lr_decay_style"] == '"WSD"'
     assert overrides["scheduler.lr_warmup_fraction"] == "0.1" and overrides["scheduler.lr_warmup_iters"] == "0"
@@ -181,7 +181,7 @@ def test_the_schedule_on_resume_is_one_of_megatron_lms_two_switches(scheduler, f
 def test_every_training_io_value_is_a_knob_row_with_real_megatron_names():
     """One row each: the plan's training-I/O keys, their Megatron-LM dests (in Megatron-LM's own parser) and
     their Megatron-Bridge paths (a ConfigContainer section)."""
-    from compiler.lint.frontends import BRIDGE_SECTIONS
+    from moeforge.compiler.lint.frontends import BRIDGE_SECTIONS
 
     plan = build(resolve(load("tiny-moe/cpu", REAL)))
     rows = {(k.section, k.name_for(0)): k for k in K.KNOBS if k.section in K.IO_SECTIONS}
@@ -210,7 +210,7 @@ def test_launch_settings_defaults():
 
 @pytest.mark.parametrize("recipe", ["tiny-moe/cpu", "qwen3-30b-a3b/h100-bf16"])
 def test_megatron_lm_args_only_use_flags_of_the_platforms_release(recipe):
-    from compiler.targets.megatron_args import flag_tables, release_for
+    from moeforge.compiler.targets.megatron_args import flag_tables, release_for
 
     plan, args, _ = compiled(recipe)
     known = flag_tables()[release_for(plan["platform"]["software"]["megatron_core"])]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 RID = "gpt-oss-120b/h100-bf16"

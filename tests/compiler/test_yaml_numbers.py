@@ -1,9 +1,9 @@
 """Numbers as people write them: YAML 1.1 reads `3e-4` as a string; recipes, --set and lint-config
 read it as a number (quoted, it stays a string)."""
-from compiler.recipe.compose import parse_override
-from compiler.lint.flat_config import parse
-from compiler.recipe.load import load_text
-from compiler.driver import load, resolve
+from moeforge.compiler.recipe.compose import parse_override
+from moeforge.compiler.lint.flat_config import parse
+from moeforge.compiler.recipe.load import load_text
+from moeforge.compiler.driver import load, resolve
 
 
 def test_recipe_values():

@@ -7,7 +7,7 @@ really builds for every catalogue recipe, recorded here once.  Run from the repo
     .venv/bin/python tests/data/gen_layout_param_counts.py [--venv-root DIR]
 
 It compiles every catalogue recipe (and VARIANTS) into a temporary build root (this checkout's compiler), then
-runs ``python -m runtime.dryrun PLAN... --rank 0,-1 --local-spec`` (plus a middle pipeline stage
+runs ``python -m moeforge.runtime.dryrun PLAN... --rank 0,-1 --local-spec`` (plus a middle pipeline stage
 where PP > 2) in the virtual environment whose megatron-core release the plan targets (.venv:
 0.16 for the CPU platform, .venv312: 0.19 for the GPU platforms) and keeps, per rank, the
 coordinates, the decoder layers, the MTP layers and the parameter counts (total, dense,
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "layout_param_counts.json"
 sys.path.insert(0, str(ROOT))
-from compiler.commands.check import recipe_ids  # noqa: E402
+from moeforge.compiler.commands.check import recipe_ids  # noqa: E402
 
 
 def recipes() -> list[str]:
@@ -80,13 +80,13 @@ def main() -> int:
     out: dict = {"generated_by": "tests/data/gen_layout_param_counts.py", "recipes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         names = recipes()
-        script = ("import sys\nfrom compiler.cli import main\n"
+        script = ("import sys\nfrom moeforge.compiler.cli import main\n"
                   "sys.exit(any(main(['compile', r, '--out', sys.argv[1]]) for r in sys.argv[2:]))\n")
         subprocess.run([sys.executable, "-c", script, tmp, *names], cwd=ROOT, env=env, check=True,
                        capture_output=True)
         plans = {name: (Path(tmp) / name / "plan.json", False) for name in names}
         for i, (name, (recipe, sets)) in enumerate(VARIANTS.items()):
-            subprocess.run([sys.executable, "-m", "compiler", "compile", recipe, "--out", f"{tmp}/v{i}",
+            subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", recipe, "--out", f"{tmp}/v{i}",
                             *[a for s in sets for a in ("--set", s)]], cwd=ROOT, env=env, check=True,
                            capture_output=True)
             plans[name] = (Path(tmp) / f"v{i}" / recipe / "plan.json", True)
@@ -100,7 +100,7 @@ def main() -> int:
                 ranks = [stage * (world // pp) for stage in range(pp)]  # the first rank of every stage
             elif pp > 2:
                 ranks.insert(1, (pp // 2) * (world // pp))  # first rank of a middle stage
-            proc = subprocess.run([str(venvs[release]), "-m", "runtime.dryrun", str(plan_path), "--rank",
+            proc = subprocess.run([str(venvs[release]), "-m", "moeforge.runtime.dryrun", str(plan_path), "--rank",
                                    ",".join(map(str, ranks)), "--local-spec"], cwd=ROOT, env=env,
                                   capture_output=True, text=True)
             if proc.returncode:

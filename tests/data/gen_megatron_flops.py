@@ -48,7 +48,7 @@ print(json.dumps(out))
 
 def job(name: str, plan: dict) -> tuple[str, list[str], int]:
     """One case for MEGATRON_SIDE: the plan's Megatron-LM command line (compiler/targets/megatron_args.py) and GBS."""
-    from compiler.targets import megatron_args
+    from moeforge.compiler.targets import megatron_args
 
     argv = [part for flag, values in megatron_args.arguments(plan)[0] for part in (flag, *values)]
     return name, argv, plan["training"]["global_batch_size"]
@@ -66,8 +66,8 @@ def megatron_count(jobs: list, python: Path = ROOT / ".venv312/bin/python") -> d
 
 
 def main() -> int:
-    from compiler import driver as pipeline
-    from compiler.targets import plan as planmod
+    from moeforge.compiler import driver as pipeline
+    from moeforge.compiler.targets import plan as planmod
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv-root", default=str(ROOT))

@@ -18,11 +18,11 @@ pytestmark = pytest.mark.slow
 def _compile_and_run(out: Path, *overrides: str) -> dict:
     sets = [a for o in overrides for a in ("--set", o)]
     env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out), *sets],
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out), *sets],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     build = out / "tiny-moe" / "cpu"
-    ran = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "local", str(build)],
+    ran = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "local", str(build)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert "schedule taken:" in ran.stdout and "losses:" in ran.stdout  # the readable summary
@@ -49,11 +49,11 @@ def test_ep_overlap_does_not_change_the_math(tmp_path):
 def test_same_recipe_launched_twice_at_once_both_finish(tmp_path):
     """No fixed rendezvous port: each local launch gets its own free one, so both runs finish."""
     env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     build = tmp_path / "tiny-moe" / "cpu"
-    runs = [subprocess.Popen([sys.executable, "-m", "compiler.commands.launch", "--target", "local", str(build)],
+    runs = [subprocess.Popen([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "local", str(build)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for _ in range(2)]
     outputs = [run.communicate(timeout=900)[0] for run in runs]

@@ -28,21 +28,21 @@ SKIP_REASON = (".venv312 is not built (needs Python 3.12: `make setup312`); "
 def lm_differs() -> set[str]:
     """Warnings that Megatron-LM launches something else than the plan (a model its flags cannot state: the
     *_NOT_IN_MEGATRON_LM warnings): a compile that has one is not put to Megatron-LM."""
-    from compiler.rules import BY_ID
+    from moeforge.compiler.rules import BY_ID
 
     return {r for r, rule in BY_ID.items() if rule.origin == "megatron-lm" and rule.severity == "warning"
             and not rule.silent}
 
 def catalogue() -> list[str]:
-    """Every catalogue recipe id (compiler.commands.check.recipe_files on recipes/)."""
-    from compiler.commands.check import recipe_files
+    """Every catalogue recipe id (moeforge.compiler.commands.check.recipe_files on recipes/)."""
+    from moeforge.compiler.commands.check import recipe_files
 
     return [str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in recipe_files([ROOT / "recipes"])]
 
 
 def platform_mcore(recipe_id: str) -> str:
     """The megatron-core version of the recipe's platform (after composition)."""
-    from compiler.driver import load
+    from moeforge.compiler.driver import load
 
     data = load(ROOT / "recipes" / f"{recipe_id}.yaml").data
     platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
@@ -56,7 +56,7 @@ def compile_all(ids: list[str], out: Path, overrides: dict[str, list[str]] | Non
     dirs = {}
     for rid in ids:
         sets = [a for o in (overrides or {}).get(rid, []) for a in ("--set", o)]
-        subprocess.run([sys.executable, "-m", "compiler", "--root", str(root), "compile", rid, "--out", str(out),
+        subprocess.run([sys.executable, "-m", "moeforge.compiler", "--root", str(root), "compile", rid, "--out", str(out),
                         *sets],
                        cwd=ROOT, check=True, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})

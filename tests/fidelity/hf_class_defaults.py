@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "compiler" / "data" / "hf_class_defaults.json"
 sys.path.insert(0, str(ROOT))
-from compiler.importer.hf import families as F  # noqa: E402  (imports nothing else of moeforge)
+from moeforge.compiler.importer.hf import families as F  # noqa: E402  (imports nothing else of moeforge)
 
 PER_LAYER = {"layer_types", "moe_layers", "no_rope_layers", "mlp_layer_types"}
 

@@ -9,7 +9,7 @@ recipe's build directory, or null where moeforge refused the config}]. For each 
 - the configuration object is built from its transformers class (hf_cases.config_object), and a class case's
   config.json under hf_configs/classes/ must be what the class writes today (`stale` otherwise);
 - Megatron-Bridge families: AutoBridge.from_hf_config(cfg).to_megatron_provider(load_weights=False), finalized,
-  against the TransformerConfig moeforge's runtime builds from plan.json (runtime.model.build_config), every
+  against the TransformerConfig moeforge's runtime builds from plan.json (moeforge.runtime.model.build_config), every
   dataclass field, plus the GPTModel arguments and YaRN attributes (`diffs`: every field that differs; the test
   says which are a recipe's choice and which are listed exceptions);
 - the other families: the transformers model class built on the meta device, and what its module tree shows
@@ -44,7 +44,7 @@ def ours(build: str | None):
     """(plan dict, the TransformerConfig moeforge's runtime builds from it) or (None, None)."""
     if not build:
         return None, None
-    from runtime import model as rm, plan as rp
+    from moeforge.runtime import model as rm, plan as rp
 
     raw = jl.load_plan(Path(build))
     jl.emulate_platform(raw)
@@ -234,7 +234,7 @@ def bridge_provider(cfg):
 
 def judge_one(spec: dict) -> dict:
     case, family, build = spec["case"], spec["family"], spec.get("build")
-    from compiler.importer.hf import families as F
+    from moeforge.compiler.importer.hf import families as F
 
     fam = next(f for f in F.FAMILIES if f.name == family)
     verdict = {"case": case, "family": family, "judge": fam.judge, "error": None, "diffs": [], "facts": {},

@@ -80,9 +80,9 @@ ARG_MAP = {
 
 
 def read_args(path: Path) -> list[str]:
-    """Flags from megatron-lm.args, read as runtime.megatron reads them (one shell-word reader)."""
+    """Flags from megatron-lm.args, read as moeforge.runtime.megatron reads them (one shell-word reader)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from runtime.megatron import read_args_file
+    from moeforge.runtime.megatron import read_args_file
 
     return read_args_file(Path(path))
 

@@ -23,11 +23,11 @@ from fidelity_testlib import PY312, READY, ROOT, SKIP_REASON, lm_differs
 sys.path.insert(0, str(ROOT / "tests" / "data"))
 import gen_megatron_flops  # noqa: E402
 
-from compiler import driver as pipeline
-from compiler.targets import plan as planmod  # noqa: E402
-from compiler.commands.check import recipe_ids  # noqa: E402
-from compiler.diagnostics import CompileError  # noqa: E402
-from compiler.estimate import flops  # noqa: E402
+from moeforge.compiler import driver as pipeline
+from moeforge.compiler.targets import plan as planmod  # noqa: E402
+from moeforge.compiler.commands.check import recipe_ids  # noqa: E402
+from moeforge.compiler.diagnostics import CompileError  # noqa: E402
+from moeforge.compiler.estimate import flops  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 

@@ -16,11 +16,11 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from bridge_judge import LAUNCH_ONLY_EXCEPTIONS
-from compiler.cli import main as moeforge
-from compiler.importer.hf import config_file as C, document as D
-from compiler.knobs import table as K
-from compiler.knobs.versions import version_int
-from compiler.launch_reader.text import ImportError_
+from moeforge.compiler.cli import main as moeforge
+from moeforge.compiler.importer.hf import config_file as C, document as D
+from moeforge.compiler.knobs import table as K
+from moeforge.compiler.knobs.versions import version_int
+from moeforge.compiler.launch_reader.text import ImportError_
 from fidelity_testlib import HERE, PY312, READY, ROOT, SKIP_REASON
 import hf_cases
 

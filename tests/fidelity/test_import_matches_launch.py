@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.importer import files as import_files, launch as importer
-from compiler.targets.megatron_args import lm_parser
+from moeforge.compiler.importer import files as import_files, launch as importer
+from moeforge.compiler.targets.megatron_args import lm_parser
 from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, compile_all, run_judge_dirs
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)

@@ -29,12 +29,12 @@ from fidelity_testlib import READY, ROOT, SKIP_REASON, assert_verdict, lm_differ
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 import fuzzlib  # noqa: E402
 
-from compiler.targets import emit
-from compiler.knobs import table as K  # noqa: E402
-from compiler.diagnostics import CompileError  # noqa: E402
-from compiler.driver import load, resolve  # noqa: E402
-from compiler.targets.plan import build  # noqa: E402
-from compiler.rules import BY_ID  # noqa: E402
+from moeforge.compiler.targets import emit
+from moeforge.compiler.knobs import table as K  # noqa: E402
+from moeforge.compiler.diagnostics import CompileError  # noqa: E402
+from moeforge.compiler.driver import load, resolve  # noqa: E402
+from moeforge.compiler.targets.plan import build  # noqa: E402
+from moeforge.compiler.rules import BY_ID  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not READY, reason=SKIP_REASON)
 

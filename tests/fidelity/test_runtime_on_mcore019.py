@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not READY, reason=SKIP_REASON
 
 def _compile_and_run(out, *overrides: str) -> dict:
     sets = [a for o in ("platform.software.megatron_core=0.19.2", *overrides) for a in ("--set", o)]
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out), *sets],
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out), *sets],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
     build = out / "tiny-moe" / "cpu"
@@ -53,12 +53,12 @@ def test_mla_without_query_lora_dry_runs_with_the_te_query_norm(tmp_path):
     plan with a query LoRA (local spec: the q down projection sharded over TP)."""
     paths = []
     for name, sets in (("lora", []), ("no-lora", ["--set", "model.architecture.q_lora_rank=null"])):
-        done = subprocess.run([sys.executable, "-m", "compiler", "compile", "deepseek-v3/h100-bf16", *sets, "--out",
+        done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "deepseek-v3/h100-bf16", *sets, "--out",
                                str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert done.returncode == 0, done.stdout + done.stderr
         paths.append(tmp_path / name / "deepseek-v3" / "h100-bf16" / "plan.json")
-    ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "runtime.dryrun", *map(str, paths), "--rank", "0",
+    ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "moeforge.runtime.dryrun", *map(str, paths), "--rank", "0",
                           "--local-spec"], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
@@ -81,7 +81,7 @@ def test_layer_patterns_megatron_core_refuses_stop_where_the_catalogue_refuses(t
     by hand: the compiler refuses them): a per-layer MoE pattern one entry short of the layers
     (MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER), and Qwen3-Next with a Gated DeltaNet last layer, whose spec its MTP layer
     takes (MTP_NEEDS_SOFTMAX_LAST_LAYER). Each dry run stops with its rule's megatron text, as one line."""
-    from compiler.rules import BY_ID
+    from moeforge.compiler.rules import BY_ID
 
     cases = []
     for recipe, rule in (("qwen3-30b-a3b/h100-bf16", "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER"),
@@ -97,7 +97,7 @@ def test_layer_patterns_megatron_core_refuses_stop_where_the_catalogue_refuses(t
         path.write_text(json.dumps(plan))
         cases.append((path, rule))
     for path, rule in cases:
-        ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "runtime.dryrun", str(path), "--local-spec"],
+        ran = subprocess.run([str(VENV312 / "bin" / "python"), "-m", "moeforge.runtime.dryrun", str(path), "--local-spec"],
                              cwd=ROOT, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
         assert ran.returncode == 4, ran.stdout[-2000:] + ran.stderr[-3000:]

@@ -46,6 +46,6 @@ def fuzz_root(tmp_path_factory) -> Path:
 def warm(fuzz_root) -> None:
     """Import and warm the compiler once in this process, so forked examples start warm."""
     fuzzlib.isolated(fuzzlib.load_only, str(fuzz_root), "tiny-moe/cpu", [])
-    from compiler.driver import load, resolve
+    from moeforge.compiler.driver import load, resolve
 
     resolve(load("tiny-moe/cpu", [], fuzz_root))

@@ -50,7 +50,7 @@ def fuzz_settings(weight: float = 1.0, **kw) -> settings:
 # ----------------------------------------------------------------------------- the catalogue
 
 def catalogue_ids(root: Path = RECIPES) -> list[str]:
-    from compiler.commands.check import recipe_ids
+    from moeforge.compiler.commands.check import recipe_ids
 
     return recipe_ids(root)
 
@@ -83,7 +83,7 @@ PLATFORM_PATHS = sorted(set(_schema_paths(_schema("platform.v1.json"))))
 
 
 def _knobs():
-    from compiler.knobs import table as K
+    from moeforge.compiler.knobs import table as K
 
     return K
 
@@ -398,7 +398,7 @@ def _diag_dict(d) -> dict:
 
 
 def _child(fn, args) -> Outcome:
-    from compiler.diagnostics import CompileError
+    from moeforge.compiler.diagnostics import CompileError
 
     out, err = io.StringIO(), io.StringIO()
     start = time.monotonic()
@@ -486,10 +486,10 @@ def run(fn, *args, timeout: float | None = None) -> Outcome | None:
 
 def compile_in(root: str, rid: str, overrides: list[str], out: str, strict: bool = False) -> dict:
     """`moeforge compile` (compiler/cli.py cmd_compile) against another recipes root, plus explain."""
-    from compiler.targets import emit
-    from compiler.targets.explain import explain
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets import emit
+    from moeforge.compiler.targets.explain import explain
+    from moeforge.compiler.driver import load, resolve
+    from moeforge.compiler.targets.plan import build
 
     resolved = resolve(load(rid, overrides, Path(root)), strict)
     plan = build(resolved)
@@ -502,15 +502,15 @@ def compile_in(root: str, rid: str, overrides: list[str], out: str, strict: bool
 
 
 def load_only(root: str, rid: str, overrides: list[str]) -> str:
-    from compiler.driver import load, resolve
+    from moeforge.compiler.driver import load, resolve
 
     r = resolve(load(rid, overrides, Path(root)))
     return r.composed.recipe_id
 
 
 def cli(argv: list[str]) -> int:
-    """compiler.cli.main in the child; stdout/stderr are captured by _child."""
-    from compiler.cli import main
+    """moeforge.compiler.cli.main in the child; stdout/stderr are captured by _child."""
+    from moeforge.compiler.cli import main
 
     try:
         return main(list(argv))

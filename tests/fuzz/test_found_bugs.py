@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import fuzzlib
-from compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError
 
 TINY = fuzzlib.RECIPE_TEXT["tiny-moe/cpu"]
 
@@ -29,7 +29,7 @@ def root(tmp_path) -> Path:
 
 
 def resolve_in(root: Path, rid: str, overrides=()):
-    from compiler.driver import load, resolve
+    from moeforge.compiler.driver import load, resolve
 
     return resolve(load(rid, list(overrides), root))
 

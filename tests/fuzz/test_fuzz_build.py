@@ -222,7 +222,7 @@ def killed_at(root: str, out: str, k: int, late: str | None = None) -> None:
     each directory made, the files half written, each rename, each removal); `late`: at the step named so, a
     run writes
     late.log into the build first (a run that finishes while the compile swaps)."""
-    from compiler.targets import builddir
+    from moeforge.compiler.targets import builddir
 
     steps = []
 

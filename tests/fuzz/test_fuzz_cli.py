@@ -1,4 +1,4 @@
-"""The CLI (`compiler.cli.main(argv)`, in a forked child) on random argv, overrides and inputs.
+"""The CLI (`moeforge.compiler.cli.main(argv)`, in a forked child) on random argv, overrides and inputs.
 
 Property, for every command: the exit code is 0, 1 or 2, and neither stdout nor stderr contains
 "Traceback" or "internal error" (moeforge's own words for a bug in itself).
@@ -93,8 +93,8 @@ def test_random_argv(tmp_path_factory, cmd, args):
 # ----------------------------------------------------------------------------- lint-config
 
 def _lint_fields():
-    from compiler.knobs import table as K
-    from compiler.lint.config_lint import megatron_fields
+    from moeforge.compiler.knobs import table as K
+    from moeforge.compiler.lint.config_lint import megatron_fields
 
     return sorted(set(K.BY_FIELD) | set(K.FACT_BY_FIELD)), sorted(megatron_fields()["all"])
 
@@ -104,7 +104,7 @@ KNOB_FIELDS, MEGATRON_FIELDS = _lint_fields()
 
 @st.composite
 def lint_value(draw, name: str):
-    from compiler.knobs import table as K
+    from moeforge.compiler.knobs import table as K
 
     k = K.BY_FIELD.get(name) or K.FACT_BY_FIELD.get(name)
     if k is not None and draw(st.integers(0, 2)) > 0:
@@ -188,7 +188,7 @@ def test_lint_config_random_bytes(tmp_path_factory, raw, suffix):
 @given(data=lint_mapping())
 def test_lint_mapping_raises_only_unusable_input(data):
     """The library entry point: findings, or UnusableInput (exit 2 in the CLI), nothing else."""
-    from compiler.lint.config_lint import SEVERITY_ORDER, UnusableInput, lint_mapping as lint
+    from moeforge.compiler.lint.config_lint import SEVERITY_ORDER, UnusableInput, lint_mapping as lint
 
     try:
         findings = lint(data)

@@ -163,9 +163,9 @@ def test_random_bytes_as_yaml(fuzz_root, raw, prefix):
 @given(raw=st.binary(max_size=400) | st.text(fuzzlib.ALPHABET, max_size=400).map(str.encode)
        | fuzzlib.yaml_soup.map(str.encode))
 def test_load_text_only_raises_located_compile_errors(raw):
-    """compiler.recipe.load.load_text on anything: a Document or a located CompileError (pure, in process)."""
-    from compiler.diagnostics import CompileError
-    from compiler.recipe.load import load_text
+    """moeforge.compiler.recipe.load.load_text on anything: a Document or a located CompileError (pure, in process)."""
+    from moeforge.compiler.diagnostics import CompileError
+    from moeforge.compiler.recipe.load import load_text
 
     try:
         doc = load_text(raw, "r.yaml")
@@ -184,8 +184,8 @@ def test_load_text_only_raises_located_compile_errors(raw):
 def test_parse_override_is_total(text):
     """Every --set string parses to (identifiers, a finite scalar or flat list) or is a located
     E_OVERRIDE / E_NOT_FINITE."""
-    from compiler.recipe.compose import parse_override
-    from compiler.diagnostics import CompileError
+    from moeforge.compiler.recipe.compose import parse_override
+    from moeforge.compiler.diagnostics import CompileError
 
     try:
         parts, value = parse_override(text)

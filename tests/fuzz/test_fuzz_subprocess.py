@@ -1,6 +1,6 @@
-"""A sample of the fuzz inputs through `python -m compiler` as a real process, with a timeout.
+"""A sample of the fuzz inputs through `python -m moeforge.compiler` as a real process, with a timeout.
 
-The in-process tests call compiler.cli.main(argv) in a forked child; this sample covers what
+The in-process tests call moeforge.compiler.cli.main(argv) in a forked child; this sample covers what
 only a real process shows: the interpreter's own exit code and stderr (an exception escaping
 main(), a crash while printing, a broken pipe), and a wall-clock bound per call.
 """
@@ -24,7 +24,7 @@ TIMEOUT = 60  # seconds per process (a cold start is about one)
 def run(argv: list[str], cwd) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(fuzzlib.REPO)}
     try:
-        proc = subprocess.run([sys.executable, "-m", "compiler", *argv], cwd=cwd, env=env, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", *argv], cwd=cwd, env=env, capture_output=True,
                               timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"moeforge {argv!r} did not finish within {TIMEOUT} s")
@@ -61,6 +61,6 @@ def test_lint_config_processes(tmp_path_factory, data, strict):
 def test_output_into_a_closed_pipe(tmp_path):
     """`moeforge rules | head -1`: ends quietly (no BrokenPipeError traceback)."""
     env = {**os.environ, "PYTHONPATH": str(fuzzlib.REPO)}
-    proc = subprocess.run(f"'{sys.executable}' -m compiler rules | head -1", shell=True, cwd=tmp_path, env=env,
+    proc = subprocess.run(f"'{sys.executable}' -m moeforge.compiler rules | head -1", shell=True, cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr

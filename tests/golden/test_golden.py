@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler import driver
-from compiler.commands.check import recipe_files
-from compiler.targets.emit import render
+from moeforge.compiler import driver
+from moeforge.compiler.commands.check import recipe_files
+from moeforge.compiler.targets.emit import render
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent

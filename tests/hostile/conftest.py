@@ -2,7 +2,7 @@
 
 The sandbox is a copy of compiler/, schemas/, templates/ and recipes/ under a directory whose
 name has a blank and a quote in it (quoting bugs show up there first). The compiler finds its
-root from its own location, so `python -m compiler` run there compiles the sandbox's recipes
+root from its own location, so `python -m moeforge.compiler` run there compiles the sandbox's recipes
 into the sandbox's build/ and never touches the checkout.
 """
 from __future__ import annotations
@@ -43,9 +43,9 @@ def fresh_sandbox(tmp_path) -> Path:
 
 
 def moeforge(root: Path, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """`python -m compiler ARGS` in the sandbox `root`; never a traceback, exit 0/1/2."""
+    """`python -m moeforge.compiler ARGS` in the sandbox `root`; never a traceback, exit 0/1/2."""
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "compiler", *args], cwd=root, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=timeout, **kw)
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 1, 2), (proc.returncode, out[-3000:])

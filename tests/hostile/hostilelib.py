@@ -130,9 +130,9 @@ def tree(path: Path) -> dict[str, bytes]:
 def compile_here(root: Path, rid: str, overrides=(), strict: bool = False) -> dict[str, str]:
     """`moeforge compile RID` for the sandbox checkout `root`, in this process (cli.cmd_compile's
     steps: load, resolve, plan, render, write build/<rid>/ atomically). CompileError propagates."""
-    from compiler.targets import emit
-    from compiler.driver import load, resolve
-    from compiler.targets.plan import build
+    from moeforge.compiler.targets import emit
+    from moeforge.compiler.driver import load, resolve
+    from moeforge.compiler.targets.plan import build
 
     resolved = resolve(load(rid, list(overrides), root / "recipes"), strict)
     plan = build(resolved)

@@ -1,7 +1,7 @@
 """Issue 42, the compiler's half: integral values as integers (item 1), text output safe for terminals and CI
 logs (9), schema patterns that refuse a trailing newline (10), bounded work (11), and one located line for
 each input that used to be an internal error (12). Each case is the issue's reproduction; the CLI cases run
-`python -m compiler` in the sandbox checkout (conftest.moeforge: no traceback, no "internal error").
+`python -m moeforge.compiler` in the sandbox checkout (conftest.moeforge: no traceback, no "internal error").
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hostilelib as H
-from compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def plan_of(root: Path, rid: str) -> dict:
 def test_an_integral_float_where_an_integer_is_meant_is_an_integer(fresh_sandbox, moeforge_cli):
     """`--set training.micro_batch_size=1.0` wrote "num_microbatches": 4.0 (the runtime then died in range());
     `tp: 1.0` passed check and was a LayoutError in compile. Both are normalised where the schema says
-    integer, in one place (compiler.recipe.integers, decided while validating), so check, compile and diff agree."""
+    integer, in one place (moeforge.compiler.recipe.integers, decided while validating), so check, compile and diff agree."""
     proc = moeforge_cli(fresh_sandbox, "compile", "tiny-moe/cpu", "--set", "training.micro_batch_size=1.0")
     assert proc.returncode == 0, proc.stdout
     text = (fresh_sandbox / "build" / "tiny-moe" / "cpu" / "plan.json").read_text()
@@ -223,7 +223,7 @@ class CountingDict(dict):
 
 
 def test_composition_is_linear():
-    from compiler.recipe import compose
+    from moeforge.compiler.recipe import compose
 
     n = 5000
     layer = {f"k{i}": i for i in range(n)}
@@ -240,7 +240,7 @@ def test_plan_layout_bounds_the_gpu_count(sandbox, moeforge_cli):
     proc = moeforge_cli(sandbox, "plan-layout", "tiny-moe", "--platform", "h100", "--gpus", str(1 << 40))
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "--gpus 1099511627776 is more than moeforge plans for (at most 1048576)" in proc.stderr
-    from compiler.planner.space import divisors
+    from moeforge.compiler.planner.space import divisors
 
     assert all(divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 400))
     assert divisors(1 << 40) == [1 << i for i in range(41)]
@@ -257,7 +257,7 @@ def test_import_reads_a_bounded_input(sandbox, moeforge_cli, tmp_path):
              ("/dev/zero", None, "not a regular file"), ("-", b"\0" * (5 << 20), "larger than 4194304 bytes")]
     for source, stdin, why in cases:
         for command in ("import", "lint-config"):
-            proc = subprocess.run([sys.executable, "-m", "compiler", command, str(source),
+            proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", command, str(source),
                                    *(["--root", str(tmp_path)] * (command == "import"))], cwd=sandbox,
                                   input=stdin or b"", capture_output=True, timeout=300,
                                   env={**os.environ, "PYTHONPATH": str(sandbox)})
@@ -311,8 +311,8 @@ def test_a_directory_check_goes_on_past_a_bad_file(fresh_sandbox, moeforge_cli, 
     assert proc.returncode == 1 and "checked 3 recipe(s): 1 error(s)" in proc.stdout
     assert "recipes/hostile/b-alias.yaml:32:4: error[E_YAML_RECURSIVE_ALIAS]" in proc.stdout
 
-    from compiler import driver, project
-    from compiler.commands import check
+    from moeforge.compiler import driver, project
+    from moeforge.compiler.commands import check
 
     monkeypatch.setattr(project, "_root", fresh_sandbox)
     real = driver.load
@@ -329,7 +329,7 @@ def test_a_directory_check_goes_on_past_a_bad_file(fresh_sandbox, moeforge_cli, 
 
 def test_deep_and_huge_json_is_one_line(fresh_sandbox, moeforge_cli, tmp_path):
     """JSON nested 3000 deep and a 5000-digit integer: diff (plans) and lint-config (flat configs) said
-    "internal error: RecursionError"; every JSON the compiler reads goes through compiler.bounded (import's
+    "internal error: RecursionError"; every JSON the compiler reads goes through moeforge.compiler.bounded (import's
     Hugging Face config.json too)."""
     deep, huge = tmp_path / "deep" / "plan.json", tmp_path / "huge" / "plan.json"
     for path, text in ((deep, '{"a": ' + "[" * 3000 + "]" * 3000 + "}"), (huge, '{"a": ' + "1" * 5000 + "}")):

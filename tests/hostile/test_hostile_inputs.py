@@ -1,6 +1,6 @@
 """Hostile documents and paths, through the whole pipeline (tests/compiler/test_diagnostics.py
-covers compiler.recipe.load.load_text on the classic cases; here they arrive as recipes, platforms and
-models, through `python -m compiler` as a process, and with more variants).
+covers moeforge.compiler.recipe.load.load_text on the classic cases; here they arrive as recipes, platforms and
+models, through `python -m moeforge.compiler` as a process, and with more variants).
 
 Every case: exit 1 with a located diagnostic (file:line:col) and the expected code, no
 traceback, no build directory, nothing executed, and an answer (no hang). No wall-clock bounds:
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import hostilelib as H
-from compiler.diagnostics import CompileError
-from compiler.recipe.load import load_text
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.load import load_text
 
 TOUCH = "pwned-tag"
 HANG = 300  # seconds: what only a hang (a blocked read, an endless expansion) reaches, however slow
@@ -154,7 +154,7 @@ def test_hostile_platform_and_model_documents(fresh_sandbox, kind, case):
 
 def test_documents_at_the_limits_load():
     """Just under each limit: accepted, whole (how fast is bench/'s business, not a test's)."""
-    from compiler.recipe import document as L
+    from moeforge.compiler.recipe import document as L
 
     def leaves(value):
         return sum(leaves(v) for v in value) if isinstance(value, list) else 1
@@ -173,7 +173,7 @@ def test_documents_at_the_limits_load():
 @pytest.mark.parametrize("text", ["a: !!int abc\n", "a: !!float abc\n", "a: !!bool maybe\n", 'a: !!int ""\n',
                                   "a: !<tag:yaml.org,2002:int> zz\n"])
 def test_bug14_core_tags_with_bad_values(text):
-    """(BUG-14, fixed) compiler.recipe.load accepted the core tags (!!int, !!float, !!bool) and then lets PyYAML's
+    """(BUG-14, fixed) moeforge.compiler.recipe.load accepted the core tags (!!int, !!float, !!bool) and then lets PyYAML's
     SafeConstructor raise ValueError / KeyError / IndexError (an internal error for the CLI).
     Now: a located error at line 1."""
     with pytest.raises(CompileError) as err:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import bounded
+from moeforge.compiler import bounded
 
 PLAN = {"schema": "moeforge/plan/v1", "platform": {"name": "cpu"}}
 
@@ -61,7 +61,7 @@ def test_a_report_past_the_limit_is_not_read(sandbox, moeforge_cli, tmp_path):
 
 
 def test_a_trace_that_is_not_json_names_the_trace(sandbox, moeforge_cli, tmp_path):
-    from compiler.diagnose import trace
+    from moeforge.compiler.diagnose import trace
 
     bad = tmp_path / "rank0.trace.json"
     bad.write_bytes(b"\x00" * 64)
@@ -70,7 +70,7 @@ def test_a_trace_that_is_not_json_names_the_trace(sandbox, moeforge_cli, tmp_pat
 
 
 def test_a_calibration_whose_alias_refers_to_itself_is_one_line(tmp_path):
-    from compiler.estimate import calibration
+    from moeforge.compiler.estimate import calibration
 
     doc = tmp_path / "cpu.calibration.yaml"
     doc.write_text("schema: moeforge/calibration/v1\nplatform: cpu\nloop: &a [*a]\n")

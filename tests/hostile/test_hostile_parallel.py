@@ -23,7 +23,7 @@ ROUNDS = 2
 
 def popen(root: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "compiler", *args], cwd=root, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "moeforge.compiler", *args], cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

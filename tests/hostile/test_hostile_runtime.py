@@ -3,11 +3,11 @@ every rename point or through its parent. Each case is the reproduction the issu
 one-line error (with its documented exit code, runtime/README.md) or the preserved data.
 
 - item 1/2: plan.json with a 5000-digit integer, deep nesting, a non-UTF-8 byte, NaN, an oversized file,
-  "num_microbatches": 4.0 -> exit 2, one line, for runtime.train, runtime.dryrun and runtime.megatron;
+  "num_microbatches": 4.0 -> exit 2, one line, for moeforge.runtime.train, moeforge.runtime.dryrun and moeforge.runtime.megatron;
   the same hostile JSON on a corpus line -> a located bad line (exit 2) in data prepare;
 - item 3: paths and a logger name with a backslash followed by a letter survive megatron-lm.args exactly;
   a damaged args file is one line;
-- item 4: runtime.megatron in a Python without megatron.training -> exit 3, one line;
+- item 4: moeforge.runtime.megatron in a Python without megatron.training -> exit 3, one line;
 - item 6: data prepare killed (SIGKILL, injected at each step of runtime/data_prepare/publish.py) shows the old
   dataset or the new one, never a mix; the next run removes what the killed one left; a second run on the
   same prefix is refused; killing the `moeforge` parent ends the worker and its pool.
@@ -31,9 +31,9 @@ import hostilelib as H
 
 REPO = H.REPO
 sys.path.insert(0, str(REPO))
-from runtime.data_prepare import publish as publishing  # noqa: E402
-from runtime import plan as plan_mod  # noqa: E402
-from runtime.errors import PlanError  # noqa: E402
+from moeforge.runtime.data_prepare import publish as publishing  # noqa: E402
+from moeforge.runtime import plan as plan_mod  # noqa: E402
+from moeforge.runtime.errors import PlanError  # noqa: E402
 
 EXAMPLE = json.loads((REPO / "tests" / "data" / "tiny-plan.example.json").read_text())
 MEGATRON_LM = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm",
@@ -94,36 +94,36 @@ def write_hostile_plan(path: Path, kind: str) -> str:
 @pytest.mark.parametrize("kind", HOSTILE_PLANS)
 def test_hostile_plan_is_one_line(tmp_path, kind):
     """Every kind through the reader all entry points share; the issue's reproductions (and item 1's 4.0,
-    which crashed in runtime/synthetic_batches.py) through runtime.train itself."""
+    which crashed in runtime/synthetic_batches.py) through moeforge.runtime.train itself."""
     plan = tmp_path / "plan.json"
     message = write_hostile_plan(plan, kind)
     with pytest.raises(PlanError) as err:
         plan_mod.load(plan)
     assert message in err.value.message and str(plan) in err.value.message and "\n" not in err.value.message
     if kind in ("5000-digit integer", "deep nesting", "non-UTF-8 byte", "float for an integer"):
-        one_line(run_module("runtime.train", plan), 2, "runtime.train[rank 0]: bad plan:", str(plan), message)
+        one_line(run_module("moeforge.runtime.train", plan), 2, "moeforge.runtime.train[rank 0]: bad plan:", str(plan), message)
 
 
 def test_the_other_entry_points_refuse_them_alike(tmp_path):
-    """runtime.dryrun takes several plans in one process: each hostile one is its own one-line error (exit 2);
-    runtime.megatron refuses one before it looks for megatron.training."""
+    """moeforge.runtime.dryrun takes several plans in one process: each hostile one is its own one-line error (exit 2);
+    moeforge.runtime.megatron refuses one before it looks for megatron.training."""
     plans = []
     for i, kind in enumerate(HOSTILE_PLANS):
         plans.append(tmp_path / f"plan{i}.json")
         write_hostile_plan(plans[-1], kind)
-    proc = run_module("runtime.dryrun", *plans)
+    proc = run_module("moeforge.runtime.dryrun", *plans)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     errors = json.loads(proc.stdout)["plans"]
     assert [e["error"]["exit_code"] for e in errors] == [2] * len(HOSTILE_PLANS)
     for entry, (_, message) in zip(errors, HOSTILE_PLANS.values()):
         assert message in entry["error"]["message"]
-    one_line(run_module("runtime.megatron", plans[0]), 2, "runtime.megatron[rank 0]: bad plan:",
+    one_line(run_module("moeforge.runtime.megatron", plans[0]), 2, "moeforge.runtime.megatron[rank 0]: bad plan:",
              HOSTILE_PLANS["5000-digit integer"][1])
 
 
 def test_a_float_where_megatron_core_declares_an_int_is_refused(tmp_path):
     """transformer_config is megatron-core's: a float for its int field is a bad plan, before any model."""
-    from runtime import model
+    from moeforge.runtime import model
 
     raw = json.loads(json.dumps(EXAMPLE))
     raw["transformer_config"]["num_layers"] = 2.0
@@ -139,7 +139,7 @@ def test_hostile_corpus_lines_are_located_bad_lines(tmp_path):
     src = tmp_path / "c.jsonl"
     src.write_bytes(b'{"text": "fine"}\n' + b'{"text": "a", "n": ' + b"7" * 5000 + b'}\n'
                     + b'{"text": "a", "n": ' + b"[" * 5000 + b"]" * 5000 + b'}\n' + b'{"text": "a\xff"}\n')
-    proc = run_module("runtime.data_prepare", src, "--tokenizer", "byte", "--output", tmp_path / "out" / "c")
+    proc = run_module("moeforge.runtime.data_prepare", src, "--tokenizer", "byte", "--output", tmp_path / "out" / "c")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     for line, problem in ((2, "not readable JSON: Exceeds the limit (4300 digits)"),
                           (3, "not readable JSON: nested deeper than Python's recursion limit"),
@@ -157,8 +157,8 @@ ESCAPED = "\v\f\x85\u2028\u2029\x1b\x07\x08\t"
 
 def test_paths_with_a_backslash_and_a_letter_round_trip(sandbox):
     """Item 3's reproduction: a data path, a checkpoint path and a logger name with YAML escapes in the
-    recipe; runtime.megatron reads back exactly the values of the plan."""
-    from runtime.megatron import megatron_lm_argv
+    recipe; moeforge.runtime.megatron reads back exactly the values of the plan."""
+    from moeforge.runtime.megatron import megatron_lm_argv
 
     save = "/ck\\new/" + ESCAPED + "pt"
     paths = ["/d\\ata/" + ESCAPED[:5] + "/prefix", "${DATA_ROOT}/x\\y\u2028z/prefix"]
@@ -171,7 +171,7 @@ def test_paths_with_a_backslash_and_a_letter_round_trip(sandbox):
     H.compile_here(sandbox, rid, MEGATRON_LM)
     build = sandbox / "build" / rid
     plan = plan_mod.load(build / "plan.json")
-    argv = megatron_lm_argv(plan, [])  # what runtime.megatron hands Megatron-LM's parser (${VAR} expanded)
+    argv = megatron_lm_argv(plan, [])  # what moeforge.runtime.megatron hands Megatron-LM's parser (${VAR} expanded)
     assert argv[argv.index("--save") + 1] == save == plan.raw["checkpoint"]["save"]
     assert argv[argv.index("--load") + 1] == save
     assert argv[argv.index("--tensorboard-dir") + 1] == tensorboard
@@ -185,8 +185,8 @@ def _data_root(monkeypatch):
 
 
 def test_a_damaged_args_file_is_one_line(sandbox):
-    from runtime.errors import RuntimeFailure
-    from runtime.megatron import megatron_lm_argv
+    from moeforge.runtime.errors import RuntimeFailure
+    from moeforge.runtime.megatron import megatron_lm_argv
 
     rid = "hostile/args-damaged"
     (sandbox / "recipes" / f"{rid}.yaml").write_text(H.TINY, encoding="utf-8")
@@ -202,7 +202,7 @@ def test_a_damaged_args_file_is_one_line(sandbox):
         args.write_bytes(args.read_bytes()[:-len(damage)])
 
 
-# --- item 4: runtime.megatron without megatron.training -------------------------------------------------
+# --- item 4: moeforge.runtime.megatron without megatron.training -------------------------------------------------
 
 def test_runtime_megatron_without_megatron_training_is_exit_3(sandbox):
     probe = subprocess.run([sys.executable, "-c", "import megatron.training"], capture_output=True)
@@ -210,8 +210,8 @@ def test_runtime_megatron_without_megatron_training_is_exit_3(sandbox):
     rid = "hostile/no-training"
     (sandbox / "recipes" / f"{rid}.yaml").write_text(H.TINY, encoding="utf-8")
     H.compile_here(sandbox, rid, MEGATRON_LM)
-    proc = run_module("runtime.megatron", sandbox / "build" / rid / "plan.json")
-    one_line(proc, 3, "runtime.megatron[rank 0]: backend unavailable:", "megatron.training", "megatron-core 0.16.1",
+    proc = run_module("moeforge.runtime.megatron", sandbox / "build" / rid / "plan.json")
+    one_line(proc, 3, "moeforge.runtime.megatron[rank 0]: backend unavailable:", "megatron.training", "megatron-core 0.16.1",
              "runtime.entrypoint: moeforge")
 
 
@@ -224,7 +224,7 @@ def _corpus(path: Path, tag: str) -> Path:
 
 def prepare(src: Path, prefix: Path, kill_at: str | None = None, python=sys.executable):
     env = {publishing.KILL_ENV: kill_at} if kill_at else {}
-    return subprocess.run([python, "-m", "runtime.data_prepare", str(src), "--tokenizer", "byte", "--output",
+    return subprocess.run([python, "-m", "moeforge.runtime.data_prepare", str(src), "--tokenizer", "byte", "--output",
                            str(prefix)], cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=300)
 
 
@@ -349,13 +349,13 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_killing_the_moeforge_parent_ends_the_worker(tmp_path, datasets):
-    """Item 6: `kill -9` of `moeforge data prepare` (the parent) used to leave runtime.data_prepare and its pool
+    """Item 6: `kill -9` of `moeforge data prepare` (the parent) used to leave moeforge.runtime.data_prepare and its pool
     running; now they get SIGTERM from the kernel, remove their temporaries and stop."""
     src = tmp_path / "big.jsonl"
     src.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(3000)))  # 3 batches
     out = tmp_path / "out"
     shutil.copytree(datasets["layout"], out, symlinks=True)
-    parent = subprocess.Popen([sys.executable, "-m", "compiler", "data", "prepare", str(src), "--tokenizer", "byte",
+    parent = subprocess.Popen([sys.executable, "-m", "moeforge.compiler", "data", "prepare", str(src), "--tokenizer", "byte",
                                "--output", str(out / "c"), "--workers", "2"], cwd=REPO,
                               env=_env(MOEFORGE_DATA_PREPARE_TEST_DELAY="600"), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
@@ -365,7 +365,7 @@ def test_killing_the_moeforge_parent_ends_the_worker(tmp_path, datasets):
             if "first batch written" in line:
                 break
         workers = _descendants(parent.pid)
-        assert len(workers) >= 3, workers  # runtime.data_prepare and its two pool processes
+        assert len(workers) >= 3, workers  # moeforge.runtime.data_prepare and its two pool processes
         parent.kill()
         parent.wait(60)
         deadline = time.monotonic() + 120  # a hang guard, not a timing assertion

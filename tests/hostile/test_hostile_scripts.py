@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 import hostilelib as H
-from compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError
 
 
 def shellcheck_bin() -> str | None:
@@ -152,7 +152,7 @@ def test_platform_container_image_is_inert(fresh_sandbox, marker_dir, tmp_path):
 
 
 def test_hostile_launch_through_the_cli(sandbox, marker_dir, tmp_path, moeforge_cli):
-    """The same, once through `python -m compiler compile` as a process (exit code, stdout, files)."""
+    """The same, once through `python -m moeforge.compiler compile` as a process (exit code, stdout, files)."""
     launch = _launch_cases(marker_dir)[5]
     rid = "hostile/launch-cli"
     (sandbox / "recipes" / f"{rid}.yaml").write_text(H.recipe_with({"launch": launch}), encoding="utf-8")
@@ -246,7 +246,7 @@ def _path_cases(marker_dir: Path) -> list[dict]:
 def test_plan_paths_are_inert(sandbox, marker_dir, tmp_path, case):
     """Shell characters in the plan's paths and the logs directory: the scripts pass bash -n and
     shellcheck, hand every path over verbatim (mounts: only ${NAME} is expanded), and run nothing."""
-    from compiler.commands import launch as L
+    from moeforge.compiler.commands import launch as L
 
     c = _path_cases(marker_dir)[case]
     rid = f"hostile/paths-{case}"
@@ -271,18 +271,18 @@ def test_plan_paths_are_inert(sandbox, marker_dir, tmp_path, case):
 
     data_root = "/data root/$(touch pwned-dr)"
     torchrun, srun = run_both(sandbox, build, tmp_path, marker_dir, {"DATA_ROOT": data_root})
-    assert torchrun["argv"][-4:] == ["runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
+    assert torchrun["argv"][-4:] == ["moeforge.runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
     dirs = list(dict.fromkeys([c["data"][0].rsplit("/", 1)[0], c["data"][1].rsplit("/", 1)[0], c["save"].rstrip("/"),
                                c["tensorboard"].rstrip("/")]))
     mounts = [f"{sandbox}:{sandbox}"] + [launched(f"{d}:{d}", sandbox, tmp_path, {"DATA_ROOT": data_root})
                                          for d in dirs]
     assert srun["argv"][srun["argv"].index("python3"):] == [
-        "python3", "-m", "runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
+        "python3", "-m", "moeforge.runtime.megatron", f"build/{rid}/plan.json", "--out", f"build/{rid}"]
     assert f"--container-mounts={','.join(mounts)}" in srun["argv"]
 
     [job] = [d for d in yaml.safe_load_all(files["pytorchjob.yaml"]) if d]
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == dirs
-    assert pod["containers"][0]["command"][-4:] == ["runtime.megatron", f"build/{rid}/plan.json", "--out",
+    assert pod["containers"][0]["command"][-4:] == ["moeforge.runtime.megatron", f"build/{rid}/plan.json", "--out",
                                                     f"build/{rid}"]
     assert not H.pwned(marker_dir, sandbox, tmp_path), "a path was executed"

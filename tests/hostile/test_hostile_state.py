@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import hostilelib as H
-from compiler import __version__
-from compiler.recipe import cache as valid_cache
-from compiler.recipe import load as L
-from compiler.resources import SCHEMAS
+from moeforge.compiler import __version__
+from moeforge.compiler.recipe import cache as valid_cache
+from moeforge.compiler.recipe import load as L
+from moeforge.compiler.resources import SCHEMAS
 
 try:
     from _blake2 import blake2b
@@ -30,14 +30,14 @@ except ImportError:
 
 
 def cli(root: Path, *args: str, cache: Path | None = None, **env) -> subprocess.CompletedProcess:
-    """`python -m compiler ARGS` in the sandbox, with its own cache directory (or none)."""
+    """`python -m moeforge.compiler ARGS` in the sandbox, with its own cache directory (or none)."""
     environ = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", **env}
     environ.pop("MOEFORGE_NO_CACHE", None)
     if cache is None:
         environ["MOEFORGE_NO_CACHE"] = "1"
     else:
         environ["MOEFORGE_CACHE_DIR"] = str(cache)
-    proc = subprocess.run([sys.executable, "-m", "compiler", *args], cwd=root, env=environ, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", *args], cwd=root, env=environ, capture_output=True,
                           text=True, timeout=300)
     assert "Traceback" not in proc.stdout + proc.stderr and "internal error" not in proc.stdout + proc.stderr
     return proc
@@ -137,7 +137,7 @@ def test_migrate_on_a_full_disk_leaves_the_file_and_no_temporary(tmp_path, fresh
         finally:
             subprocess.run(["umount", str(mount)], check=True)
 
-    from compiler.cli import main
+    from moeforge.compiler.cli import main
 
     recipe = work / "r.yaml"
     recipe.write_text(V2)

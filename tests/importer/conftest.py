@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from compiler.recipe.compose import RECIPES
+from moeforge.compiler.recipe.compose import RECIPES
 
 
 @pytest.fixture(scope="module")

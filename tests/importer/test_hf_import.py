@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.cli import main
-from compiler.importer.hf import document as D
-from compiler.launch_reader.text import ImportError_
+from moeforge.compiler.cli import main
+from moeforge.compiler.importer.hf import document as D
+from moeforge.compiler.launch_reader.text import ImportError_
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = ROOT / "tests" / "fidelity" / "hf_configs"

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from compiler.targets import emit
-from compiler.importer import files as import_files, launch as importer
-from compiler.commands.check import recipe_ids
-from compiler.cli import main
-from compiler.recipe.compose import RECIPES
-from compiler.lint.config_lint import lint_text
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.targets import emit
+from moeforge.compiler.importer import files as import_files, launch as importer
+from moeforge.compiler.commands.check import recipe_ids
+from moeforge.compiler.cli import main
+from moeforge.compiler.recipe.compose import RECIPES
+from moeforge.compiler.lint.config_lint import lint_text
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "import"
 SECTIONS = ("transformer_config", "model", "training", "optimizer", "ddp_config")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.cli import main
-from compiler.importer import files as import_files, launch as importer
-from compiler.importer.vocab import sentencepiece_pieces
-from compiler.launch_reader.text import parse_flags
-from compiler.lint.config_lint import lint_config, parse
+from moeforge.compiler.cli import main
+from moeforge.compiler.importer import files as import_files, launch as importer
+from moeforge.compiler.importer.vocab import sentencepiece_pieces
+from moeforge.compiler.launch_reader.text import parse_flags
+from moeforge.compiler.lint.config_lint import lint_config, parse
 
 BASE = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 8 "
         "--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 --seq-length 128 "

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.importer import launch as importer
-from compiler.launch_reader.shell import read_script
-from compiler.launch_reader.text import ImportError_, launch_words
+from moeforge.compiler.importer import launch as importer
+from moeforge.compiler.launch_reader.shell import read_script
+from moeforge.compiler.launch_reader.text import ImportError_, launch_words
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL = ROOT / "tests" / "data" / "import" / "shell"

@@ -110,7 +110,7 @@ BENIGN_CONTEXT: dict[str, Any] = {
     "device": "cpu",
     "master_port": None,  # the default: torchrun picks a free port, launch.sbatch derives one from the job id
     "python": "python3",
-    "runtime_module": "runtime.train",
+    "runtime_module": "moeforge.runtime.train",
     "checkpointing": False,
     "exit_saved_on_signal": 75,
     "signal_margin_s": 120,
@@ -155,7 +155,7 @@ def benign_context() -> dict[str, Any]:
 
 def with_checkpointing(ctx: dict[str, Any], margin: int = 120) -> dict[str, Any]:
     """ctx with checkpointing on, as compiler/targets/emit.py sets it: Megatron-LM's loop, requeue on signal."""
-    ctx.update(checkpointing=True, runtime_module="runtime.megatron", signal_margin_s=margin)
+    ctx.update(checkpointing=True, runtime_module="moeforge.runtime.megatron", signal_margin_s=margin)
     ctx["slurm"]["signal"] = f"B:USR1@{margin}"
     ctx["k8s"].update(restart_policy="OnFailure", backoff_limit=3)
     return ctx

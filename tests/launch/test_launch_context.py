@@ -4,7 +4,7 @@ The context is computed from the compiled plan (runtime.entrypoint, checkpoint, 
 platform, layout) and the recipe's launch.* keys; the templates only print it. Checked here:
 the runtime module, requeue/signal only with checkpointing, --exclusive on GPU platforms, --segment
 on NVL72 only, the container mounts and Kubernetes volumes (order, dedupe, ${NAME} kept), the logs
-directory, and the job's python and logs directory in compiler.commands.launch.
+directory, and the job's python and logs directory in moeforge.compiler.commands.launch.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.targets import emit, job
-from compiler.commands import launch as L
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
+from moeforge.compiler.targets import emit, job
+from moeforge.compiler.commands import launch as L
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
 MEGATRON_LM = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm"]
@@ -52,17 +52,17 @@ def sbatch_directives(text: str) -> list[str]:
 
 
 def test_runtime_module_follows_the_entrypoint():
-    assert ctx_of("tiny-moe/cpu")["runtime_module"] == "runtime.train"
+    assert ctx_of("tiny-moe/cpu")["runtime_module"] == "moeforge.runtime.train"
     ctx = ctx_of("tiny-moe/cpu", MEGATRON_LM)
-    assert ctx["runtime_module"] == "runtime.megatron"
+    assert ctx["runtime_module"] == "moeforge.runtime.megatron"
     plan, data = compiled("tiny-moe/cpu", MEGATRON_LM)
     files = emit.render(plan, data, "build/tiny-moe/cpu")
     for name in ("torchrun.sh", "launch.sbatch"):
-        assert "runtime_module=runtime.megatron\n" in files[name]
-        assert "runtime.train" not in files[name]
+        assert "runtime_module=moeforge.runtime.megatron\n" in files[name]
+        assert "moeforge.runtime.train" not in files[name]
     command = yaml.safe_load(files["pytorchjob.yaml"])["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
         "containers"][0]["command"]
-    assert command[command.index("-m", 3) + 1] == "runtime.megatron"
+    assert command[command.index("-m", 3) + 1] == "moeforge.runtime.megatron"
 
 
 def test_unknown_entrypoint_is_a_compile_error():
@@ -79,7 +79,7 @@ def test_plans_without_the_new_sections():
     for key in ("checkpoint", "data", "tokenizer", "logging"):
         plan.pop(key, None)
     plan["runtime"].pop("entrypoint", None)
-    assert emit.runtime_module(plan) == "runtime.train"
+    assert emit.runtime_module(plan) == "moeforge.runtime.train"
     assert emit.mount_dirs(plan) == [] and emit.required_env(plan) == []
 
 
@@ -213,7 +213,7 @@ def test_logs_dir_default_and_override():
     assert ctx_of("tiny-moe/cpu", logs_dir="/")["slurm"]["error"] == "/%x-%j.err"
 
 
-# --- compiler.commands.launch ----------------------------------------------------------------------------------
+# --- moeforge.compiler.commands.launch ----------------------------------------------------------------------------------
 
 
 def _build(tmp_path: Path, sets=(), **launch) -> Path:
@@ -242,7 +242,7 @@ def test_job_python_by_megatron_core(tmp_path, monkeypatch):
 def test_needs_venv312_flag(tmp_path):
     for sets, answer in (((), "no"), (MEGATRON_LM, "yes")):
         build_dir = _build(tmp_path / answer, sets)
-        proc = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--needs-venv312", str(build_dir)],
+        proc = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--needs-venv312", str(build_dir)],
                               cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 0 and proc.stdout == f"{answer}\n", proc.stderr
 
@@ -269,7 +269,7 @@ def test_slurm_target_creates_the_logs_dir_and_submits(tmp_path):
         "echo 77\n")
     (bin_dir / "sbatch").chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    proc = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", str(build_dir)],
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "slurm", str(build_dir)],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     lines = record.read_text().splitlines()
     assert "logs-dir-existed" in lines
@@ -279,7 +279,7 @@ def test_slurm_target_creates_the_logs_dir_and_submits(tmp_path):
     assert proc.returncode == 1 and "left no" in proc.stderr  # the fake job wrote no report
     # an earlier run's report (a recompile keeps it) is not shown as this run's
     (build_dir / "report.json").write_text('{"steps": 3}\n')
-    proc = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", str(build_dir)],
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "slurm", str(build_dir)],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and proc.stderr.strip() == \
         f"moeforge: the run left no {build_dir / 'report.json'} (the one there is an earlier run's)"
@@ -287,7 +287,7 @@ def test_slurm_target_creates_the_logs_dir_and_submits(tmp_path):
 
 def test_print_target_shows_the_exact_commands(tmp_path):
     build_dir = _build(tmp_path, logs_dir=str(tmp_path / "L"))
-    proc = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "print", str(build_dir)],
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "print", str(build_dir)],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

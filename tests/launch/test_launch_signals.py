@@ -115,7 +115,7 @@ def job(tmp_path, rendering):
         if checkpointing and not full:
             rendering.with_checkpointing(ctx)
         if not checkpointing:
-            ctx.update(checkpointing=False, runtime_module="runtime.train")
+            ctx.update(checkpointing=False, runtime_module="moeforge.runtime.train")
             ctx["slurm"]["signal"] = None
         root = tmp_path / "repo root"
         paths = rendering.render_all(ctx, root / ctx["build_dir"])
@@ -278,7 +278,7 @@ def test_torchrun_sh_without_checkpointing_does_not_trap(job):
 def test_exit_code_agrees_with_the_runtime():
     """compiler/targets/emit.py's EXIT_SAVED_ON_SIGNAL is runtime/errors.py's (read as text: the compiler
     never imports the runtime)."""
-    from compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
+    from moeforge.compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
 
     text = (ROOT / "runtime" / "errors.py").read_text(encoding="utf-8")
     found = re.findall(r"^EXIT_SAVED_ON_SIGNAL\s*=\s*(\d+)\s*$", text, flags=re.M)

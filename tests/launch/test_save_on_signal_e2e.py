@@ -1,4 +1,4 @@
-"""torchrun.sh with Megatron-LM's loop (runtime.megatron, .venv312): USR1 -> checkpoint -> exit 75 -> resume.
+"""torchrun.sh with Megatron-LM's loop (moeforge.runtime.megatron, .venv312): USR1 -> checkpoint -> exit 75 -> resume.
 
 The tiny recipe compiled for megatron-core 0.19.2 with the megatron-lm entrypoint and a checkpoint
 directory (with a blank and a quote in it). A USR1 sent to torchrun.sh once training runs reaches the
@@ -23,14 +23,14 @@ VENV312 = Path(os.environ.get("MOEFORGE_VENV312", ROOT / ".venv312"))
 READY = (VENV312 / ".installed").exists() and (VENV312 / "bin" / "python").exists()
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not READY, reason=".venv312 is not built (`make setup312`): runtime.megatron "
+              pytest.mark.skipif(not READY, reason=".venv312 is not built (`make setup312`): moeforge.runtime.megatron "
                                                    "needs megatron-core >= 0.17 with megatron/training")]
 
 
 def _compile(out: Path, ckpt: Path, iters: int) -> Path:
     sets = ["platform.software.megatron_core=0.19.2", "runtime.entrypoint=megatron-lm", f"checkpoint.save={ckpt}",
             "checkpoint.interval=100000", f"training.train_iters={iters}"]
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out),
                            *[a for s in sets for a in ("--set", s)]],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr

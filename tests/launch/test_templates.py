@@ -235,11 +235,11 @@ def test_same_output_as_compiler_emit(rendering, context):
     """If the compiler is importable, its Environment renders these templates exactly as ours."""
     sys.path.insert(0, str(rendering.REPO_ROOT))
     try:
-        emit = pytest.importorskip("compiler.targets.emit")
+        emit = pytest.importorskip("moeforge.compiler.targets.emit")
     finally:
         sys.path.remove(str(rendering.REPO_ROOT))
     if not hasattr(emit, "template_env"):
-        pytest.skip("compiler.targets.emit has no template_env() any more: compare by hand")
+        pytest.skip("moeforge.compiler.targets.emit has no template_env() any more: compare by hand")
     for output, template in rendering.OUTPUTS.items():
         assert emit.template_env().get_template(template).render(**context) == rendering.render(output, context)
 
@@ -688,7 +688,7 @@ def test_pytorchjob_volumes_and_restarts(rendering, pytorchjob_validator):
             {"name": "mount-0", "mountPath": "/scratch", "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ]
-        assert pod["containers"][0]["command"][-4] == "runtime.megatron"
+        assert pod["containers"][0]["command"][-4] == "moeforge.runtime.megatron"
 
 
 def test_pytorchjob_hostile_strings_stay_values(rendering, pytorchjob_validator, marker):

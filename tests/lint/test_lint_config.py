@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.lint.config_lint import UnusableInput, lint_mapping, lint_text, main_lint_config
+from moeforge.compiler.lint.config_lint import UnusableInput, lint_mapping, lint_text, main_lint_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared_reference import reference  # noqa: E402
@@ -118,7 +118,7 @@ def test_did_you_mean_equals_difflib_over_every_name():
     """The length-bucketed, cached search answers exactly what difflib answers over all names."""
     import difflib
 
-    from compiler.knobs.fields import OWN_KEYS, did_you_mean, known_names
+    from moeforge.compiler.knobs.fields import OWN_KEYS, did_you_mean, known_names
 
     every = sorted(known_names() - set(OWN_KEYS))
     for typo in ("moe_router_topkk", "tensor_model_paralel_size", "num_layer", "sequence_paralel", "lr",
@@ -180,7 +180,7 @@ def test_stdin(monkeypatch, capsys):
 def test_lint_path_imports_neither_z3_nor_jsonschema_nor_megatron(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(GOOD)
-    code = ("import sys; from compiler.lint.config_lint import main_lint_config; rc = main_lint_config([%r]); "
+    code = ("import sys; from moeforge.compiler.lint.config_lint import main_lint_config; rc = main_lint_config([%r]); "
             "heavy = [m for m in ('z3', 'jsonschema', 'torch', 'megatron') if m in sys.modules]; "
             "print('HEAVY', heavy); sys.exit(rc)") % str(path)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

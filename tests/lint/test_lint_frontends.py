@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from compiler.lint.config_lint import UnusableInput, lint_config, lint_mapping, main_lint_config
+from moeforge.compiler.lint.config_lint import UnusableInput, lint_config, lint_mapping, main_lint_config
 
 # no Transformer Engine: Megatron-LM's default gradient accumulation fusion would need APEX (GRAD_ACC_FUSION_NEEDS_APEX)
 INTERLEAVED_PP2 = {"num_layers": 8, "hidden_size": 64, "num_attention_heads": 8, "bf16": True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import json
 
-from compiler.lint.config_lint import lint_config, lint_text, main_lint_config, parse
+from moeforge.compiler.lint.config_lint import lint_config, lint_text, main_lint_config, parse
 
 HEAD = 'gpu: H100\nversions: {megatron_core: "0.19.2", transformer_engine: "2.12.0", torch: "2.9.0"}\n'
 

@@ -49,10 +49,10 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from compiler.knobs.table import LM_ACTIVATIONS  # noqa: E402
-from compiler.lint.config_lint import lint_mapping  # noqa: E402
-from compiler.rules import CATALOGUE  # noqa: E402
-from compiler.knobs.versions import version_int  # noqa: E402
+from moeforge.compiler.knobs.table import LM_ACTIVATIONS  # noqa: E402
+from moeforge.compiler.lint.config_lint import lint_mapping  # noqa: E402
+from moeforge.compiler.rules import CATALOGUE  # noqa: E402
+from moeforge.compiler.knobs.versions import version_int  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PY312 = ROOT / ".venv312" / "bin" / "python"

@@ -1,7 +1,7 @@
 """Differential test: moeforge lint-config vs megatron-core 0.16.1's own TransformerConfig(...).
 
 Seeded random configurations (bounded to the fields the catalogue models) are checked twice:
-by `compiler.lint.config_lint` (concrete evaluation, platform: megatron-core 0.16.1, the installed
+by `moeforge.compiler.lint.config_lint` (concrete evaluation, platform: megatron-core 0.16.1, the installed
 torch, no Transformer Engine, GPU unknown) and by constructing megatron-core's
 TransformerConfig, which runs ModelParallelConfig/TransformerConfig.__post_init__. For the rules
 megatron-core enforces there, both must agree on accept/reject, and when megatron-core raises
@@ -36,10 +36,10 @@ fused_geglu = pytest.importorskip("megatron.core.fusions.fused_bias_geglu")
 ACTIVATIONS = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
                "quick_gelu": fused_geglu.quick_gelu, "squared_relu": activations.squared_relu}
 
-from compiler.knobs import table as K  # noqa: E402
-from compiler.lint.config_lint import lint_mapping  # noqa: E402
-from compiler.rules import BY_ID, CATALOGUE  # noqa: E402
-from compiler.knobs.versions import version_int  # noqa: E402
+from moeforge.compiler.knobs import table as K  # noqa: E402
+from moeforge.compiler.lint.config_lint import lint_mapping  # noqa: E402
+from moeforge.compiler.rules import BY_ID, CATALOGUE  # noqa: E402
+from moeforge.compiler.knobs.versions import version_int  # noqa: E402
 
 MCORE = "0.16.1"
 FACTS = {"megatron_core": version_int(MCORE), "torch": version_int(torch.__version__), "transformer_engine": 0}

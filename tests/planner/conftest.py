@@ -3,7 +3,7 @@
 seconds, so each runs once a session."""
 import pytest
 
-from compiler.planner import search
+from moeforge.compiler.planner import search
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.cli import main
-from compiler.diagnostics import CompileError
-from compiler.estimate import calibration
-from compiler.planner import report, search, space, splits
+from moeforge.compiler.cli import main
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.estimate import calibration
+from moeforge.compiler.planner import report, search, space, splits
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {"layout", "dispatcher", "overlap", "recompute", "memory_gb", "step_time_s", "mfu", "feasible", "reasons"}

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.knobs import pipeline_layout
-from compiler.diagnostics import CompileError
-from compiler.driver import load
-from compiler.planner import search, space, splits
+from moeforge.compiler.knobs import pipeline_layout
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load
+from moeforge.compiler.planner import search, space, splits
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {p.stem for p in (ROOT / "recipes" / "models").glob("*.yaml")}

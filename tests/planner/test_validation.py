@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.knobs.layout import LayoutError
-from compiler.planner import search, space, validation
+from moeforge.compiler.knobs.layout import LayoutError
+from moeforge.compiler.planner import search, space, validation
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "bridge_tuned_layouts.json"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.knobs import pipeline_layout
-from compiler.rules import CATALOGUE
+from moeforge.compiler.knobs import pipeline_layout
+from moeforge.compiler.rules import CATALOGUE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import megatron_sources as MS  # noqa: E402

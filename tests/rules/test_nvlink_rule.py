@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.targets import emit
-from compiler.lint.config_lint import lint_mapping
-from compiler.driver import load, resolve
-from compiler.rules import BY_ID, CATALOGUE, CONCERNS, RULES
+from moeforge.compiler.targets import emit
+from moeforge.compiler.lint.config_lint import lint_mapping
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.rules import BY_ID, CATALOGUE, CONCERNS, RULES
 
 RULE = "NVLINK_EP_GROUP_SPANS_DOMAINS"
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def test_registered_like_the_others():
 
 
 def test_moeforge_rules_lists_it():
-    proc = subprocess.run([sys.executable, "-m", "compiler", "rules"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", "rules"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert f"{RULE}  [warning; moeforge]" in proc.stdout

@@ -1,7 +1,7 @@
 """Every rule of the catalogue: a configuration that violates it and one that satisfies it.
 
 Cases are deltas on BASE, a valid H100 / megatron-core 0.19 / TE 2.12 MoE configuration, and are
-evaluated concretely (compiler.lint.config_lint, the same evaluator the plan's warnings use). A passing
+evaluated concretely (moeforge.compiler.lint.config_lint, the same evaluator the plan's warnings use). A passing
 configuration must not trigger the rule, nor any error at all. Exact megatron messages are checked
 for a selection here, against megatron-core 0.16.1 itself in tests/lint/test_lint_vs_mcore016.py,
 and against the Megatron sources in tests/rules/test_messages_in_sources.py.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.lint.config_lint import lint_mapping
-from compiler.rules import BY_ID, CATALOGUE
+from moeforge.compiler.lint.config_lint import lint_mapping
+from moeforge.compiler.rules import BY_ID, CATALOGUE
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
 B200 = {"name": "NVIDIA B200", "compute_capability": "10.0"}
@@ -21,7 +21,7 @@ V100 = {"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}
 
 
 def V(mcore="0.19.0", te="2.12.0", torch="2.9.0", apex=None):
-    """Versions, and APEX as compiler.solver.inputs derives it when the platform does not say: installed with TE."""
+    """Versions, and APEX as moeforge.compiler.solver.inputs derives it when the platform does not say: installed with TE."""
     return {"versions": {"torch": torch, "transformer_engine": te, "megatron_core": mcore},
             "apex_installed": te is not None if apex is None else apex}
 

@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.knobs.table import LINT_ONLY
-from compiler.driver import load, resolve
-from compiler.rules import CATALOGUE, PREFERENCES, RULES, fold
-from compiler.rules.expr import F, Const, IsSet, Or
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.knobs.table import LINT_ONLY
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.rules import CATALOGUE, PREFERENCES, RULES, fold
+from moeforge.compiler.rules.expr import F, Const, IsSet, Or
 
 PLATFORM = """\
 schema: moeforge/platform/v1

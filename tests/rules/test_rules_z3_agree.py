@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.knobs.table import FACT_BY_FIELD, LINT_ONLY
-from compiler.lint.config_lint import read
-from compiler.rules import BY_ID, RULES
-from compiler.rules.expr import UNKNOWN
-from compiler.solver.problem import DERIVED, SPEC
-from compiler.solver.solve import solve
-from compiler.solver.values import Pin
+from moeforge.compiler.knobs.table import FACT_BY_FIELD, LINT_ONLY
+from moeforge.compiler.lint.config_lint import read
+from moeforge.compiler.rules import BY_ID, RULES
+from moeforge.compiler.rules.expr import UNKNOWN
+from moeforge.compiler.solver.problem import DERIVED, SPEC
+from moeforge.compiler.solver.solve import solve
+from moeforge.compiler.solver.values import Pin
 
 from test_rule_cases import BASE, CASES  # noqa: E402  (same directory)
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.driver import load, resolve
-from compiler.rules import BY_ID
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.rules import BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY, GPU = "tiny-moe/cpu", "qwen3-30b-a3b/h100-bf16"
-# runtime.megatron (Megatron-LM's pretrain) on the tiny model: needs megatron-core >= 0.17
+# moeforge.runtime.megatron (Megatron-LM's pretrain) on the tiny model: needs megatron-core >= 0.17
 MLM = """\
 runtime: {entrypoint: megatron-lm}
 """
@@ -89,7 +89,7 @@ RECIPE_CANNOT_BREAK = {"CHECKPOINT_ASYNC_NEEDS_TORCH_DIST"}
 
 
 def test_every_training_io_rule_has_a_recipe_case():
-    from compiler.rules import training_io
+    from moeforge.compiler.rules import training_io
 
     assert set(CASES) | RECIPE_CANNOT_BREAK == {r.id for r in training_io.RULES}
 
@@ -118,7 +118,7 @@ def test_the_env_var_warning_names_the_variables(root):
 
 
 def test_the_harness_default_and_the_megatron_lm_default_data_kind(root):
-    """data.kind follows the entry point when unset: synthetic for runtime.train, mock for Megatron-LM."""
+    """data.kind follows the entry point when unset: synthetic for moeforge.runtime.train, mock for Megatron-LM."""
     assert outcome(root, TINY, "description: the harness\n")[0] == set()
     assert outcome(root, TINY, MLM, MLM_SETS)[0] == set()
     r = resolve(load(TINY, ["runtime.entrypoint=megatron-lm", *MLM_SETS], ROOT / "recipes"))

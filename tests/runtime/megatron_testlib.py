@@ -1,4 +1,4 @@
-"""Run ``python -m runtime.megatron`` the way launch.sbatch does: one process per rank, no torchrun.
+"""Run ``python -m moeforge.runtime.megatron`` the way launch.sbatch does: one process per rank, no torchrun.
 
 Why: Megatron-LM's loop needs megatron-core >= 0.17 (its wheel ships megatron/training), which is
 the Python 3.12 environment (.venv312, `make setup312`); the compiler runs in this interpreter.
@@ -31,7 +31,7 @@ def have_megatron_training() -> bool:
 
 def compile_tiny(out_root: Path, *sets: str) -> Path:
     """Compile tiny-moe/cpu for Megatron-LM's loop with extra ``--set`` values; the build dir."""
-    cmd = [sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out_root)]
+    cmd = [sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out_root)]
     for item in (*MEGATRON_LM_RECIPE, *sets):
         cmd += ["--set", item]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
@@ -50,7 +50,7 @@ def prepare_corpus(tmp: Path, documents: int = 400) -> Path:
         lines.append(json.dumps({"text": text}))
     corpus.write_text("\n".join(lines) + "\n")
     prefix = tmp / "data" / "corpus_text_document"
-    proc = subprocess.run([sys.executable, "-m", "compiler", "data", "prepare", str(corpus),
+    proc = subprocess.run([sys.executable, "-m", "moeforge.compiler", "data", "prepare", str(corpus),
                            "--tokenizer", "byte", "--output", str(prefix)],
                           cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -78,7 +78,7 @@ def start(build: Path, world: int, extra: list[str] = (), flags: list[str] = (),
     port = free_port()
     log = log or build / "ranks.log"
     sink = open(log, "w")
-    argv = [str(PY312), "-m", "runtime.megatron", str(build / "plan.json"), *flags]
+    argv = [str(PY312), "-m", "moeforge.runtime.megatron", str(build / "plan.json"), *flags]
     if extra:
         argv += ["--", *extra]
     procs = [subprocess.Popen(argv, cwd=ROOT, env=_env(r, world, port), stdout=sink,

@@ -54,7 +54,7 @@ def subprocess_env() -> dict:
 
 
 def launch(plan: dict, out_dir: Path, nproc: int | None = None, timeout: int = 240) -> Run:
-    """Write ``plan`` under ``out_dir`` and run runtime.train on it (torchrun when nproc > 1)."""
+    """Write ``plan`` under ``out_dir`` and run moeforge.runtime.train on it (torchrun when nproc > 1)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plan_path = out_dir / "plan.json"
     plan_path.write_text(json.dumps(plan, indent=1))
@@ -62,10 +62,10 @@ def launch(plan: dict, out_dir: Path, nproc: int | None = None, timeout: int = 2
     port = free_port()
     if nproc > 1:
         cmd = [TORCHRUN, "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-               "--master_port", str(port), "-m", "runtime.train", str(plan_path)]
+               "--master_port", str(port), "-m", "moeforge.runtime.train", str(plan_path)]
         env = subprocess_env()
     else:
-        cmd = [PYTHON, "-m", "runtime.train", str(plan_path)]
+        cmd = [PYTHON, "-m", "moeforge.runtime.train", str(plan_path)]
         env = dict(subprocess_env(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,

@@ -1,7 +1,7 @@
 """`moeforge data prepare` (issue 13): JSONL -> Megatron indexed dataset, end to end.
 
-Every run goes through the real CLI (`python -m compiler data prepare`, which starts
-`python -m runtime.data_prepare`), and every dataset is read back by megatron-core's own
+Every run goes through the real CLI (`python -m moeforge.compiler data prepare`, which starts
+`python -m moeforge.runtime.data_prepare`), and every dataset is read back by megatron-core's own
 IndexedDataset in a separate process. No test asserts anything about wall-clock time.
 """
 
@@ -66,7 +66,7 @@ def _interpreter_with(*modules):
 
 
 def prepare(*args, python=PY, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-m", "compiler", "data", "prepare", *map(str, args)], cwd=ROOT,
+    return subprocess.run([str(python), "-m", "moeforge.compiler", "data", "prepare", *map(str, args)], cwd=ROOT,
                           env=_env(**env), capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -113,12 +113,12 @@ def corpus(tmp_path_factory):
 
 
 def test_help_describes_every_option():
-    proc = subprocess.run([PY, "-m", "compiler", "data", "prepare", "--help"], cwd=ROOT, env=_env(),
+    proc = subprocess.run([PY, "-m", "moeforge.compiler", "data", "prepare", "--help"], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: moeforge data prepare")
     sys.path.insert(0, str(ROOT))
-    from runtime.data_prepare.command import build_parser  # argparse only: no megatron-core here
+    from moeforge.runtime.data_prepare.command import build_parser  # argparse only: no megatron-core here
 
     for action in build_parser()._actions:
         for name in action.option_strings or [action.metavar]:
@@ -126,7 +126,7 @@ def test_help_describes_every_option():
     for words in ("Empty and whitespace-only lines are skipped", "NullTokenizer", "sentencepiece",
                   "transformers", "exit codes"):
         assert words in proc.stdout
-    listing = subprocess.run([PY, "-m", "compiler", "data", "--help"], cwd=ROOT, env=_env(),
+    listing = subprocess.run([PY, "-m", "moeforge.compiler", "data", "--help"], cwd=ROOT, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT)
     assert listing.returncode == 0 and "prepare" in listing.stdout
 
@@ -256,7 +256,7 @@ def test_a_corpus_of_empty_lines_is_refused(tmp_path):
 def test_an_output_that_is_not_a_prefix_is_refused(tmp_path, output, fix):
     src = tmp_path / "c.jsonl"
     src.write_text('{"text": "x"}\n')
-    run = subprocess.run([PY, "-m", "compiler", "data", "prepare", str(src), "--tokenizer", "byte",
+    run = subprocess.run([PY, "-m", "moeforge.compiler", "data", "prepare", str(src), "--tokenizer", "byte",
                           "--output", output], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                          timeout=TIMEOUT)
     assert run.returncode == 2
@@ -286,7 +286,7 @@ def test_an_interrupted_run_leaves_nothing_and_keeps_the_old_dataset(tmp_path, h
     for ext, content in old.items():
         (out / f"corpus{ext}").write_bytes(content)
     group = how.startswith("SIGINT")
-    proc = subprocess.Popen([PY, "-m", "compiler", "data", "prepare", str(src), "--tokenizer", "byte",
+    proc = subprocess.Popen([PY, "-m", "moeforge.compiler", "data", "prepare", str(src), "--tokenizer", "byte",
                              "--output", str(out / "corpus"), "--workers", "2" if group else "1"],
                             cwd=ROOT, env=_env(MOEFORGE_DATA_PREPARE_TEST_DELAY="600"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -13,7 +13,7 @@ import pytest
 
 from runtime_testlib import DATA, run_module
 
-from compiler.commands.dryrun_report import with_estimates
+from moeforge.compiler.commands.dryrun_report import with_estimates
 
 
 def mlp(h: int, f: int, gated: bool) -> int:
@@ -111,7 +111,7 @@ def test_dryrun_parameter_counts_match_architecture(name, ranks, local_spec, tmp
     plan = json.loads(plan_path.read_text())
     out = tmp_path / "dryrun.json"
     args = [str(plan_path), "--rank", ",".join(map(str, ranks)), "--out", str(out)]
-    run = run_module("runtime.dryrun", *args, *(["--local-spec"] if local_spec else []))
+    run = run_module("moeforge.runtime.dryrun", *args, *(["--local-spec"] if local_spec else []))
     assert run.returncode == 0, run.output[-4000:]
     result = json.loads(out.read_text())
     results = result["ranks"] if len(ranks) > 1 else [result]
@@ -138,7 +138,7 @@ def test_dryrun_parameter_counts_match_architecture(name, ranks, local_spec, tmp
 
 
 def test_dryrun_without_local_spec_is_gated(tmp_path):
-    run = run_module("runtime.dryrun", str(DATA / "deepseek-v3-pp16-ep8.plan.json"))
+    run = run_module("moeforge.runtime.dryrun", str(DATA / "deepseek-v3-pp16-ep8.plan.json"))
     assert run.returncode == 3
     assert "transformer_engine" in run.stderr and "deep_ep" in run.stderr
     assert "--local-spec" in run.stderr and "Traceback" not in run.stderr
@@ -155,7 +155,7 @@ def test_plans_with_different_attention_backends_dry_run_in_one_process(tmp_path
         plan["transformer_config"]["attention_backend"] = backend
         paths.append(tmp_path / f"{backend}.plan.json")
         paths[-1].write_text(json.dumps(plan))
-    run = run_module("runtime.dryrun", *map(str, paths), "--local-spec")
+    run = run_module("moeforge.runtime.dryrun", *map(str, paths), "--local-spec")
     assert run.returncode == 0, run.output[-4000:]
     assert [p.get("error") for p in json.loads(run.stdout)["plans"]] == [None, None, None]
 
@@ -174,7 +174,7 @@ def test_a_yarn_model_with_context_parallelism_dry_runs(tmp_path):
     plan["training"]["num_microbatches"] *= 2
     path = tmp_path / "yarn-cp2.plan.json"
     path.write_text(json.dumps(plan))
-    run = run_module("runtime.dryrun", str(path), "--rank", "0,-1", "--local-spec")
+    run = run_module("moeforge.runtime.dryrun", str(path), "--rank", "0,-1", "--local-spec")
     assert run.returncode == 0, run.output[-4000:]
     ranks = json.loads(run.stdout)["ranks"]
     assert [r["coordinates"]["cp"] for r in ranks] == [0, 1]

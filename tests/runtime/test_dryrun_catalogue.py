@@ -1,9 +1,9 @@
 """Every catalogue recipe dry-runs with ``--local-spec`` on rank 0 and on the last rank.
 
-Each recipe is compiled into a temporary build root, then ``runtime.dryrun`` builds both ranks
+Each recipe is compiled into a temporary build root, then ``moeforge.runtime.dryrun`` builds both ranks
 of every plan in the virtual environment whose megatron-core release the plan targets
 (platform.software.megatron_core: the CPU platform is 0.16 -> .venv, the GPU platforms 0.19 ->
-.venv312).  The dry runs are batched: one ``python -m runtime.dryrun PLAN... --rank 0,-1``
+.venv312).  The dry runs are batched: one ``python -m moeforge.runtime.dryrun PLAN... --rank 0,-1``
 process per venv and chunk (megatron-core is imported once per process, not once per plan), two
 chunks at a time on a 2-core machine.
 
@@ -27,8 +27,8 @@ import pytest
 
 from runtime_testlib import ROOT, subprocess_env
 
-from compiler.commands.check import recipe_ids
-from compiler.commands.dryrun_report import with_estimates
+from moeforge.compiler.commands.check import recipe_ids
+from moeforge.compiler.commands.dryrun_report import with_estimates
 from test_dryrun import layer
 
 RECIPES = recipe_ids(ROOT / "recipes")
@@ -53,7 +53,7 @@ def release(plan: dict) -> str:
 def catalogue(tmp_path_factory) -> dict:
     """{recipe id: plan path} for every catalogue recipe, compiled in one process."""
     out = tmp_path_factory.mktemp("catalogue-build")
-    script = ("import sys\nfrom compiler.cli import main\nbad = [r for r in sys.argv[2:] "
+    script = ("import sys\nfrom moeforge.compiler.cli import main\nbad = [r for r in sys.argv[2:] "
               "if main(['compile', r, '--out', sys.argv[1]]) != 0]\n"
               "sys.exit('failed: ' + ' '.join(bad) if bad else 0)\n")
     proc = subprocess.run([sys.executable, "-c", script, str(out), *RECIPES], cwd=ROOT,
@@ -65,7 +65,7 @@ def catalogue(tmp_path_factory) -> dict:
 
 
 def _dryrun(python: Path, plans: list[Path], out: Path) -> tuple[int, str]:
-    cmd = [str(python), "-m", "runtime.dryrun", *map(str, plans), "--rank", "0,-1",
+    cmd = [str(python), "-m", "moeforge.runtime.dryrun", *map(str, plans), "--rank", "0,-1",
            "--local-spec", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                           timeout=900)

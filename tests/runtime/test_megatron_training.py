@@ -1,4 +1,4 @@
-"""Real training through Megatron-LM's own loop: `python -m runtime.megatron` on 2 CPU ranks (gloo).
+"""Real training through Megatron-LM's own loop: `python -m moeforge.runtime.megatron` on 2 CPU ranks (gloo).
 
 The tiny recipe (EP=2, EP overlap on) compiled for megatron-core 0.19.2, a corpus prepared with
 `moeforge data prepare --tokenizer byte`, checkpoints, exact resume, SIGUSR1, and the checks that
@@ -13,7 +13,7 @@ import pytest
 
 import megatron_testlib as mt
 
-from compiler.rules import BY_ID
+from moeforge.compiler.rules import BY_ID
 
 pytestmark = pytest.mark.skipif(not mt.have_megatron_training(),
                                 reason="needs .venv312 with megatron-core 0.19.2 (make setup312)")
@@ -66,7 +66,7 @@ def test_its_log_and_report_calibrate(trained):
     """The log Megatron-LM's loop wrote (the last rank prints the iteration lines; logging.interval 1) reads
     back through compiler/calibrate/megatron_log.py: every iteration, its loss as the report has it, the step
     time; the report itself carries per-step times and the steady state `moeforge calibrate` reads."""
-    from compiler.calibrate import megatron_log, runs
+    from moeforge.compiler.calibrate import megatron_log, runs
 
     build, _, ranks = trained
     log = megatron_log.read(build / "ranks.log")
@@ -211,7 +211,7 @@ def test_what_megatron_core_raises_in_a_step_stops_as_one_line(tmp_path):
     ranks = mt.run(build, extra=["--moe-router-load-balancing-type", "sinkhorn"])
     assert ranks.returncodes == [EXIT_CONFIG_REJECTED] * 2, ranks.output[-4000:]
     for rank in (0, 1):
-        assert (f"runtime.megatron[rank {rank}]: megatron-core rejected the plan: training step 1: AssertionError: "
+        assert (f"moeforge.runtime.megatron[rank {rank}]: megatron-core rejected the plan: training step 1: AssertionError: "
                 f"{BY_ID['SINKHORN_NO_AUX_LOSS'].megatron_message} (router.py:") in ranks.output, ranks.output[-4000:]
     assert "Traceback" not in ranks.output and ranks.report is None
 

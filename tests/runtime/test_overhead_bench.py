@@ -2,10 +2,10 @@
 
 The plan is a Qwen3-like shape shrunk to CPU size (2 layers, hidden 64, 4 experts, EP=2): SwiGLU
 experts (activation_func "silu" + gated_linear_unit), RMSNorm, QK layernorm, GQA, RoPE with a
-non-default base.  The benchmark runs runtime.train and its plain megatron-core worker on 2 CPU
+non-default base.  The benchmark runs moeforge.runtime.train and its plain megatron-core worker on 2 CPU
 ranks for a few steps; the test checks that the plain worker trains (finite losses on every
 step), that it trains the same model (identical per-micro-batch losses, the same rank-0
-parameter count as runtime.dryrun's build of the plan, the plan's activation/norm/RoPE values in
+parameter count as moeforge.runtime.dryrun's build of the plan, the plan's activation/norm/RoPE values in
 its config), and never looks at wall-clock times.
 """
 
@@ -58,6 +58,6 @@ def test_overhead_bench_plain_worker_builds_the_runtime_model(tiny_plan, tmp_pat
     assert built["model"]["position_embedding_type"] == "rope"
 
     out = tmp_path / "dryrun.json"
-    run = run_module("runtime.dryrun", str(plan_path), "--rank", "0", "--out", str(out))
+    run = run_module("moeforge.runtime.dryrun", str(plan_path), "--rank", "0", "--out", str(out))
     assert run.returncode == 0, run.output[-3000:]
     assert built["parameters_rank0"] == json.loads(out.read_text())["parameters"]["total"]

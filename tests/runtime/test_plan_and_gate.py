@@ -12,9 +12,9 @@ import pytest
 
 from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
 
-from runtime import gate
-from runtime import plan as plan_mod
-from runtime.errors import BackendMissing, OutOfMemory, PeerLost, PlanError, RuntimeFailure, Stopped, stage
+from moeforge.runtime import gate
+from moeforge.runtime import plan as plan_mod
+from moeforge.runtime.errors import BackendMissing, OutOfMemory, PeerLost, PlanError, RuntimeFailure, Stopped, stage
 
 
 def _check(raw):
@@ -62,13 +62,13 @@ def test_bad_plans_name_the_field(tiny_plan, mutate, message):
 def test_bad_plan_cli_exits_2_without_traceback(tmp_path, tiny_plan):
     bad = tmp_path / "plan.json"
     bad.write_text('{"schema": "moeforge/plan/v1",\n "layout": [1,')
-    run = run_module("runtime.train", str(bad))
+    run = run_module("moeforge.runtime.train", str(bad))
     assert run.returncode == 2
     assert f"{bad}:2:" in run.stderr and "invalid JSON" in run.stderr
     assert "Traceback" not in run.stderr
     tiny_plan["layout"]["tp"] = 0
     bad.write_text(json.dumps(tiny_plan))
-    run = run_module("runtime.dryrun", str(bad))
+    run = run_module("moeforge.runtime.dryrun", str(bad))
     assert run.returncode == 2 and "layout.tp: 0 is less than the minimum of 1" in run.stderr
     assert "Traceback" not in run.stderr
 
@@ -119,7 +119,7 @@ def test_flex_deepep_exits_before_any_model_code_is_imported(tmp_path, tiny_plan
     path.write_text(json.dumps(tiny_plan))
     probe = (
         "import sys\n"
-        "from runtime import train\n"
+        "from moeforge.runtime import train\n"
         "try:\n"
         f"    train.main([{str(path)!r}])\n"
         "except SystemExit as e:\n"
@@ -143,7 +143,7 @@ def test_multi_rank_without_master_port_is_refused_not_defaulted(tmp_path, tiny_
     path.write_text(json.dumps(tiny_plan))
     env = {k: v for k, v in subprocess_env().items() if k != "MASTER_PORT"}
     env.update(RANK="0", WORLD_SIZE=str(tiny_plan["layout"]["world_size"]), LOCAL_RANK="0")
-    proc = subprocess.run([PYTHON, "-m", "runtime.train", str(path)], cwd=ROOT, env=env,
+    proc = subprocess.run([PYTHON, "-m", "moeforge.runtime.train", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MASTER_PORT is not set" in proc.stderr and "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-from compiler.rules import BY_ID
+from moeforge.compiler.rules import BY_ID
 from runtime_testlib import launch, micro_batch_losses
 
 
@@ -31,7 +31,7 @@ def _assert_stopped(run, text: str, during: str):
     which it was raised, never megatron-core's traceback (torchrun's own summary is not the runtime's)."""
     assert run.returncode != 0, run.output[-3000:]
     assert text in run.output, run.output[-3000:]
-    assert f"runtime.train[rank 0]: megatron-core rejected the plan: {during}: " in run.output, run.output[-3000:]
+    assert f"moeforge.runtime.train[rank 0]: megatron-core rejected the plan: {during}: " in run.output, run.output[-3000:]
     assert "site-packages/megatron" not in run.output, run.output[-3000:]
 
 

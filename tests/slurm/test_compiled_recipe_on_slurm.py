@@ -19,12 +19,12 @@ def free_master_port(slurm_lib) -> str:
 
 
 def test_tiny_recipe_runs_under_sbatch(slurm_lib, slurm_cluster, submit_and_wait, tmp_path):
-    """One task per rank (srun, no torchrun): runtime.train takes RANK/LOCAL_RANK/WORLD_SIZE from
+    """One task per rank (srun, no torchrun): moeforge.runtime.train takes RANK/LOCAL_RANK/WORLD_SIZE from
     SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS; the logs go where the script's #SBATCH lines say."""
     out = tmp_path / "build"
     logs = tmp_path / "job logs"
     env = {"PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out),
                            "--set", f"launch.logs_dir={logs}"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -48,17 +48,17 @@ def test_tiny_recipe_runs_under_sbatch(slurm_lib, slurm_cluster, submit_and_wait
 
 
 def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_cluster, tmp_path):
-    """`make launch TARGET=slurm` runs `python -m compiler.commands.launch --target slurm`: sbatch --wait,
+    """`make launch TARGET=slurm` runs `python -m moeforge.compiler.commands.launch --target slurm`: sbatch --wait,
     the job's exit code, then the report summary."""
     env = dict(slurm_cluster.env)
     env.update(PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                MASTER_PORT=free_master_port(slurm_lib))
     out = tmp_path / "build"
-    logs = tmp_path / "make launch logs"  # compiler.commands.launch creates it: sbatch opens the files before the job runs
-    subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out),
+    logs = tmp_path / "make launch logs"  # moeforge.compiler.commands.launch creates it: sbatch opens the files before the job runs
+    subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out),
                     "--set", f"launch.logs_dir={logs}"], cwd=ROOT, env=env, check=True, capture_output=True)
     build = out / "tiny-moe" / "cpu"
-    done = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", "--timeout", "600",
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "slurm", "--timeout", "600",
                            str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "exited with 0" in done.stdout and "schedule taken: combined_1f1b" in done.stdout
@@ -70,6 +70,6 @@ def test_make_launch_target_slurm_reports_exit_code_and_report(slurm_lib, slurm_
     plan["layout"]["world_size"] = 3
     (build / "plan.json").write_text(json.dumps(plan))
     (build / "report.json").unlink()
-    done = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", "--timeout", "600",
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "slurm", "--timeout", "600",
                            str(build)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=700)
     assert done.returncode != 0 and "exited with 0" not in done.stdout

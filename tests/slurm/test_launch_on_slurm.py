@@ -144,7 +144,7 @@ def test_usr1_reaches_every_rank_and_the_job_is_requeued(slurm_lib, slurm_cluste
     batch shell gets it. It forwards it to srun, srun to both ranks; they exit 75; the script requeues
     the job; the second run (same job id, logs appended) completes."""
     ctx = rendering.with_checkpointing(rendering.benign_context())
-    ctx["runtime_module"] = "runtime.train"  # any module: the fake interpreter does not look
+    ctx["runtime_module"] = "moeforge.runtime.train"  # any module: the fake interpreter does not look
     logs = tmp_path / "logs"
     logs.mkdir()
     bin_dir = tmp_path / "bin"

@@ -4,7 +4,7 @@ EP=2 across the nodes) on the two-node test cluster (network namespaces, tests/s
 - `make launch TARGET=slurm`: the emitted launch.sbatch on both nodes; report.json names both hosts, and
   its losses equal the same recipe's on one node with two ranks (`moeforge launch --target local`).
 - torchrun.sh on the two nodes (node ranks 0 and 1, --nnodes 2) trains the same recipe, the same losses.
-- runtime.megatron on two nodes: USR1 to the batch shell (what --signal=B:USR1@margin does before the
+- moeforge.runtime.megatron on two nodes: USR1 to the batch shell (what --signal=B:USR1@margin does before the
   time limit) reaches both ranks, both save and exit 75, the job is requeued and resumes from that
   checkpoint, and the first step after the resume has the loss of an uninterrupted run.
 - a node lost mid-run (its slurmd and its rank killed): the job ends non-zero, the launch says so and
@@ -36,12 +36,12 @@ SAME_THREADS = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "CUDA_VISIBL
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 needs_venv312 = pytest.mark.skipif(not HAVE_VENV312, reason=".venv312 is not built (`make setup312`): "
-                                   "runtime.megatron needs megatron-core >= 0.17 with megatron/training")
+                                   "moeforge.runtime.megatron needs megatron-core >= 0.17 with megatron/training")
 
 
 def compile_tiny(out: Path, *sets: str) -> Path:
     args = [a for s in sets for a in ("--set", s)]
-    done = subprocess.run([sys.executable, "-m", "compiler", "compile", "tiny-moe/cpu", "--out", str(out), *args],
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "compile", "tiny-moe/cpu", "--out", str(out), *args],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
     return out / "tiny-moe" / "cpu"
@@ -66,7 +66,7 @@ def launch_env(cluster, python: Path) -> dict:
             "PATH": f"{python.parent}{os.pathsep}{cluster.env.get('PATH', '/usr/bin:/bin')}"}
 
 
-# --- runtime.train: make launch on two nodes, one node, torchrun.sh on two nodes ----------------------------
+# --- moeforge.runtime.train: make launch on two nodes, one node, torchrun.sh on two nodes ----------------------------
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def make_launch(multinode_cluster, tmp_path_factory):
 def one_node(tmp_path_factory):
     """The same recipe on one node with two ranks (the cpu platform), through `moeforge launch --target local`."""
     build = compile_tiny(tmp_path_factory.mktemp("one-node"))
-    done = subprocess.run([sys.executable, "-m", "compiler.commands.launch", "--target", "local", str(build)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "local", str(build)], cwd=ROOT,
                           env={**os.environ, **SAME_THREADS, "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -157,16 +157,16 @@ def test_torchrun_sh_on_two_nodes(multinode_cluster, one_node, tmp_path):
     assert losses(report) == losses(one_node)
 
 
-# --- runtime.megatron: USR1, save on both nodes, requeue, resume; a node lost ------------------------------
+# --- moeforge.runtime.megatron: USR1, save on both nodes, requeue, resume; a node lost ------------------------------
 
 
 class RanksHere:
     """The plan's two ranks as processes on this machine (one node, as srun would start them there), with
-    Megatron-LM arguments `extra` (runtime.megatron ... -- EXTRA); their output in `log`."""
+    Megatron-LM arguments `extra` (moeforge.runtime.megatron ... -- EXTRA); their output in `log`."""
 
     def __init__(self, build: Path, extra: list[str], log: Path, port: int):
         self.log, self.sink = log, open(log, "w")
-        argv = [str(VENV312 / "bin" / "python"), "-m", "runtime.megatron", str(build / "plan.json"), "--out",
+        argv = [str(VENV312 / "bin" / "python"), "-m", "moeforge.runtime.megatron", str(build / "plan.json"), "--out",
                 str(build), "--", *extra]
         env = {**os.environ, **SAME_THREADS, "PYTHONPATH": str(ROOT), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port)}
@@ -209,7 +209,7 @@ TWO_RANK_CHECKPOINT = [".metadata", "__0_0.distcp", "__1_0.distcp", "metadata.js
 
 @pytest.fixture(scope="module")
 def requeued(multinode_cluster, slurm_lib, tmp_path_factory):
-    """runtime.megatron on two nodes through launch.sbatch: once training runs, USR1 to the batch shell;
+    """moeforge.runtime.megatron on two nodes through launch.sbatch: once training runs, USR1 to the batch shell;
     the job runs to its end (requeued once). Meanwhile (the requeued job waits for its credential), the
     uninterrupted reference: the same recipe from scratch, two ranks here, stopped one step past the
     iteration the job saved at."""
@@ -283,7 +283,7 @@ def test_the_requeued_job_resumes_where_an_uninterrupted_run_would_be(requeued):
 
 @pytest.fixture(scope="module")
 def node_lost(multinode_cluster, slurm_lib, tmp_path_factory):
-    """runtime.megatron on two nodes through `moeforge launch --target slurm`, a checkpoint every 3
+    """moeforge.runtime.megatron on two nodes through `moeforge launch --target slurm`, a checkpoint every 3
     iterations; once one is written, node2 is lost: its slurmd and its rank are killed (SIGKILL). The
     node comes back afterwards (its slurmd restarted) for whatever runs next."""
     cluster, tmp = multinode_cluster, tmp_path_factory.mktemp("node-lost")
@@ -291,7 +291,7 @@ def node_lost(multinode_cluster, slurm_lib, tmp_path_factory):
     build = compile_tiny(tmp / "build", *TWO_NODES, *MEGATRON, "checkpoint.interval=3", "training.train_iters=300",
                          f"checkpoint.save={ckpt}", f"launch.logs_dir={logs}")
     out, err = open(tmp / "launch.out", "w"), open(tmp / "launch.err", "w")
-    launch = subprocess.Popen([sys.executable, "-m", "compiler.commands.launch", "--target", "slurm", "--timeout", "1500",
+    launch = subprocess.Popen([sys.executable, "-m", "moeforge.compiler.commands.launch", "--target", "slurm", "--timeout", "1500",
                                str(build)], cwd=ROOT, env=launch_env(cluster, VENV312 / "bin" / "python"),
                               stdout=out, stderr=err)
     job, killed = None, []
@@ -351,7 +351,7 @@ def test_a_lost_node_ends_the_job_non_zero_and_the_launch_says_so(node_lost):
     assert "srun: error: node2: task 1: Killed" in err
     assert f"launch.sbatch: srun exited with status {code}" in err
     # the surviving rank says why it stopped: its peer went away, not a refused plan
-    assert "runtime.megatron[rank 0]: lost another rank:" in logs[f"tiny-moe-cpu-{job}-node1.err"]
+    assert "moeforge.runtime.megatron[rank 0]: lost another rank:" in logs[f"tiny-moe-cpu-{job}-node1.err"]
 
 
 @needs_venv312

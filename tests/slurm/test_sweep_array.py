@@ -23,7 +23,7 @@ def test_the_sweep_runs_as_one_job_array(slurm_lib, slurm_cluster, tmp_path):
                # a base port of this session's own: task i rendezvous on base + i (another test session's
                # cluster numbers its jobs from 1 too, so ports derived from job ids could meet)
                MASTER_PORT=str(slurm_lib.free_ports(1)[0]))
-    done = subprocess.run([sys.executable, "-m", "compiler", "sweep", "launch", "tiny-overlap", "--target", "slurm",
+    done = subprocess.run([sys.executable, "-m", "moeforge.compiler", "sweep", "launch", "tiny-overlap", "--target", "slurm",
                            "--out", str(out), "--concurrency", "2", "--timeout", "1500"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     top = out / "sweeps" / "tiny-overlap"
@@ -39,7 +39,7 @@ def test_the_sweep_runs_as_one_job_array(slurm_lib, slurm_cluster, tmp_path):
     assert launch["target"] == "slurm" and launch["points"] == LAUNCHED
     assert sorted(p.name for p in logs) == sorted(f"tiny-overlap-{job}_{int(p[1:])}.out" for p in LAUNCHED)
 
-    res = subprocess.run([sys.executable, "-m", "compiler", "results", str(top), "--format", "json"], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "moeforge.compiler", "results", str(top), "--format", "json"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler import project
-from compiler.cli import main
+from moeforge.compiler import project
+from moeforge.compiler.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 

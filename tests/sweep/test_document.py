@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.recipe.migrate import CURRENT, migrate_file
-from compiler.sweep import document
-from compiler.recipe.validate import KINDS
+from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.recipe.migrate import CURRENT, migrate_file
+from moeforge.compiler.sweep import document
+from moeforge.compiler.recipe.validate import KINDS
 
 
 def _write(root, name, text):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.sweep import status
+from moeforge.compiler.sweep import status
 
 SWEEP = """\
     schema: moeforge/sweep/v1
@@ -126,8 +126,8 @@ FAKE_POINT = """#!/bin/bash
 # stands in for a point's launch.sbatch: behaves as $FAKE_<point> says
 case "${FAKE_MODE:-ok}" in
 ok) printf '{"status": "ok", "steps": []}\\n' > "$(dirname "$0")/report.json" ;;
-fail) echo "runtime.train[rank 0]: megatron-core rejected the plan: nope" >&2; exit 4 ;;
-oom) echo "runtime.train[rank 1]: out of memory: CUDA out of memory" >&2; exit 1 ;;
+fail) echo "moeforge.runtime.train[rank 0]: megatron-core rejected the plan: nope" >&2; exit 4 ;;
+oom) echo "moeforge.runtime.train[rank 1]: out of memory: CUDA out of memory" >&2; exit 1 ;;
 hang) echo started > "$(dirname "$0")/started"; exec sleep 60 ;;
 esac
 """

@@ -25,7 +25,7 @@ KILLED = "p04"
 
 def moeforge(*argv, out: Path, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "compiler", *argv], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "moeforge.compiler", *argv], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1200, **kw)
 
 
@@ -48,7 +48,7 @@ def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
     top = out / "sweeps" / "tiny-overlap"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, "-m", "compiler", "sweep", "launch", "tiny-overlap", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "moeforge.compiler", "sweep", "launch", "tiny-overlap", "--out", str(out)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _kill_when_running(top, KILLED, proc)
     first_out, first_err = proc.communicate(timeout=1200)
@@ -140,7 +140,7 @@ def test_csv_has_a_row_per_point(sweep):
 
 
 def test_the_png_has_two_panels_of_two_series_over_every_point(sweep):
-    from compiler.sweep import plots
+    from moeforge.compiler.sweep import plots
 
     doc = json.loads((sweep["top"] / "results.json").read_text())
     data = json.loads((sweep["top"] / "results.plot.json").read_text())

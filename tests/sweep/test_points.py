@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from compiler.driver import load, resolve
-from compiler.targets.plan import build
-from compiler.sweep import collapse, document, points, workflow
+from moeforge.compiler.driver import load, resolve
+from moeforge.compiler.targets.plan import build
+from moeforge.compiler.sweep import collapse, document, points, workflow
 
 THREE_WHYS = """\
     schema: moeforge/sweep/v1
@@ -78,7 +78,7 @@ def test_the_fingerprint_ignores_who_a_point_is_not_what_it_runs():
 
 
 def test_set_text_round_trips_every_value_kind():
-    from compiler.recipe.compose import parse_override
+    from moeforge.compiler.recipe.compose import parse_override
 
     for value in ("alltoall", "yes", "1.0", 3, 1e-4, True, None, ["a b", 2], "auto"):
         k = document.Knob(("x", "y"), value, None, None)

@@ -1,4 +1,4 @@
-"""The results table from report.json files of both entry points (runtime.train and runtime.megatron, as
+"""The results table from report.json files of both entry points (moeforge.runtime.train and moeforge.runtime.megatron, as
 they write them), without training: a run that died before writing one is a failed point, the estimate
 stands beside each measured value with its ratio (memory only against the CUDA allocator's peak), and the
 local runner tells how a run ended (ok, failed, oom, preempted, cancelled)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from compiler.sweep import local, results, status, workflow
+from moeforge.compiler.sweep import local, results, status, workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = """\
@@ -27,7 +27,7 @@ SWEEP = """\
 
 
 def train_report(step_s: float, peaks: list[int]) -> dict:
-    """What runtime.train writes (runtime/train.py)."""
+    """What moeforge.runtime.train writes (runtime/train.py)."""
     return {"status": "ok", "world_size": 16, "layout": {"tp": 1, "pp": 1, "cp": 1, "ep": 16, "etp": 1, "dp": 16},
             "device": "cuda", "schedule_taken": "combined_1f1b",
             "steps": [{"step": i, "loss": 5.0, "time_s": 99.0 if i <= 2 else step_s} for i in range(1, 7)],
@@ -38,7 +38,7 @@ def train_report(step_s: float, peaks: list[int]) -> dict:
 
 
 def megatron_report(step_s: float, peaks: list[int]) -> dict:
-    """What runtime.megatron writes (runtime/megatron.py): iterations resumed from 11, no schedule probe fields."""
+    """What moeforge.runtime.megatron writes (runtime/megatron.py): iterations resumed from 11, no schedule probe fields."""
     rep = train_report(step_s, peaks)
     rep.update(entrypoint="megatron-lm", steps=[{"step": 10 + i, "loss": 5.0, "grad_norm": 1.0,
                                                  "time_s": 99.0 if i <= 2 else step_s} for i in range(1, 7)],
@@ -149,8 +149,8 @@ def test_the_runtime_exit_codes_the_sweep_reads_are_the_runtimes():
 
 SCRIPTS = {
     "ok": 'printf \'{"status": "ok"}\\n\' > "$build/report.json"',
-    "failed": 'echo "runtime.train[rank 0]: realised configuration differs from the plan: EP" >&2; exit 1',
-    "oom": 'echo "runtime.train[rank 1]: out of memory: boom" >&2; exit 1',
+    "failed": 'echo "moeforge.runtime.train[rank 0]: realised configuration differs from the plan: EP" >&2; exit 1',
+    "oom": 'echo "moeforge.runtime.train[rank 1]: out of memory: boom" >&2; exit 1',
     "preempted": 'printf \'{"status": "preempted"}\\n\' > "$build/report.json"; exit 75',
     "cancelled": 'kill -TERM $$',
     "no report": "exit 0",

@@ -5,25 +5,25 @@ RoPE) and moe.py (experts, router) the one reader they share, over keys.py (each
 and class default); config_file.py what a config.json is (multimodal, custom code, quantized); document.py the files
 and the command. The import's file-kind dispatch calls `config_path`, `detect` and `main`.
 
-May import: compiler.recipe, compiler.targets, compiler.launch_reader, compiler.project, compiler.resources.
+May import: moeforge.compiler.recipe, moeforge.compiler.targets, moeforge.compiler.launch_reader, moeforge.compiler.project, moeforge.compiler.resources.
 families.py imports nothing of moeforge (the fidelity judges read it under .venv312), so this __init__ imports the
-rest inside each function (`# lazy:`): importing compiler.importer.hf.families must not load the compiler.
+rest inside each function (`# lazy:`): importing moeforge.compiler.importer.hf.families must not load the compiler.
 """
 
 
 def config_path(source: str):
-    from compiler.launch_reader.kinds import hf_config_path as find  # lazy: see the docstring
+    from moeforge.compiler.launch_reader.kinds import hf_config_path as find  # lazy: see the docstring
 
     return find(source)
 
 
 def detect(source: str, text: str | None) -> bool:
-    from compiler.launch_reader.kinds import is_hf_config as is_hf  # lazy: see the docstring
+    from moeforge.compiler.launch_reader.kinds import is_hf_config as is_hf  # lazy: see the docstring
 
     return is_hf(source, text)
 
 
 def main(args, text: str | None = None) -> int:
-    from compiler.importer.hf.document import main as run  # lazy: see the docstring
+    from moeforge.compiler.importer.hf.document import main as run  # lazy: see the docstring
 
     return run(args, text)

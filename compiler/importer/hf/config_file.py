@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from compiler.bounded import Unreadable, parse_json
-from compiler.importer.hf import families as F
-from compiler.importer.hf.keys import HfRefused
-from compiler.launch_reader.text import ImportError_
+from moeforge.compiler.bounded import Unreadable, parse_json
+from moeforge.compiler.importer.hf import families as F
+from moeforge.compiler.importer.hf.keys import HfRefused
+from moeforge.compiler.launch_reader.text import ImportError_
 
 
 class BadJson(ImportError_):

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from compiler import project
-from compiler.importer.hf import config_file as C
-from compiler.importer.hf.reader import read
-from compiler.launch_reader.kinds import hf_config_path
-from compiler.launch_reader.text import ImportError_, platform_docs, read_source
-from compiler.recipe.compose import NAME
-from compiler.resources import SCHEMAS
-from compiler.files import write_file_atomically
+from moeforge.compiler import project
+from moeforge.compiler.importer.hf import config_file as C
+from moeforge.compiler.importer.hf.reader import read
+from moeforge.compiler.launch_reader.kinds import hf_config_path
+from moeforge.compiler.launch_reader.text import ImportError_, platform_docs, read_source
+from moeforge.compiler.recipe.compose import NAME
+from moeforge.compiler.resources import SCHEMAS
+from moeforge.compiler.files import write_file_atomically
 
 COMMENT_COLUMN = 34
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from compiler.importer.hf import families as F
-from compiler.launch_reader.text import ImportError_
-from compiler.resources import MEGATRON_DATA
+from moeforge.compiler.importer.hf import families as F
+from moeforge.compiler.launch_reader.text import ImportError_
+from moeforge.compiler.resources import MEGATRON_DATA
 
 DEFAULTS = MEGATRON_DATA / "hf_class_defaults.json"  # package data of `compiler`, in a checkout and a wheel
 _MISSING = object()

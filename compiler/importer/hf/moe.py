@@ -2,9 +2,9 @@
 normalisation, expert bias, groups, scaling) and the balance loss, as each family's config.json says them."""
 from __future__ import annotations
 
-from compiler.importer.hf import families as F
-from compiler.importer.hf.keys import HfRefused, Keys, Read
-from compiler.launch_reader.text import ImportError_
+from moeforge.compiler.importer.hf import families as F
+from moeforge.compiler.importer.hf.keys import HfRefused, Keys, Read
+from moeforge.compiler.launch_reader.text import ImportError_
 
 
 def moe(keys: Keys, out: Read) -> None:

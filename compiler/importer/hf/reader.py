@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from compiler.importer.hf import families as F
-from compiler.importer.hf.keys import HfRefused, Keys, Read
-from compiler.importer.hf.moe import moe
-from compiler.launch_reader.text import ImportError_
+from moeforge.compiler.importer.hf import families as F
+from moeforge.compiler.importer.hf.keys import HfRefused, Keys, Read
+from moeforge.compiler.importer.hf.moe import moe
+from moeforge.compiler.launch_reader.text import ImportError_
 
 
 def refusals(keys: Keys) -> list[str]:

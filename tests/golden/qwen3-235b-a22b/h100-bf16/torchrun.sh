@@ -11,20 +11,19 @@
 # MOEFORGE_ROOT  the project root (where moeforge.toml / recipes/ are), build_dir is relative to it.
 #                Default: this script's directory with build_dir taken off its end, so the script
 #                works from any current directory as long as it sits in <root>/<build_dir>/.
-# MOEFORGE_HOME  a moeforge checkout whose `runtime` package the ranks run (put first on PYTHONPATH;
-#                `moeforge launch` sets it when moeforge runs from a checkout). Unset: the
-#                runtime installed in the job's Python (pip install moeforge), or the root itself
-#                when the root is moeforge's own checkout.
+# MOEFORGE_HOME  a directory moeforge is installed into (pip install --no-deps --target DIR moeforge)
+#                whose runtime the ranks run (put first on PYTHONPATH). Unset: the runtime
+#                installed in the job's Python (pip install moeforge; from a checkout, pip install -e).
 # NODE_RANK, MASTER_ADDR, MASTER_PORT  required: this node's rank, and where node rank 0 hosts the
 #                rendezvous (every node must reach it; every node gives the same two values).
-# Each rank runs `python -m runtime.train`.
+# Each rank runs `python -m moeforge.runtime.train`.
 # The exit code is torchrun's: non-zero when any rank failed.
 set -euo pipefail
 
 build_dir=build/qwen3-235b-a22b/h100-bf16
 plan_file=plan.json
 python_bin=python3
-runtime_module=runtime.train
+runtime_module=moeforge.runtime.train
 nnodes=32
 nproc_per_node=8
 
