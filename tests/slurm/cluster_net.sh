@@ -159,10 +159,13 @@ node_pids() {
     ip netns pids "$ns" 2>/dev/null || true
 }
 
-# net_down: end what still runs on the nodes, then remove the namespaces (their veths go with
-# them) and the bridge. Every name removed is this cluster's own.
+# net_down: end what still runs on the nodes, then remove what net_up made and wait until it is gone.
+# A namespace's deletion is asynchronous (the kernel tears its devices down from a workqueue), so its
+# veth's host side could outlive `ip netns del` by a second, and a `start` right after a `stop` could
+# collide with it. Deleting the host side first removes both ends of the pair synchronously; the wait
+# below makes `stop` return only when no link or namespace of this cluster is left.
 net_down() {
-    local node ns pids=() pid
+    local node ns veth pids=() pid i left
     for node in "${NODE_NAMES[@]}"; do
         mapfile -t -O "${#pids[@]}" pids < <(node_pids "$node")
     done
@@ -173,6 +176,12 @@ net_down() {
         done
     fi
     for node in "${NODE_NAMES[@]}"; do
+        veth="mf${NET_ID}v$(node_index "$node")"
+        if ip link show "$veth" >/dev/null 2>&1; then
+            ip link del "$veth" || log "could not remove veth $veth"
+        fi
+    done
+    for node in "${NODE_NAMES[@]}"; do
         ns="$(netns_of "$node")"
         if have_netns "$ns"; then
             ip netns del "$ns" || log "could not remove network namespace $ns"
@@ -181,5 +190,14 @@ net_down() {
     if ip link show "$BRIDGE" >/dev/null 2>&1; then
         ip link del "$BRIDGE" || log "could not remove bridge $BRIDGE"
     fi
+    for ((i = 0; i < 100; i++)); do
+        left="$(ip -o link show | grep -o "mf\(br\)\?${NET_ID}[v0-9]*" || true)"
+        for node in "${NODE_NAMES[@]}"; do
+            have_netns "$(netns_of "$node")" && left+=" $(netns_of "$node")"
+        done
+        [[ -z ${left// /} ]] && break
+        sleep 0.1
+    done
+    [[ -z ${left// /} ]] || log "still present 10 s after stop: $left"
     rm -rf -- "$NET_DIR"
 }
