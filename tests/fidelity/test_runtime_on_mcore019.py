@@ -101,7 +101,7 @@ def test_layer_patterns_megatron_core_refuses_stop_where_the_catalogue_refuses(t
                              cwd=ROOT, capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
         assert ran.returncode == 4, ran.stdout[-2000:] + ran.stderr[-3000:]
-        assert re.search(r"runtime\.dryrun: megatron-core rejected the plan: (building rank 0 of \S+|GPTModel "
+        assert re.search(r"moeforge\.runtime\.dryrun: megatron-core rejected the plan: (building rank 0 of \S+|GPTModel "
                          r"construction): AssertionError: ", ran.stderr), ran.stderr[-3000:]
         assert BY_ID[rule].megatron_message.split("{")[0] in ran.stderr and "Traceback" not in ran.stderr, \
             ran.stderr[-3000:]
