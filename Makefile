@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 MCORE_VERSION ?= 0.16.1
 RECIPE ?= tiny-moe/cpu
+# make test's pytest-xdist workers: a file's tests stay on one worker, the Slurm tests share one
+# (tests/conftest.py); bench/suite_time.py measures the suite with them
+TEST_WORKERS ?= 2
 TARGET ?= local
 SET ?=
 # compile and launch: the build root (default build/ under the project root); launch runs OUT/RECIPE
@@ -110,7 +113,7 @@ $(MEGATRON_WHEELS)/.verified: $(WHEEL_SUMS) | $(STAMP)
 megatron-wheels: $(MEGATRON_WHEELS)/.verified ## cache the pinned megatron-core wheels the source-literal tests read
 
 test: $(STAMP) $(FIDELITY_ENV) $(MEGATRON_WHEELS)/.verified ## run the test suite
-	$(PY) -m pytest -q -x --durations=10
+	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 check: $(STAMP) ## validate and solve every recipe in recipes/
 	$(MOEFORGE) check recipes

@@ -1,5 +1,5 @@
-"""Suite-wide: a private cache directory, a time limit for tests that could block, and a closing summary of
-skipped tests, grouped by reason.
+"""Suite-wide: a private cache directory, a time limit for tests that could block, the grouping of tests for
+parallel workers, and a closing summary of skipped tests, grouped by reason.
 
 Why: a skip hides a check (no root for Slurm, no Python 3.12 for Megatron's own judges, ...);
 the end of `make test` says how many were skipped and why, so a green run never hides that.
@@ -21,6 +21,15 @@ def pytest_configure(config):
     """The compiler's validity cache (compiler/recipe/cache.py) lives in a directory of this session's own,
     inherited by every subprocess, and is removed at the end: tests leave nothing in the user's cache."""
     os.environ["MOEFORGE_CACHE_DIR"] = _CACHE
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs on pytest-xdist workers with --dist loadgroup: a file's tests stay on one worker, so a
+    module-scoped fixture (a training run, a judge's Megatron import) is built once, and every test that
+    needs a real Slurm shares one worker, so the session starts each cluster once."""
+    for item in items:
+        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_unconfigure(config):
