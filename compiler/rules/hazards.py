@@ -202,6 +202,18 @@ HAZARDS: tuple[Hazard, ...] = (
            reported={"num_moe_experts": 128, "expert_model_parallel_size": 8, "tensor_model_parallel_size": 2,
                      "clip_grad": 1.0},
            reported_software={"megatron_core": "0.16.1"}),
+    Hazard(id="EXPERT_GRADS_MISREDUCED_ETP_NE_TP", symptom="wrong-result",
+           summary="EP = 1 with an expert TP different from TP: expert gradients are reduced over the wrong group "
+                   "(ETP > TP mixes unrelated gradients, TP > ETP gives each rank part of it), so ranks diverge",
+           when=MOE & (EP == 1) & IsSet(F("expert_tensor_parallel_size"))
+           & (F("expert_tensor_parallel_size") != TP),
+           fix={"expert_tensor_parallel_size": None},
+           fix_text="upgrade megatron-core to >= 0.19.0, or leave parallelism.etp unset (ETP = TP)",
+           evidence=(Evidence(f"{MLM}/pull/5916", "reported", "the PR's 'uncommon case'; merged for 0.19.0"),),
+           affected=MC_PRE_0_19, fixed_in=(("megatron_core", "0.19.0"),),
+           reported={"num_moe_experts": 8, "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
+                     "tensor_model_parallel_size": 2},
+           reported_software={"megatron_core": "0.16.1"}),
     Hazard(id="MTP_WITH_CONTEXT_PARALLEL_NAN", symptom="nan",
            summary="MTP with CP > 1: rolling the labels can leave a CP rank no valid token, and the MTP loss "
                    "divides 0 by 0; NaN from iteration 0",
