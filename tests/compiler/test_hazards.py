@@ -124,3 +124,34 @@ def test_a_plan_that_meets_no_hazard_has_no_hazards_key():
 def test_recipe_schema_has_the_hazards_key():
     schema = json.loads((Path(__file__).parents[2] / "schemas" / "recipe.v3.json").read_text())
     assert schema["properties"]["hazards"]["enum"] == ["warn", "error"]
+
+
+def _cli(capsys, *argv) -> tuple[int, str]:
+    from moeforge.compiler.cli import main
+
+    rc = main(["hazards", *argv])
+    return rc, capsys.readouterr().out
+
+
+def test_hazards_command_lists_the_catalogue(capsys):
+    rc, out = _cli(capsys)
+    assert rc == 0 and out.startswith(f"{len(H.HAZARDS)} field hazards")
+    assert all(h.id in out for h in H.HAZARDS) and "https://github.com/NVIDIA/Megatron-LM/issues/2272" in out
+    rc, out = _cli(capsys, "--format", "json")
+    assert {e["id"] for e in json.loads(out)["hazards"]} == set(IDS)
+
+
+def test_hazards_command_for_a_recipe_applies_upgrade_and_may_apply(capsys):
+    rc, out = _cli(capsys, "tiny-moe/cpu", "--format", "json", *sum((["--set", o] for o in OVERRIDES), []))
+    doc = json.loads(out)
+    assert rc == 0 and [e["id"] for e in doc["applies"]] == ["MTP_PER_TOKEN_LOSS_UNDERWEIGHTED"]
+    assert [e["fixed_in"] for e in doc["upgrade clears"]] == [{"megatron_core": "0.17.0"}]
+    rc, out = _cli(capsys, "qwen3-next-80b-a3b/b200-bf16")  # DeepEP across nodes; b200 states no NVSHMEM
+    assert "may apply" in out and "state platform.software.nvshmem to decide" in out
+    rc, out = _cli(capsys, "deepseek-v3/h100-bf16")  # EP x TP: cleared by megatron-core 0.19.2 alone
+    assert "cleared by the platform's versions" in out and "EXPERT_GRAD_NORM_UNDERCOUNT_EP_TP" in out
+
+
+def test_hazards_command_on_a_missing_recipe_exits_1(capsys):
+    rc, out = _cli(capsys, "nope/none")
+    assert rc == 1 and "E_RECIPE_NOT_FOUND" in out
