@@ -155,3 +155,19 @@ def test_hazards_command_for_a_recipe_applies_upgrade_and_may_apply(capsys):
 def test_hazards_command_on_a_missing_recipe_exits_1(capsys):
     rc, out = _cli(capsys, "nope/none")
     assert rc == 1 and "E_RECIPE_NOT_FOUND" in out
+
+
+def test_readme_counts_the_hazards():
+    import re
+
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    assert int(re.search(r"`moeforge hazards \[RECIPE\][^:]*: (\d+) field hazards", text).group(1)) == len(H.HAZARDS)
+
+
+def test_explain_lists_hazards_cleared_by_versions(capsys):
+    from moeforge.compiler.cli import main
+
+    assert main(["explain", "deepseek-v3/h100-bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "cleared only by the platform's versions" in out
+    assert "EXPERT_GRAD_NORM_UNDERCOUNT_EP_TP (wrong-result): applies when megatron_core <0.19.0" in out
