@@ -107,7 +107,7 @@ EP_OVERLAP = F("overlap_moe_expert_parallel_comm").is_(True)
 DISPATCHER, BACKEND = F("moe_token_dispatcher_type"), F("moe_flex_dispatcher_backend")
 MTP = IsSet(F("mtp_num_layers")) & (F("mtp_num_layers") >= 1)
 # DeepEP only runs where it is installed (a platform without it is refused by the dispatcher rules)
-DEEPEP = (DISPATCHER == "flex") & (BACKEND == "deepep") & F("deep_ep_installed").is_(True)
+USES_DEEPEP = (DISPATCHER == "flex") & (BACKEND == "deepep") & F("deep_ep_installed").is_(True)
 MOE = IsSet(F("num_moe_experts")) & (F("num_moe_experts") > 1)
 FP8 = IsSet(F("fp8"))
 MXFP8 = FP8 & (F("fp8_recipe") == "mxfp8")
@@ -179,7 +179,7 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard(id="DEEPEP_INTERNODE_NVSHMEM_3_5_19", symptom="hang",
            summary="DeepEP normal-mode dispatch across nodes with NVSHMEM >= 3.5.19 and a DeepEP without PR #564: "
                    "`DeepEP error: timeout (dispatch CPU)` at the first inter-node dispatch",
-           when=DEEPEP & (EP > F("nvlink_domain")),
+           when=USES_DEEPEP & (EP > F("nvlink_domain")),
            fix={"moe_flex_dispatcher_backend": "hybridep"},
            fix_text="open in DeepEP's main: build DeepEP with deepseek-ai/DeepEP#564, or use NVSHMEM < 3.5.19, or "
                     "keep EP within one NVLink domain, or use the hybridep backend",
@@ -296,7 +296,7 @@ HAZARDS: tuple[Hazard, ...] = (
            reported_software={"container": "25.09"}),
     Hazard(id="NEMO_25_11_DEEPEP_H100_TIMEOUT", symptom="hang",
            summary="NeMo 25.11: DeepSeek-V3 on H100 with DeepEP fails with `DeepEP error: timeout (dispatch CPU)`",
-           when=DEEPEP & (F("gpu_product") == "H100"),
+           when=USES_DEEPEP & (F("gpu_product") == "H100"),
            fix={"moe_token_dispatcher_type": "alltoall"},
            fix_text="use a later container (26.02 lists no such issue), or the alltoall dispatcher",
            evidence=(Evidence(f"{MB}/blob/main/docs/releases/known-issues.md", "reported", "section 25.11"),),

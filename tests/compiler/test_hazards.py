@@ -27,6 +27,8 @@ def test_catalogue_is_at_least_fifteen_field_reports_with_links():
         assert h.symptom in H.SYMPTOMS and h.fix and h.fix_text
         assert any(e.url.startswith("https://github.com/") for e in h.evidence), h.id
         assert {e.kind for e in h.evidence} <= set(H.EVIDENCE_KINDS)
+        assert all(e.url.startswith(("https://github.com/", "megatron/core/")) and " " not in e.url
+                   for e in h.evidence), h.id
         assert all(f in K.BY_FIELD or f in K.FACT_BY_FIELD for f in h.fields), h.id  # read values that exist
         assert all(f in K.BY_FIELD for f in h.fix), h.id                             # fixes are knobs
 
