@@ -173,3 +173,23 @@ def test_explain_lists_hazards_cleared_by_versions(capsys):
     out = capsys.readouterr().out
     assert "cleared only by the platform's versions" in out
     assert "EXPERT_GRAD_NORM_UNDERCOUNT_EP_TP (wrong-result): applies when megatron_core <0.19.0" in out
+
+
+AUTO_DISPATCH = ["moe.dispatcher=auto", "moe.flex_backend=auto", "cuda_graph.impl=auto", "cuda_graph.modules=auto"]
+
+
+@pytest.mark.parametrize("nvshmem,dispatcher,warned,in_plan", [
+    (None, "flex", True, False),        # not stated: DeepEP stays open to the auto knob, reported as "may apply"
+    ("3.5.19", "alltoall", False, False),  # affected: the solver steers the auto dispatcher away from it
+    ("3.4.5", "flex", False, True),     # cleared by the version alone: the plan lists it for the preflight
+])
+def test_the_platforms_versions_decide(nvshmem, dispatcher, warned, in_plan):
+    """Qwen3-30B-A3B's EP16 across two H100 nodes with the dispatcher left auto: the seeds prefer DeepEP there."""
+    extra = [f"platform.software.nvshmem={nvshmem}"] if nvshmem else []
+    compiled = compile_recipe("qwen3-30b-a3b/h100-bf16", AUTO_DISPATCH + extra)
+    assert compiled.resolved.env["moe_token_dispatcher_type"] == dispatcher
+    codes = [d for d in compiled.diagnostics if d.code == "HAZARD_DEEPEP_INTERNODE_NVSHMEM_3_5_19"]
+    assert bool(codes) is warned
+    if warned:
+        assert codes[0].severity == "warning" and "may apply" in codes[0].message and "nvshmem" in codes[0].message
+    assert ("DEEPEP_INTERNODE_NVSHMEM_3_5_19" in [e["id"] for e in compiled.plan.get("hazards", [])]) is in_plan
