@@ -193,3 +193,23 @@ def test_the_platforms_versions_decide(nvshmem, dispatcher, warned, in_plan):
     if warned:
         assert codes[0].severity == "warning" and "may apply" in codes[0].message and "nvshmem" in codes[0].message
     assert ("DEEPEP_INTERNODE_NVSHMEM_3_5_19" in [e["id"] for e in compiled.plan.get("hazards", [])]) is in_plan
+
+
+def test_check_in_ci_fails_when_the_recipe_says_hazards_error(tmp_path, capsys):
+    """A project whose recipe pins MTP with per-token loss on megatron-core 0.16.1 (the cpu platform)."""
+    from moeforge.compiler.cli import main
+
+    root = Path(__file__).parents[2] / "recipes"
+    (tmp_path / "recipes" / "models").mkdir(parents=True)
+    (tmp_path / "recipes" / "tiny-moe").mkdir()
+    model = (root / "models" / "tiny-moe.yaml").read_text()
+    (tmp_path / "recipes" / "models" / "tiny-moe.yaml").write_text(
+        model.replace("mtp_num_layers: null", "mtp_num_layers: 1"))
+    recipe = (root / "tiny-moe" / "cpu.yaml").read_text().replace("ep_comm: true", "ep_comm: false")
+    recipe = recipe.replace("training:\n", "training:\n  calculate_per_token_loss: true\n", 1)
+    path = tmp_path / "recipes" / "tiny-moe" / "cpu.yaml"
+    for mode, rc in (("warn", 0), ("error", 1)):
+        path.write_text(recipe + f"hazards: {mode}\n")
+        assert main(["--root", str(tmp_path), "check"]) == rc
+        out = capsys.readouterr().out
+        assert f"{'error' if rc else 'warning'}[HAZARD_MTP_PER_TOKEN_LOSS_UNDERWEIGHTED]" in out
