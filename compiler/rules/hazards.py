@@ -318,6 +318,8 @@ def _check():
             raise RuntimeError(f"hazard {h.id}: bad symptom or evidence")
         if any(p not in PACKAGES for p, _ in h.affected + h.fixed_in):
             raise RuntimeError(f"hazard {h.id}: unknown package")
+        for _, spec in h.affected:
+            spec_holds(spec, "0")  # a malformed spec fails here, at import, not in a user's compile
 
 
 _check()
