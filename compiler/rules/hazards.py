@@ -211,10 +211,12 @@ HAZARDS: tuple[Hazard, ...] = (
            & (F("expert_tensor_parallel_size") != TP),
            fix={"expert_tensor_parallel_size": None},
            fix_text="upgrade megatron-core to >= 0.19.0, or leave parallelism.etp unset (ETP = TP)",
-           evidence=(Evidence(f"{MLM}/pull/5916", "reported", "the PR's 'uncommon case'; merged for 0.19.0"),),
+           evidence=(Evidence(f"{MLM}/pull/5916", "reported", "the PR's 'uncommon case'; merged for 0.19.0"),
+                     Evidence(f"{MLM}/issues/1628", "reported", "TP1 EP1 ETP4 on 8 GPUs: loss curve departs from "
+                                                                "TP1 EP4 ETP1 (same checkpoint)")),
            affected=MC_PRE_0_19, fixed_in=(("megatron_core", "0.19.0"),),
-           reported={"num_moe_experts": 8, "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
-                     "tensor_model_parallel_size": 2},
+           reported={"num_moe_experts": 8, "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 4,
+                     "tensor_model_parallel_size": 1},
            reported_software={"megatron_core": "0.16.1"}),
     Hazard(id="MTP_WITH_CONTEXT_PARALLEL_NAN", symptom="nan",
            summary="MTP with CP > 1: rolling the labels can leave a CP rank no valid token, and the MTP loss "
