@@ -228,6 +228,9 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["diagnose"]:
         from moeforge.compiler.diagnose.cli import main as diagnose  # lazy: diagnose only
         return diagnose(argv[1:])
+    if argv[:1] == ["hazards"]:  # its options are its own (compiler/commands/hazards.py: add_arguments, run)
+        from moeforge.compiler.commands.hazards import main as hazards  # lazy: hazards only
+        return hazards(argv[1:])
     if argv[:2] == ["data", "prepare"]:  # its options (and --help) are moeforge.runtime.data_prepare's
         from moeforge.compiler.commands.runtime import cmd_data_prepare  # lazy: subprocess (cold check)
         return cmd_data_prepare(argv[2:])

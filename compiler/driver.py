@@ -18,6 +18,7 @@ from moeforge.compiler.knobs.fields import megatron_core_diagnostics
 from moeforge.compiler.recipe import integers, validate
 from moeforge.compiler.recipe.compose import Composed, compose, resolve_recipe
 from moeforge.compiler.rules import BY_ID, PREFERENCES, RULES, Rule
+from moeforge.compiler.rules import hazards as H
 from moeforge.compiler.rules.expr import evaluate
 from moeforge.compiler.solver.inputs import concrete, pins_and_auto
 from moeforge.compiler.solver.solve import solve
@@ -111,7 +112,14 @@ def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> R
     rules = rules_in_force(facts)
     hard = [r for r in rules if r.severity == "error" and not r.silent]
     silent = [r for r in rules if r.silent]
-    solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
+    software = H.platform_versions(c.data.get("platform"))
+    live = [h for h in H.HAZARDS if h.versions(software)[0] != "cleared"]
+    # an auto knob never resolves into a hazard that applies; one that only may apply (the platform does not state
+    # the deciding version) stays open to it, and is reported below with the fact to state
+    guards = [H.as_rule(h) for h in live if h.fields & auto and h.versions(software)[0] == "applies"]
+    solution = solve(pins, auto, hard + guards, list(PREFERENCES), silent, explain_errors)
+    if guards and not solution.ok:  # only the pins can avoid it: solved without, the match is reported below
+        solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
     if not solution.ok:
         raise CompileError(one_per_concern(solution.diagnostics))
     env = concrete(pins, solution.values)
@@ -121,6 +129,7 @@ def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> R
     decisions.update(solution.decisions)
     diags = _silent(silent, pins, auto, env, decisions, strict)
     diags += _advice([r for r in rules if r.severity in ("warning", "advice") and not r.silent], env, pins)
+    diags += hazard_diagnostics(live, env, pins, software, strict or env.get("hazards") == "error")
     diags = one_per_concern(diags)
     errors = [d for d in diags if d.is_error]
     if errors:
@@ -199,6 +208,34 @@ def _advice(rules, env, pins) -> list[Diagnostic]:
         when = evaluate(r.when, env)
         if when is True and evaluate(r.require, env) is False:
             out.append(_diag(r, pins, render_message(r.message, env)))
+    return out
+
+
+def hazard_diagnostics(hazards, env, pins, software, as_error: bool) -> list[Diagnostic]:
+    """A pinned combination that meets a field hazard: its symptom, evidence and fix (an error under --strict or
+    `hazards: error`). One whose versions the platform does not state "may apply": a warning naming the fact."""
+    from moeforge.compiler.knobs.display import display  # lazy: only a diagnostic needs it (a clean cold check)
+
+    out = []
+    for h in hazards:
+        if h.matches(env) is not True:
+            continue
+        state, missing = h.versions(software)
+        involved = [f for f in sorted(h.fields) if f in pins and pins[f].pos and pins[f].origin != "fact"]
+        anchor = next((pins[f].pos for f in involved if pins[f].origin in ("pinned", "override")), None)
+        notes = tuple(Note(f"{display(f)} = {json.dumps(pins[f].value)}", pins[f].pos) for f in involved)
+        notes += tuple(Note(f"evidence ({e.kind}): {e.url}" + (f" ({e.note})" if e.note else "")) for e in h.evidence)
+        message = f"field hazard ({h.symptom}): {h.summary}"
+        if state == "may apply":
+            message += (f"; may apply: the platform does not state {', '.join(missing)} (state platform.software."
+                        f"{missing[0]} to decide)")
+        if h.affected:
+            notes += (Note("applies when " + ", ".join(f"{p} {s}" for p, s in h.affected)
+                           + (f"; fixed in {', '.join(f'{p} {v}' for p, v in h.fixed_in)}" if h.fixed_in else "")),)
+        fixes = tuple((K.BY_FIELD[f].path, v) for f, v in h.fix.items() if f in K.BY_FIELD and K.BY_FIELD[f].path)
+        severity = "error" if as_error and state == "applies" else "warning"
+        out.append(Diagnostic(severity, f"HAZARD_{h.id}", message, anchor, notes, ", ".join(e.url for e in h.evidence),
+                              h.fix_text, None, tuple(sorted(h.fields)), "moeforge", fixes))
     return out
 
 

@@ -99,7 +99,7 @@ LAYOUT = (
      "Kernel choices that do not change the math but differ between megatron-core's defaults (off) and "
      "Megatron-LM's (on). auto: on for a GPU platform with Transformer Engine, off otherwise."),
 )
-TOP = ("schema", "revision", "name", "description", "extends", "platform", "model")
+TOP = ("schema", "revision", "name", "description", "extends", "platform", "model", "hazards")
 
 
 def _number(k: Knob, kind: str) -> dict:
@@ -214,7 +214,7 @@ def _section(prefix: str, keys: tuple, description: str) -> dict:
 
 def schema() -> dict:
     """The recipe's JSON Schema, as a dict in the order it is written."""
-    properties = {key: DOCUMENT[key] for key in TOP}
+    properties = {key: DOCUMENT[key] if key in DOCUMENT else value_schema(BY_PATH[key]) for key in TOP}
     properties.update({name: _section(f"{name}.", keys, text) for name, keys, text in LAYOUT})
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://moeforge.dev/schemas/recipe.v{VERSION}.json", "title": f"moeforge recipe v{VERSION}",

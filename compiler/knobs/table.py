@@ -292,6 +292,13 @@ KNOBS: tuple[Knob, ...] = (
     _K("exclusive", "launch.exclusive", "bool", None, lm=None, bridge=None,
        doc="whole nodes (sbatch --exclusive); default true on a GPU platform (DEPENDENT_DEFAULTS)",
        form=Form(description="Take whole nodes (sbatch --exclusive); default true on a GPU platform.")),
+    # --- checks (what moeforge itself does with a finding; not in the plan) ---------------------------
+    _K("hazards", "hazards", "enum", "warn", ("warn", "error"), lm=None, bridge=None,
+       doc="a pinned combination that matches a field hazard (moeforge.compiler.rules.hazards) whose versions apply: "
+           "warn, or error (as --strict does; for CI)",
+       form=Form(description=("What a pinned combination matching a known field hazard (NaN, hang, crash, wrong "
+                              "result) is: warn (default) or error, as --strict makes it. `moeforge hazards RECIPE` "
+                              "lists them."))),
     # --- lint-config only --------------------------------------------------------------
     # Megatron fields a recipe cannot set (deprecated spellings, list/str-valued layout
     # knobs). lint-config reads them; for recipes the rules see megatron-core's default

@@ -7,6 +7,7 @@ from pathlib import Path
 from moeforge.compiler import project
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.recipe.compose import display_path
+from moeforge.compiler.rules import hazards as H
 from moeforge.compiler.knobs.display import display
 from moeforge.compiler.solver.values import Resolved
 
@@ -47,7 +48,9 @@ def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimate
                                           "source": d.source, "rule": d.rule, "where": d.where, "reason": d.reason,
                                           "default": K.BY_FIELD[d.field].default, "auto": d.field in r.auto}
                                          for d in chosen],
-                           "diagnostics": [d.to_json() for d in r.diagnostics]}, indent=2, default=str)
+                           "diagnostics": [d.to_json() for d in r.diagnostics],
+                           "hazards_cleared_by_versions": [H.plan_entry(h) for h in _cleared(r)]},
+                          indent=2, default=str)
     rows = [(display(d.field), _show(d.value), d.source, why(d)) for d in chosen]
     width = [max([len(row[i]) for row in rows] or [0]) for i in range(3)]
     lines = [f"{r.composed.recipe_id}  ({r.composed.file})", *_files(r),
@@ -55,9 +58,18 @@ def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimate
     if only_changed:
         lines[-1:] = ["only the values that differ from megatron-core's defaults (--changed)", ""]
     lines += [f"{a:<{width[0]}}  {b:<{width[1]}}  {c:<{width[2]}}  {d}".rstrip() for a, b, c, d in rows]
-    if r.diagnostics:
+    if r.diagnostics:  # rules' and field hazards' (HAZARD_*) findings, side by side
         lines += ["", *[d.render() for d in r.diagnostics]]
+    cleared = _cleared(r)
+    if cleared:
+        lines += ["", "field hazards cleared only by the platform's versions (moeforge hazards; plan.json lists them):",
+                  *[f"  {h.id} ({h.symptom}): applies when " + ", ".join(f"{p} {s}" for p, s in h.affected)
+                    for h in cleared]]
     return "\n".join(lines)
+
+
+def _cleared(r: Resolved) -> list:
+    return H.cleared_by_versions(r.env, H.platform_versions(r.composed.data.get("platform")))
 
 
 def _files(r: Resolved) -> list[str]:

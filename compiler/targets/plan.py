@@ -17,6 +17,7 @@ from moeforge.compiler.knobs.fields import megatron_fields
 from moeforge.compiler.knobs.layout import Layout
 from moeforge.compiler.knobs.versions import version_int, version_text
 from moeforge.compiler.recipe.validate import validator
+from moeforge.compiler.rules import hazards
 from moeforge.compiler.rules.cuda_graphs import FULL_ITER
 from moeforge.compiler.rules.expr import evaluate
 from moeforge.compiler.solver.inputs import env_vars
@@ -75,8 +76,13 @@ def _build(r: Resolved) -> dict:
                     "checked_fields": [f for f in CHECKED if f in tc], **io["runtime"]},
         **{section: io[section] for section in K.IO_SECTIONS if section != "runtime"},
         "env": environment(env),
-        "decisions": [_decision(d) for _, d in sorted(r.decisions.items()) if d.field in K.BY_FIELD],
+        # `hazards` (the recipe's own check setting) is not a training decision: a plan does not change with it
+        "decisions": [_decision(d) for _, d in sorted(r.decisions.items()) if d.field in K.BY_FIELD
+                      and d.field != "hazards"],
         "warnings": [d.to_json() for d in r.diagnostics],
+        # field hazards this plan escapes only by the platform's versions: the node's preflight checks them
+        **({"hazards": [hazards.plan_entry(h) for h in cleared]} if (cleared := hazards.cleared_by_versions(
+            env, hazards.platform_versions(platform))) else {}),
     }
 
 

@@ -23,7 +23,7 @@ PLATFORMS = sorted((RECIPES / "platforms").glob("*.yaml"))
 MODELS = sorted((RECIPES / "models").glob("*.yaml"))
 SWEEPS = sorted((RECIPES / "sweeps").glob("*.yaml"))
 RECIPE_FILES = recipe_files([RECIPES])
-GPU_PLATFORMS = ("h100", "b200", "b300", "gb200-nvl72", "gb300-nvl72")
+GPU_PLATFORMS = ("h100", "h200", "b200", "b300", "gb200-nvl72", "gb300-nvl72")
 CPU_ONLY_MODELS = {"tiny-moe"}            # the embedded CPU demo; no GPU recipes expected
 
 # Tuned configurations whose pipeline split Megatron-Bridge makes even with an explicit layout

@@ -106,7 +106,7 @@ def test_matrix_text_and_html(tmp_path):
     rc, out = run("matrix", str(ROOT / "recipes" / "qwen3-30b-a3b" / "h100-bf16.yaml"), "--html", str(page))
     assert rc == 0
     header, row = out.splitlines()[:2]
-    assert header.split()[1:] == ["b200", "b300", "cpu", "cpu-cluster", "gb200-nvl72", "gb300-nvl72", "h100"]
+    assert header.split()[1:] == ["b200", "b300", "cpu", "cpu-cluster", "gb200-nvl72", "gb300-nvl72", "h100", "h200"]
     assert row.startswith("qwen3-30b-a3b/h100-bf16 ") and "hep O-" in row  # flex/HybridEP, EP overlap on
     assert "ERR E1" in row  # the CPU platform cannot run a flex/TE recipe
     assert "hep flex/HybridEP" in out and "O EP overlap on" in out and "\nE1 " in out  # the legend
