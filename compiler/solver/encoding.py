@@ -108,6 +108,7 @@ class Encoding(E.Walk):
         return out
 
     def value_term(self, name: str, value: Any):
+        """The z3 constraint that knob `name` holds `value`, in the encoding read() decodes."""
         spec, var = SPEC[name], self.vars[name]
         if spec.kind == "set":
             members = set(value or ())
@@ -117,6 +118,7 @@ class Encoding(E.Walk):
         return var == self.const(name, value)
 
     def const(self, name: str, value: Any):
+        """A knob value as z3 encodes it: an enum as its domain index (-1 outside it), an unset optional int as 0."""
         spec = SPEC[name]
         if spec.kind == "bool":
             return z3.BoolVal(bool(value), self.ctx)
@@ -125,6 +127,7 @@ class Encoding(E.Walk):
         return z3.IntVal(0 if value is None else int(value), self.ctx)
 
     def read(self, model, name: str) -> Any:
+        """A knob's value decoded from a z3 model; a float or string knob reads back only as SET_VALUE or None."""
         spec, var = SPEC[name], self.vars[name]
         if spec.kind == "set":
             chosen = [m for m, b in var.items() if z3.is_true(model.eval(b, model_completion=True))]
@@ -146,26 +149,33 @@ class Encoding(E.Walk):
     # decides), a constant or a comparison with one is encoded as the knob's variable is (an enum as its index,
     # an unset optional integer as 0), and a float or string knob is only known to be set or not.
     def on_field(self, e, _):
+        """A knob is its z3 variable (a set knob: its dict of member booleans)."""
         return self.vars[e.name]
 
     def on_const(self, e, _):
+        """A boolean as BoolVal, anything else in the integer encoding (None as 0, like an unset optional int)."""
         if isinstance(e.value, bool):
             return z3.BoolVal(e.value, self.ctx)
         return z3.IntVal(0 if e.value is None else e.value, self.ctx)
 
     def on_and(self, e, _):
+        """Every conjunct encoded, none skipped: z3, not the walk, decides."""
         return z3.And(*[self.term(i) for i in e.items])
 
     def on_or(self, e, _):
+        """Every disjunct encoded, none skipped: z3, not the walk, decides."""
         return z3.Or(*[self.term(i) for i in e.items])
 
     def on_not(self, e, _):
+        """The negated operand's term."""
         return z3.Not(self.term(e.item))
 
     def on_has(self, e, _):
+        """A set knob's member is its own boolean variable."""
         return self.vars[e.item.name][e.member]
 
     def on_is_set(self, e, _):
+        """Set as read() decodes it: some member of a set, an enum off its None index, an integer other than 0."""
         name = e.item.name
         spec, var = SPEC[name], self.vars[name]
         if spec.kind == "set":
@@ -175,12 +185,15 @@ class Encoding(E.Walk):
         return var != self.const(name, None) if spec.kind == "enum" else var != 0
 
     def on_in(self, e, _):
+        """Membership in a constant list: one encoded equality per listed value."""
         return z3.Or(*[self._cmp("==", e.item, E.Const(v)) for v in e.values])
 
     def on_cmp(self, e, _):
+        """A comparison with constants encoded as const() encodes them, so an enum compares by index."""
         return self._cmp(e.op, e.a, e.b)
 
     def on_arith(self, e, _):
+        """Integer arithmetic with a truth value counting 1 or 0; // is z3's integer division."""
         a, b = self._number(self.term(e.a)), self._number(self.term(e.b))
         return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a / b,
                 "%": lambda: a % b}[e.op]()

@@ -130,27 +130,33 @@ class _Scan(E.Walk):
     knob outside this module's fragment."""
 
     def on_and(self, e, atoms):
+        """Connectives add no points of their own: scan every operand (on_or shares this step)."""
         for i in e.items:
             self.walk(i, atoms)
 
     on_or = on_and
 
     def on_not(self, e, atoms):
+        """A negation adds no points: scan its operand."""
         self.walk(e.item, atoms)
 
     def on_field(self, e, atoms):  # a boolean knob used as a condition
+        """Only a boolean knob may stand alone as a condition; any other is outside the fragment."""
         if SPEC[e.name].kind != "bool":
             raise _Unsupported(repr(e))
 
     def on_const(self, e, atoms):
+        """Only a boolean constant may stand alone; a bare number is outside the fragment."""
         if not isinstance(e.value, bool):
             raise _Unsupported(repr(e))
 
     def on_has(self, e, atoms):
+        """Membership is in the fragment only when it tests a set knob named directly."""
         if type(e.item) is not E.Field or SPEC[e.item.name].kind != "set":
             raise _Unsupported(repr(e))
 
     def on_is_set(self, e, atoms):
+        """An integer knob's unset value (0) is one of its points; a boolean has no unset state, so it is refused."""
         kind = SPEC[e.item.name].kind if type(e.item) is E.Field else None
         if kind is None or kind == "bool":
             raise _Unsupported(repr(e))
@@ -158,12 +164,15 @@ class _Scan(E.Walk):
             atoms[e.item.name].add(0)
 
     def on_in(self, e, atoms):
+        """The listed constants are points of an integer knob; `in` over a set knob is refused."""
         if type(e.item) is not E.Field or SPEC[e.item.name].kind == "set":
             raise _Unsupported(repr(e))
         if _is_int(e.item.name):
             atoms[e.item.name].update(_const(e.item.name, v) for v in e.values)
 
     def on_cmp(self, e, atoms):
+        """Knob vs constant adds the constant's points and same-kind bool/enum pairs none; anything else must be
+        a divisibility test, whose divisors become its factors' points."""
         a, b = e.a, e.b
         if type(a) is E.Field and type(b) is E.Const:
             _point(a.name, b.value, e.op, atoms)
@@ -179,6 +188,7 @@ class _Scan(E.Walk):
                 atoms[f].update(_divisors(n))
 
     def on_arith(self, e, atoms):  # outside a divisibility test (cmp): z3's
+        """Arithmetic outside a divisibility test (on_cmp) is left to z3: refused here."""
         raise _Unsupported(repr(e))
 
 
@@ -274,13 +284,16 @@ class _Z3Reading(E.Evaluate):
     unset optional integer as 0, a set as one boolean per member), and arithmetic appears only as divisibility."""
 
     def on_field(self, e, env):
+        """A free field's value in its encoding, as env holds it."""
         return env[e.name]
 
     def on_has(self, e, env):
+        """A set knob's member boolean, found by the member's index in the knob's domain."""
         name = e.item.name
         return env[name][SPEC[name].domain.index(e.member)]
 
     def on_is_set(self, e, env):
+        """Unset as encoding.py reads it: no member of a set, an enum's None index, an integer's 0."""
         name = e.item.name
         kind = SPEC[name].kind
         if kind == "set":
@@ -288,10 +301,12 @@ class _Z3Reading(E.Evaluate):
         return env[name] != (_const(name, None) if kind == "enum" else 0)
 
     def on_in(self, e, env):
+        """Membership compared in the encoding, so an enum matches by index as the z3 term does."""
         name = e.item.name
         return env[name] in {_const(name, v) for v in e.values}
 
     def on_cmp(self, e, env):
+        """A comparison in the encoding; a divisibility test by 0 is UNKNOWN (z3 leaves x % 0 unspecified)."""
         a, b = e.a, e.b
         if type(a) is E.Field and type(b) is E.Const:
             lhs, rhs = env[a.name], _const(a.name, b.value)
@@ -307,6 +322,7 @@ class _Z3Reading(E.Evaluate):
         return E.COMPARISONS[e.op](lhs, rhs)
 
     def on_arith(self, e, env):  # only inside a divisibility test (cmp), which _Scan admits alone
+        """Never reached alone: _Scan admits arithmetic only inside a divisibility test, which on_cmp reads."""
         raise _Unsupported(repr(e))
 
 

@@ -21,6 +21,7 @@ DTYPES = {"bf16": (True, False), "fp16": (False, True), "fp32": (False, False)}
 
 
 def lookup(data: dict, dotted: str):
+    """A value by the knob table's dotted path; MISSING (not None, since null is a value) where the data has none."""
     node = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -30,6 +31,7 @@ def lookup(data: dict, dotted: str):
 
 
 def pins_and_auto(c: Composed) -> tuple[dict, set]:
+    """Split a recipe into pins (value, position and origin, which explanations cite) and the auto knobs to solve."""
     pins: dict[str, Pin] = {}
     auto: set[str] = set()
     dependent = []
@@ -92,6 +94,7 @@ def vpp_from_layout(pins: dict, auto: set) -> None:
 
 
 def recipe_name(c: Composed) -> str:
+    """The run's name (its `name`, else the id with / as -): DEPENDENT_DEFAULTS receive it beside the values."""
     return c.data.get("name") or c.recipe_id.replace("/", "-")
 
 
@@ -212,6 +215,7 @@ def _model_document(c: Composed) -> dict | None:
 
 
 def facts(c: Composed) -> dict[str, Pin]:
+    """The platform facts a recipe states, pinned at their positions: versions as ints, the GPU's major and product."""
     out = {}
     for k in FACTS:
         if k.path is None:

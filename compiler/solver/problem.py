@@ -42,6 +42,7 @@ class Budget:
     left = math.inf
 
     def spent(self) -> bool:
+        """True once the explanation in progress has used EXPLAIN_RLIMIT: conflicts.py then stops asking z3."""
         return self.left <= 0
 
     @contextmanager
@@ -76,6 +77,7 @@ def _specialise(expr: E.Expr, fields: set, fixed: dict) -> E.Expr:
 
 
 def fixed_values(pins: dict, relaxed: set[str] = frozenset()) -> dict:
+    """Pinned values plus the sizes they imply (derive_sizes), without the knobs a conflict query relaxes."""
     values = {f: p.value for f, p in pins.items() if f not in relaxed}
     values.update({f: v for f, v in derive_sizes(values).items() if f not in relaxed})
     return values

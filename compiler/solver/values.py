@@ -37,6 +37,7 @@ class Solution:
 
     @property
     def ok(self) -> bool:
+        """False once any diagnostic is an error: warnings alone leave the solution usable."""
         return not any(d.is_error for d in self.diagnostics)
 
 
