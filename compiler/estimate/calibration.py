@@ -95,6 +95,7 @@ class Calibration:
     digest: str = ""
 
     def describe(self) -> str:
+        """The line an estimating command prints (note()): source, runs, digest prefix and every fitted constant."""
         fitted = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted({**self.time, **self.memory}.items()))
         return (f"calibration {self.source} ({self.runs} run{'s' if self.runs != 1 else ''}, "
                 f"sha256 {self.digest[:12]}): {fitted or 'no constant'}")
@@ -118,6 +119,7 @@ def time_constants(plan: dict, cal: Calibration | None) -> dict:
 
 
 def memory_constants(cal: Calibration | None, allowance_bytes: int) -> dict:
+    """memory.py's constants: activation scale 1 and the fixed allowance, unless a calibration fitted them."""
     out = {"activation_scale": 1.0, "allowance_bytes": allowance_bytes}
     if cal is not None:
         out.update(cal.memory)
@@ -148,11 +150,13 @@ def active(plan: dict) -> Calibration | None:
 
 
 def resolve(plan: dict, cal: Calibration | None) -> Calibration | None:
+    """An explicitly passed calibration wins; else the one ``using`` made active for the plan's platform."""
     return cal if cal is not None else active(plan)
 
 
 # ------------------------------------------------------------------------ finding and reading
 def path_beside(platform_file: Path) -> Path:
+    """Where a platform file's calibration sits: <name>.yaml beside <name>.calibration.yaml."""
     return platform_file.with_name(platform_file.name[:-len(".yaml")] + SUFFIX)
 
 

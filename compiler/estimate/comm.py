@@ -37,6 +37,7 @@ class Links:
         return span <= self.nvlink_domain
 
     def name(self, span: int) -> str:
+        """The link a group of ``span`` consecutive ranks uses, as the step-time formulas print it."""
         return "nvlink" if self.inside(span) else "inter-node"
 
     def ring_s(self, sent_bytes: float, span: int) -> float:
@@ -74,6 +75,7 @@ class Links:
         return max(intra, inter) / self.a2a_efficiency
 
     def a2a_link(self, group: int, stride: int) -> str:
+        """The link an all-to-all of ``group`` members ``stride`` ranks apart reaches beyond, for its formula text."""
         return "nvlink" if self.nvlink_domain // stride >= group else "inter-node"
 
 

@@ -110,10 +110,12 @@ def mlp_block_params(tc: dict, moe: bool, tp: int, ep: int, etp: int) -> tuple[i
 
 
 def is_moe_layer(tc: dict, number: int) -> bool:
+    """Is decoder layer ``number`` (1-based) an MoE layer, by moe_layer_freq; a model without experts has none."""
     return bool(tc.get("num_moe_experts")) and moe_layer(tc.get("moe_layer_freq", 1), number)
 
 
 def is_linear_attention_layer(tc: dict, number: int) -> bool:
+    """Is decoder layer ``number`` (1-based) a linear-attention layer, by the attention variant and its frequency."""
     return linear_attention_layer(tc.get("experimental_attention_variant"), tc.get("linear_attention_freq"), number)
 
 
@@ -266,6 +268,7 @@ class Estimate:
 
     @property
     def total(self) -> int:
+        """Bytes the rank needs, allowance included: what the planner compares with the GPU's capacity."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.allowance
 
     @property

@@ -77,18 +77,22 @@ class StepTime:
 
     @property
     def total_s(self) -> float:
+        """Seconds per step: the exposed items summed (what overlap hid is already out of them)."""
         return sum(self.items.values())
 
     @property
     def dominant(self) -> str:
+        """The display name of the largest exposed item: the cost a layout change should attack first."""
         return DOMINANT_NAMES[max(ITEMS, key=lambda k: self.items[k])]
 
     @property
     def mfu(self) -> float:
+        """Model FLOPs utilisation: this GPU's model FLOPs over what its peak could do in total_s."""
         return self.model_flops / (self.total_s * self.peak_flops)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
+        """Throughput per GPU: tokens per step over step seconds, divided across the world size."""
         return self.tokens_per_step / self.total_s / self.world_size
 
     @property

@@ -234,6 +234,7 @@ def _host(ctx: dict) -> tuple[float, str]:
 
 
 def assemble(ctx: dict) -> tuple[dict, dict, dict, dict]:
+    """Price every term of one step for steptime.py: (items, hidden, formulas, details) as the module doc says."""
     c = _compute(ctx)
     items, hidden, formulas = {"compute": c["s"]}, {}, {"compute": c["formula"]}
     for key, fn in (("tp_comm", _tp), ("cp_comm", _cp)):
