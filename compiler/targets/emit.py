@@ -47,6 +47,7 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 @lru_cache(maxsize=1)
 def template_env():
+    """The launch templates' one Jinja2 environment (also Slurm sweeps'): strict, no autoescape (shell, not HTML)."""
     import jinja2  # lazy: only rendering needs it (plan-layout, import and matrix write files through this module)
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
@@ -96,6 +97,7 @@ def launch_settings(data: dict, name: str) -> dict:
 
 
 def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
+    """Every value the launch templates read, from the plan and the recipe's launch section; sweeps reuse it."""
     launch = composed_data.get("launch", {}) or {}
     layout, platform = plan["layout"], plan["platform"]
     device = platform["device"]
@@ -157,6 +159,7 @@ def context(plan: dict, composed_data: dict, build_dir: str) -> dict:
 
 
 def runtime_module(plan: dict) -> str:
+    """The module torchrun starts for the plan's runtime.entrypoint; an unknown one is a moeforge bug."""
     entrypoint = (plan.get("runtime") or {}).get("entrypoint") or "moeforge"
     if entrypoint not in RUNTIME_MODULES:
         raise CompileError([error("E_PLAN_ENTRYPOINT", f"the plan's runtime.entrypoint {entrypoint!r} has no "

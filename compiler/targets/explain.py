@@ -23,11 +23,13 @@ def changed(d) -> bool:
 
 
 def decisions(r: Resolved, only_changed: bool = False) -> list:
+    """The table's rows: knobs only, by source precedence (ORDER) then name; only_changed drops Megatron defaults."""
     rows = [d for d in r.decisions.values() if d.field in K.BY_FIELD and (not only_changed or changed(d))]
     return sorted(rows, key=lambda d: (ORDER.get(d.source, 99), display(d.field)))
 
 
 def why(d) -> str:
+    """The table's last column: the rule and its reason for a solver decision, else where the value was set."""
     if d.rule and d.source in ("rule", "preference", "megatron"):
         return f"{d.rule}: {d.reason}"
     return d.where or d.reason or ""
@@ -40,6 +42,7 @@ def _estimate_line(e: dict) -> str:
 
 
 def explain(r: Resolved, fmt: str = "text", only_changed: bool = False, estimated: dict | None = None) -> str:
+    """`moeforge explain`'s output: the decision table as text, or JSON with diagnostics and cleared hazards."""
     chosen = decisions(r, only_changed)
     if fmt == "json":
         return json.dumps({"recipe": r.composed.recipe_id, "file": r.composed.file, "changed_only": only_changed,

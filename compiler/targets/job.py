@@ -25,6 +25,7 @@ class LaunchError(Exception):
 
 
 def needs_venv312(plan: dict) -> bool:
+    """Does the plan's megatron-core ship megatron/training (>= 0.17.0), so that the job runs with .venv312?"""
     mcore = megatron_core_release(plan)
     return mcore is not None and version_int(mcore) >= version_int(MCORE_WITH_TRAINING)
 
@@ -52,4 +53,5 @@ def job_env(python: Path) -> dict:
 
 
 def local_command(build: Path) -> list[str]:
+    """What a local run (launch, sweep) starts from the project root: the build's torchrun.sh under bash."""
     return ["bash", str(build / "torchrun.sh")]

@@ -45,6 +45,7 @@ INDEXED_ONLY = {"paths", "blend", "split"}
 
 @lru_cache(maxsize=1)
 def lm_parser() -> dict:
+    """The stored argparse dump (flags, dests, defaults) of the newest catalogued Megatron-LM release, read once."""
     return json.loads((MEGATRON_DATA / "megatron_lm_args.json").read_text())
 
 
@@ -82,6 +83,7 @@ def lm_default(dest: str):
 
 @lru_cache(maxsize=4)
 def knob_index(mcore: int) -> dict[tuple[str, str], K.Knob]:
+    """(section, name in this megatron-core version) -> knob: how a plan's config field finds its flags."""
     return {(k.section, k.name_for(mcore)): k for k in K.KNOBS if k.section and k.name_for(mcore)}
 
 
@@ -140,6 +142,7 @@ def _layer_freq(value) -> str:
 
 
 def tc_has_layout(plan: dict) -> bool:
+    """Does the plan set a pipeline layout? Megatron-LM then refuses --num-virtual-stages-per-pipeline-rank."""
     return bool(plan["transformer_config"].get("pipeline_model_parallel_layout"))
 
 
