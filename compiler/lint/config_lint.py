@@ -63,6 +63,7 @@ from moeforge.compiler.rules.display import show
 # ----------------------------------------------------------------------- checking
 
 def render_megatron(text: str | None, display: dict) -> str | None:
+    """A rule's Megatron message with {field} placeholders filled as the config spells them (e.g. ${VAR})."""
     return fill(text, display)
 
 
@@ -95,6 +96,7 @@ def _default_triggered(r: Rule, cfg: Config) -> bool:
 
 
 def check(cfg: Config, rules: tuple[Rule, ...] = CATALOGUE, strict: bool = False) -> list[Diagnostic]:
+    """Every catalogue rule the config breaks, judged on what megatron-core receives (silent rules: as written)."""
     out = list(cfg.findings)
     for r in rules:
         if not holds_for(r, cfg.frontend) or (r.training_only and cfg.inference):
@@ -150,6 +152,7 @@ def lint_mapping(data: dict, strict: bool = False, lines: dict | None = None,
 
 
 def lint_text(text: str, name: str = "<config>", strict: bool = False, frontend: str | None = None) -> list[Diagnostic]:
+    """lint-config on YAML/JSON text: line numbers kept for the findings; UnusableInput on bad types."""
     data, lines = parse(text, name)
     return lint_mapping(data, strict, lines, frontend)
 
@@ -181,6 +184,7 @@ ORIGIN_OF_FRONTEND = {"megatron-core": "megatron-core", "megatron-lm": "megatron
 # ----------------------------------------------------------------------- output / CLI
 
 def render_text(findings: list[Diagnostic], name: str, cfg: Config | None = None) -> str:
+    """lint-config's terminal report: the front-end and its rewrites first, then one name:line finding each."""
     lines = []
     if cfg is not None:
         lines.append(f"{name}: front-end {cfg.frontend} ({cfg.frontend_reason})")
@@ -207,6 +211,7 @@ def render_text(findings: list[Diagnostic], name: str, cfg: Config | None = None
 
 
 def main_lint_config(argv) -> int:
+    """`moeforge lint-config`: exit 1 on an error finding, 2 on unusable input or bad arguments, never a traceback."""
     parser = argparse.ArgumentParser(prog="moeforge lint-config",
                                      description="Check a flat Megatron configuration (YAML/JSON) against the "
                                                  "moeforge rule catalogue.")

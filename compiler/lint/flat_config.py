@@ -58,6 +58,7 @@ class Config:
 
     @property
     def inference(self) -> bool:
+        """An inference launch: rules only a training run meets (training_only) are skipped."""
         return self.launch.get("mode") == "inference"
 
 
@@ -162,10 +163,12 @@ def _lm_flag_names(data: dict, lines: dict) -> dict:
 
 
 def one_line(exc: Exception) -> str:
+    """A parser's multi-line message on one line, so an UnusableInput stays one line."""
     return " ".join(str(exc).split())
 
 
 def read(data: dict, lines: dict | None = None, frontend: str | None = None) -> Config:
+    """Read a flat (or Bridge-nested) mapping into the rules' env, with its front-end, given values and lines."""
     lines = dict(lines or {})
     frontend, frontend_reason = frontend_of(data, frontend)
     if bridge_layout(data):

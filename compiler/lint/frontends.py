@@ -24,6 +24,7 @@ FRONTEND_WORDS = {"megatron-core": "megatron-core", "mcore": "megatron-core", "m
 
 
 def bridge_layout(data: dict) -> list[str]:
+    """The keys that mark a Megatron-Bridge ConfigContainer (sections, or dotted section keys); empty for a flat one."""
     return [k for k in data if (k in BRIDGE_SECTIONS and isinstance(data[k], (dict, str)) and k != "frontend")
             or ("." in k and k.split(".", 1)[0] in BRIDGE_SECTIONS)]
 
@@ -164,6 +165,7 @@ def validate_args_rewrites(env: dict, given: dict) -> list:
 
 
 def frontend_of(data: dict, frontend: str | None) -> tuple[str, str]:
+    """(front-end, why): --frontend wins over a frontend: key, then a launch's own, then what the names imply."""
     if frontend is not None:
         if frontend not in FRONTEND_WORDS:
             raise UnusableInput(f"--frontend: expected one of {', '.join(K.FRONTENDS)}, got {frontend!r}")

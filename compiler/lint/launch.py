@@ -107,6 +107,7 @@ def context(kind: str, launcher: dict, dests: dict) -> dict:
 
 
 def line_of(text: str, word: str) -> int:
+    """The first 1-based line holding ``word`` (0: none), so a launch's findings point at the flag."""
     for n, line in enumerate(text.splitlines(), 1):
         if word in line:
             return n

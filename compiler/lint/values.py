@@ -22,6 +22,7 @@ class UnusableInput(Exception):
 
 
 def wrong_type(name: str, want: str, value) -> UnusableInput:
+    """The one-line UnusableInput for a value of the wrong type: the key, what it must be, what it was."""
     return UnusableInput(f"{name}: expected {want}, got {value!r}")
 
 
@@ -82,6 +83,7 @@ def read_graph_modules(name: str, value):
 
 
 def read_layer_freq(value):
+    """moe_layer_freq as the rules read it: 1 (all MoE) or 2 (some dense); a pattern string is UNKNOWN."""
     if isinstance(value, bool):
         raise wrong_type("moe_layer_freq", "an integer or a list of 0/1", value)
     if isinstance(value, int):
@@ -98,6 +100,7 @@ def read_layer_freq(value):
 
 
 def read_load_balancing(value):
+    """One balancing type for the rules: sinkhorn if any listed, else the first; refuses names outside the domain."""
     dom = K.BY_FIELD["moe_router_load_balancing_type"].domain
     items = value if isinstance(value, list) else [value]
     if not items or any(v not in dom for v in items):
@@ -106,6 +109,7 @@ def read_load_balancing(value):
 
 
 def read_version(key: str, value) -> int:
+    """A versions.* entry as version_int compares it (null: 0, unknown); refuses anything not like 2.12.0."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
