@@ -39,6 +39,7 @@ _KNOWN: frozenset | None = None
 
 
 def known_names() -> frozenset:
+    """Every name a flat config may use (Megatron's fields and flags, knobs, facts, own keys); others are unknown."""
     global _KNOWN
     if _KNOWN is None:
         f = megatron_fields()

@@ -150,14 +150,17 @@ class Layout:
     # ---------------------------------------------------------------- derived sizes
     @property
     def expert_tp(self) -> int:
+        """Megatron's expert TP: the explicit ETP, or TP when unset (effective_etp)."""
         return effective_etp(self.etp, self.tp)
 
     @property
     def model_size(self) -> int:
+        """Ranks one dense model replica spans (TP x CP x PP); dp is world_size over it."""
         return model_size(self.tp, self.cp, self.pp)
 
     @property
     def expert_model_size(self) -> int:
+        """Ranks one expert replica spans (ETP x EP x PP); edp is world_size over it."""
         return expert_model_size(self.expert_tp, self.ep, self.pp)
 
     @property
@@ -172,6 +175,7 @@ class Layout:
 
     @property
     def nodes(self) -> int | None:
+        """Whole nodes the job takes (at least 1); None when the platform does not give its GPUs per node."""
         if self.gpus_per_node is None:
             return None
         return max(1, self.world_size // self.gpus_per_node)
@@ -183,10 +187,12 @@ class Layout:
 
     @property
     def layers_per_stage(self) -> int | None:
+        """Decoder layers per pipeline stage as an even split gives them (floor); None when num_layers is unknown."""
         return None if self.num_layers is None else self.num_layers // self.pp
 
     @property
     def layers_per_virtual_stage(self) -> int | None:
+        """Decoder layers per virtual-pipeline chunk (floor over pp x chunks); None when num_layers is unknown."""
         return None if self.num_layers is None else self.num_layers // (self.pp * self.chunks)
 
     def folding(self) -> str:

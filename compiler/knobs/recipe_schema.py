@@ -223,10 +223,12 @@ def schema() -> dict:
 
 
 def text() -> str:
+    """The schema file's exact bytes, generated from the knob table: what --check compares the file with."""
     return json.dumps(schema(), indent=2) + "\n"
 
 
 def main(argv=None) -> int:
+    """`make schemas`: rewrite the recipe schema atomically; with --check, exit 1 when it lags the knob table."""
     args = sys.argv[1:] if argv is None else argv
     wanted = text()
     if "--check" in args:

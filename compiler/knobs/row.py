@@ -147,6 +147,7 @@ class Knob:
 
     @property
     def bridge_paths(self) -> tuple:
+        """Megatron-Bridge paths the knob sets: its own, else model.<field> for a model knob; none if bridge is None."""
         if self.bridge is None:
             return ()
         if self.bridge != "":

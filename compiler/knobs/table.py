@@ -359,6 +359,7 @@ LINT_ONLY = frozenset(k.field for k in KNOBS if k.path is None and k.field not i
 
 
 def knob(field: str) -> Knob:
+    """A knob by field name for code that names one (megatron_args, bridge_overrides): a typo is a KeyError."""
     return BY_FIELD[field]
 
 
