@@ -187,6 +187,7 @@ def recall(entry: str | None):
 
 
 def store(entry: str | None, value) -> None:
+    """Keep a parse result for recall() under its entry (None: no cache); a failed write only costs speed."""
     _store("parsed", entry, value)
 
 

@@ -37,6 +37,7 @@ class Composed:
     files: dict = field(default_factory=dict)  # "platform"/"model"/"recipe" -> the file that was read
 
     def pos(self, path) -> Position:
+        """Where the value at `path` was set, else its nearest set ancestor (the recipe's line 1 at worst)."""
         path = tuple(path)
         while path:
             if path in self.origins:
@@ -115,6 +116,7 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
 
 
 def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -> Composed:
+    """A recipe merged with its extends chain, platform, model and --set overrides, keeping each value's origin."""
     root = _default_root(root)
     try:  # a recipe of the built-in catalogue (resolve_recipe("builtin:...")) is checked against it
         base = _base_of(recipe.resolve(), root)
@@ -332,6 +334,7 @@ def parse_override(text: str) -> tuple[tuple, object]:
 
 
 def apply_overrides(data: dict, origins: dict, overrides) -> None:
+    """Apply --set KEY=VALUE in order (a moved v2 key to its v3 place), each its own origin; errors raise together."""
     errors = []
     for text in overrides:
         try:

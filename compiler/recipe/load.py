@@ -19,6 +19,7 @@ PARSER = "2"  # part of every parse-cache entry's key: bump when what load_yaml 
 
 
 def load_text(text: str | bytes, file: str) -> Document:
+    """Text or bytes to a Document: too large or not UTF-8 is a located error; a cached parse skips PyYAML."""
     if isinstance(text, bytes):
         if len(text) > MAX_BYTES:
             raise CompileError([error("E_YAML_TOO_LARGE",

@@ -180,6 +180,7 @@ MOVED = {("recipe", 1): {("moe", "dispatcher"): ("moe", "enable_deepep"),
 
 
 def declared_version(data) -> tuple[str, int] | None:
+    """(kind, N) of `schema: moeforge/<kind>/v<N>`; None when absent or malformed, which migration leaves alone."""
     schema = data.get("schema") if isinstance(data, dict) else None
     match = re.fullmatch(r"moeforge/([a-z]+)/v([0-9]+)", schema, re.ASCII) if isinstance(schema, str) else None
     return (match.group(1), int(match.group(2))) if match else None
@@ -202,6 +203,7 @@ def upgrade(data, file: str = "<memory>"):
 
 
 def upgrade_document(doc: Document) -> Document:
+    """The document migrated to its kind's current schema, each moved key keeping the position it was written at."""
     version = declared_version(doc.data)
     if version is None or version[1] >= CURRENT.get(version[0], version[1]):
         return doc

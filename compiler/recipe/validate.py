@@ -19,6 +19,7 @@ MAX_UNKNOWN_KEYS = 20  # unknown keys of one mapping reported one by one; the re
 
 @lru_cache(maxsize=None)
 def validator(name: str):
+    """A jsonschema validator of the draft a schemas/ file declares; only an uncached document pays the import."""
     import jsonschema  # lazy: an unchanged document is known valid (recipe/cache.py) without it
 
     schema = json.loads((SCHEMAS / name).read_text())
@@ -118,6 +119,7 @@ def _show(value) -> str:
 
 
 def dedupe(diags):
+    """Drop repeats of one (code, message, position), keeping order: several schema errors can say one thing."""
     seen, out = set(), []
     for d in diags:
         key = (d.code, d.message, d.pos)
@@ -138,6 +140,7 @@ def document_schema(data, default_kind: str) -> str:
 
 
 def missing_schema(data, file: str) -> list[Diagnostic]:
+    """E_MISSING_SCHEMA for a document without `schema:`: its kind and version, hence its migrations, are unknown."""
     if not isinstance(data, dict) or "schema" not in data:
         return [error("E_MISSING_SCHEMA", "the document does not declare its schema", Position(file, 1, 1),
                       help="add `schema: moeforge/recipe/v3` (or platform/v1, model/v1, sweep/v1) at the top")]

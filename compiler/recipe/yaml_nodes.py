@@ -87,6 +87,7 @@ class _Builder:
         return Position(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
 
     def build(self, node, path: tuple, depth: int):
+        """A node as plain values, each path's position kept; refuses alias bombs, recursive aliases, deep nesting."""
         self.count += 1
         if self.count > MAX_NODES:
             self._fail("E_YAML_TOO_MANY_NODES",
