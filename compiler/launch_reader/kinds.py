@@ -121,6 +121,7 @@ def detect(text: str, name: str = "") -> str | None:
 
 
 def expected() -> str:
+    """The kinds import accepts, in one phrase, for the error on a file that is none of them."""
     return "expected " + ", ".join(k.what for k in KINDS[:-1]) + " or " + KINDS[-1].what
 
 

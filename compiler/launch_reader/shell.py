@@ -86,6 +86,7 @@ class _Reader(E.Words):
     # ------------------------------------------------------------------ texts and statements
 
     def run_text(self, text: str, where: str, line0: int, depth: int) -> None:
+        """Run a script's (or an eval / bash -c string's) statements; past MAX_DEPTH nesting a note, not a recursion."""
         if depth > MAX_DEPTH:
             self.note(line0, where, "nesting deeper than {MAX_DEPTH} levels: not read")
             return
@@ -163,6 +164,7 @@ class _Reader(E.Words):
         return None
 
     def block(self, nodes, ctx) -> bool | None:
+        """Run statements in order; the status is the last one's, as bash's is."""
         status = True
         for child in nodes:
             status = self.statement(child, ctx)
@@ -184,6 +186,7 @@ class _Reader(E.Words):
         return status
 
     def if_statement(self, node, ctx) -> bool | None:
+        """Run the branch whose condition is known true; an unknown condition reads no branch, noted if one matters."""
         branches = [_cond_body(node)] + [_cond_body(c) for c in node.named_children if c.type == "elif_clause"]
         branches += [(None, c.named_children) for c in node.named_children if c.type == "else_clause"]
         for i, (conds, body) in enumerate(branches):
@@ -198,12 +201,14 @@ class _Reader(E.Words):
         return True
 
     def condition(self, conds, ctx) -> bool | None:
+        """An if/elif condition's status: its commands run in order, the last one's status (None: unknown)."""
         status = True
         for c in conds:
             status = self.statement(c, ctx) if c.type != "test_command" else self.test(c, ctx)
         return status
 
     def case(self, node, ctx) -> bool | None:
+        """Run the first item whose pattern matches the known word (fnmatch, as bash); an unknown word reads no item."""
         value = self.word(node.child_by_field_name("value"), ctx)
         for item in (c for c in node.named_children if c.type == "case_item"):
             patterns = [c for i, c in enumerate(item.children) if item.field_name_for_child(i) == "value"]
@@ -219,6 +224,7 @@ class _Reader(E.Words):
         return True
 
     def for_loop(self, node, ctx) -> bool | None:
+        """Run the body once per known word (without `in`: the positional ones); unknown or past MAX_LOOP: not run."""
         var = self.text(node.child_by_field_name("variable"), ctx)
         values = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "value"]
         words = self.positional if not values else self.words_of(values, ctx, keep_unknown=False)
@@ -235,6 +241,7 @@ class _Reader(E.Words):
         return status
 
     def loop(self, node, ctx) -> bool | None:
+        """A while/until loop is never run (its exit cannot be known); one whose test is false is never entered."""
         cond = node.child_by_field_name("condition")
         if node.type == "while_statement" and cond is not None:
             status = self.condition([cond], ctx)
@@ -281,6 +288,7 @@ class _Reader(E.Words):
     # ------------------------------------------------------------------ assignments
 
     def declaration(self, node, ctx) -> bool:
+        """export/local/declare: assign what has a value; a bare declare/local name starts empty, as in bash."""
         keyword = node.children[0].type
         for child in node.named_children:
             if child.type == "variable_assignment":
@@ -290,6 +298,7 @@ class _Reader(E.Words):
         return True
 
     def assign(self, node, ctx) -> None:
+        """Record a scalar, array or element assignment (+= appends); unknown parts are kept as written."""
         name_node = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
         append = any(c.type == "+=" for c in node.children)
@@ -326,6 +335,7 @@ class _Reader(E.Words):
     # ------------------------------------------------------------------ commands
 
     def command(self, node, ctx) -> bool | None:
+        """Record the command and follow what changes reading: source, exit, shift, eval, functions, bash -c."""
         env = {}
         for child in node.named_children:
             if child.type == "variable_assignment":
@@ -363,6 +373,7 @@ class _Reader(E.Words):
         return None if head not in QUIET else True
 
     def call(self, name: str, args: list[str], line: int, ctx) -> bool | None:
+        """Run a script function's body with its arguments as $1...; past MAX_DEPTH calls a note, not a recursion."""
         body, where = self.functions[name]
         if self.depth >= MAX_DEPTH:
             self.note(line, ctx.where, f"{name}: calls nested deeper than {MAX_DEPTH} levels: not run")
@@ -376,6 +387,7 @@ class _Reader(E.Words):
             self.positional = saved
 
     def source(self, args: list[str], node, ctx) -> bool | None:
+        """Read a sourced file found beside the script, bounded as it is; one not found leaves its values unknown."""
         if not args:
             return None
         target = args[0]

@@ -36,12 +36,15 @@ class Words(Operators):
     # ------------------------------------------------------------------ notes
 
     def text(self, node, ctx) -> str:
+        """A node's source text, decoded leniently: a stray byte must not stop reading a launch."""
         return ctx.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
     def note(self, line: int, where: str, what: str) -> None:
+        """Record what could not be known, as "file:line: what", for import's report."""
         self.state.notes.append(f"{where}:{line}: {what}")
 
     def note_node(self, node, ctx, construct: str, what: str) -> None:
+        """A note at the node's line naming the construct (whitespace collapsed, so it stays one line)."""
         construct = " ".join(construct.split())
         self.note(ctx.line(node), ctx.where, f"{construct}: {what}")
 
@@ -52,6 +55,7 @@ class Words(Operators):
         self.reported.setdefault((ctx.where, how), {}).setdefault(name, (ctx.line(node), detail))
 
     def unset_notes(self) -> list[str]:
+        """One note per place and reading of the variables the script never set, instead of one per use."""
         out = []
         for (where, how), uses in self.reported.items():
             items = ", ".join(f"{n}={d if d else chr(34) * 2} (line {line})" if how == "default"
@@ -90,6 +94,7 @@ class Words(Operators):
         return " ".join(b.result()) if node.type != "array" else ""
 
     def expand(self, node, ctx, b: Fields, quoted: bool, unset_empty: bool = False) -> None:
+        """Append a word node's expansion to `b`: unquoted values split on blanks, unknown parts kept as written."""
         t = node.type
         if t == "word" or (not node.is_named and t not in ('"',)):
             b.lit(unescape_word(self.text(node, ctx)))
@@ -205,6 +210,7 @@ class Words(Operators):
         return UNSET
 
     def parameter(self, node, ctx, b: Fields, quoted: bool, unset_empty: bool) -> None:
+        """Expand ${...}: lengths and bash's operators on a known value; indirection and unknowns kept as written."""
         raw = self.text(node, ctx).strip()
         children = [c for c in node.children if c.type not in ("${", "}", "$")]
         prefix = None

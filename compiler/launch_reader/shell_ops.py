@@ -32,6 +32,7 @@ class Ctx:
     line0: int
 
     def line(self, node) -> int:
+        """The node's 1-based line in its file: a here-document run as a script counts from where it sits (line0)."""
         return self.line0 + node.start_point[0] + 1
 
 
@@ -44,9 +45,11 @@ class Fields:
         self.unknown = False
 
     def lit(self, s: str) -> None:
+        """Join text to the current word without splitting: quoted text and literals."""
         self.cur = (self.cur or "") + s
 
     def split(self, s: str) -> None:
+        """Add an unquoted expansion's value split on blanks (an edge blank ends the word), as bash does."""
         if not s:
             return
         parts = s.split()
@@ -60,16 +63,19 @@ class Fields:
             self.end()
 
     def end(self) -> None:
+        """Close the current word; a word begun by quotes counts even when empty, as bash keeps ""."""
         if self.cur is not None:
             self.words.append(self.cur)
             self.cur = None
 
     def result(self) -> list[str]:
+        """The finished words, the one being built included."""
         self.end()
         return self.words
 
 
 def to_int(text) -> int | None:
+    """An integer as Python reads a literal (0x10 too), None for anything else: indexes and shift counts."""
     try:
         return int(str(text).strip(), 0)
     except (TypeError, ValueError):
@@ -82,6 +88,7 @@ class Operators:
     # ------------------------------------------------------------------ arithmetic
 
     def arithmetic(self, node, ctx) -> int | None:
+        """A $((...)) value; None (kept as written, with a note) when it is not one expression or not known."""
         inner = [c for c in node.named_children]
         if len(inner) != 1:
             self.note_node(node, ctx, self.text(node, ctx), "not evaluated: kept as written")
@@ -90,6 +97,7 @@ class Operators:
         return value
 
     def arith_node(self, node, ctx) -> int | None:
+        """One arithmetic node's integer value, None when any operand is unknown (an unset name is noted)."""
         t = node.type
         if t == "number":
             return _arith_number(self.text(node, ctx))
@@ -147,6 +155,7 @@ class Operators:
     # ------------------------------------------------------------------ tests
 
     def test(self, node, ctx) -> bool | None:
+        """A [ ] or [[ ]] test's status; None when it is not one expression or its operands are unknown."""
         inner = [c for c in node.named_children]
         if len(inner) != 1:
             return None
@@ -154,6 +163,7 @@ class Operators:
         return self.test_expr(inner[0], ctx, double)
 
     def test_expr(self, node, ctx, double: bool) -> bool | None:
+        """One test expression's truth; `double` marks [[ ]], whose == is a pattern match; None when unknown."""
         t = node.type
         if t == "parenthesized_expression":
             return self.test_expr(node.named_children[0], ctx, double) if node.named_children else None
@@ -318,10 +328,12 @@ def unescape_dq(text: str) -> str:
 
 
 def unescape_heredoc(text: str) -> str:
+    """Undo only the escapes bash honours in an unquoted here-document: before $, ` and backslash, and line joins."""
     return re.sub(r"\\(\r?\n|[$`\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
 
 
 def ansi_c(text: str) -> str:
+    """A $'...' string's escapes decoded as bash would; text that does not decode is kept as written."""
     try:
         return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
     except UnicodeDecodeError:
