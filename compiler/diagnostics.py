@@ -55,22 +55,27 @@ class Diagnostic:
 
     @property
     def is_error(self) -> bool:
+        """Errors stop a compile (CompileError); warnings and advice are only reported."""
         return self.severity == "error"
 
     # lint-config's names for the same fields
     @property
     def rule(self) -> str:
+        """The code under lint-config's JSON name: a rule id, or a stage's E_ code."""
         return self.code
 
     @property
     def fix(self) -> str:
+        """The help under lint-config's name: "" rather than None, so its JSON always holds a string."""
         return self.help or ""
 
     @property
     def line(self) -> int:
+        """The 1-based line under lint-config's name; 0 for a diagnostic without a position."""
         return self.pos.line if self.pos else 0
 
     def as_error(self) -> "Diagnostic":
+        """The same finding as an error: what --strict makes of a warning, so that the compile stops on it."""
         return replace(self, severity="error")
 
     def render(self) -> str:
@@ -157,6 +162,7 @@ class CompileError(Exception):
 
 
 def error(code: str, message: str, pos: Position | None = None, **kw) -> Diagnostic:
+    """An error diagnostic: the shorthand every stage raises CompileError with."""
     return Diagnostic("error", code, message, pos, **kw)
 
 
@@ -234,6 +240,7 @@ def shown(diags: Iterable[Diagnostic], quiet: bool = False, advice: bool = False
 
 
 def summary(diags: Iterable[Diagnostic]) -> dict[str, int]:
+    """Counts of errors, warnings and advice (info lines not counted), for `check`'s totals."""
     counts = {s: 0 for s in ("error", "warning", "advice")}
     for d in diags:
         if d.severity in counts:
@@ -242,6 +249,7 @@ def summary(diags: Iterable[Diagnostic]) -> dict[str, int]:
 
 
 def render_all(diags: Iterable[Diagnostic], fmt: str = "text") -> str:
+    """Diagnostics as --format asked: text, JSON, or GitHub Actions annotation lines."""
     diags = list(diags)
     if fmt == "json":
         return json.dumps([d.to_json() for d in diags], indent=2)
