@@ -37,10 +37,12 @@ class Compiled:
 
     @property
     def composed(self) -> Composed:
+        """The composed recipe behind the plan: the CLI names the build directory and messages after its id."""
         return self.resolved.composed
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
+        """The warnings and advice a successful resolve kept (its errors were raised instead)."""
         return self.resolved.diagnostics
 
 
@@ -103,10 +105,12 @@ def _kind_of(doc, root: Path) -> str:
 
 
 def rules_in_force(env: dict) -> list[Rule]:
+    """The rules the platform's versions may put in force: unknown counts as in force, only a certain no drops one."""
     return [r for r in RULES if r.applies(env) is not False]
 
 
 def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> Resolved:
+    """Solve a composed recipe: every knob decided with its reason, or CompileError (--strict: warnings too)."""
     pins, auto = pins_and_auto(c)
     facts = {f: p.value for f, p in pins.items()}
     rules = rules_in_force(facts)
