@@ -30,6 +30,7 @@ _root: Path | None = None
 
 
 def find_root(start: Path | None = None) -> Path:
+    """The nearest directory up from `start` with moeforge.toml or recipes/; else `start` itself (a new project)."""
     here = Path(start or os.getcwd()).absolute()
     for d in (here, *here.parents):
         if (d / MARKER).is_file() or (d / "recipes").is_dir():
@@ -56,14 +57,17 @@ def restore_root(previous: Path | None) -> None:
 
 
 def root() -> Path:
+    """The project root: the one set_root fixed (--root), else found from the current directory."""
     return _root if _root is not None else find_root()
 
 
 def recipes() -> Path:
+    """The user's recipes/ under the project root (the built-in catalogue is compose.RECIPES)."""
     return root() / "recipes"
 
 
 def build() -> Path:
+    """Where compile writes build/<recipe>/ unless --out says otherwise: build/ under the project root."""
     return root() / "build"
 
 
