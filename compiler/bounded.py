@@ -70,6 +70,7 @@ def decode(data: bytes) -> str:
 
 
 def read_text(name, limit: int) -> str:
+    """A file (or stdin for '-') as UTF-8 within `limit` bytes; Unreadable, never a traceback, for size or encoding."""
     return decode(read_bytes(name, limit))
 
 
@@ -95,6 +96,7 @@ def parse_json(text: str | bytes):
 
 
 def read_json(name, limit: int):
+    """A JSON file within `limit` bytes, parsed under parse_json's bounds (finite numbers, limited depth)."""
     return parse_json(read_bytes(name, limit))
 
 
