@@ -23,9 +23,9 @@ def cmd_sweep(args) -> int:
     except (workflow.SweepError, slurm.SlurmError, k8s.K8sError, LaunchError) as exc:
         print(f"moeforge sweep launch: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("moeforge sweep launch: stopped; `moeforge sweep launch --resume` runs what is left", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
     if target == "print":
         return 0
     print("\n" + report.launch_text(checked.sweep, todo, ran, top))

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 
 from moeforge.compiler import project
@@ -143,6 +144,71 @@ def read_text(path) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (Linux: /proc/PID/stat's start time, in clock ticks since boot), so a
+    recorded pid that the kernel has since given to another process is not taken for the run; None when
+    unknown (no such process, or no /proc)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            stat_ = fh.read(4096).decode("ascii", "replace")
+        return stat_.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(record: dict) -> bool | None:
+    """Whether the local run a `running` record names is still going: True, False, or None for a record
+    that names no local process (a Slurm task, a pod). A record from another host counts as alive: it
+    cannot be checked from here."""
+    pid = record.get("pid")
+    if record.get("job_id") is not None or record.get("target") not in (None, "local") or \
+            not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2 ** 22:
+        return None
+    if record.get("host") not in (None, socket.gethostname()):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone's process: the start time says whether it is ours
+    started = record.get("pid_start")
+    return started is None or process_start(pid) in (None, started)
+
+
+class RunAlive(Exception):
+    """A point's recorded run is still going: launching it again would train twice in one build directory."""
+
+
+def settle(point_dir: Path, repeats: int) -> None:
+    """Before a launch: refuse (RunAlive) when a run of the point is still going; a local run whose launcher
+    died (its record says running, its process is gone) is recorded as it ended: ok when its report.json
+    is complete (moved next to its status.json), else cancelled. Nothing is ever deleted."""
+    for repeat in range(1, repeats + 1):
+        here = run_dir(point_dir, repeat)
+        record = read_json(here / "status.json")
+        if record is None or record.get("state") != "running":
+            continue
+        state = alive(record)
+        if state is None:
+            continue
+        if state:
+            raise RunAlive(f"{here / 'status.json'}: repeat {repeat} of {point_dir.name} is still running (pid "
+                           f"{record.get('pid')} on {record.get('host')}): wait for it to end, or stop it "
+                           f"(kill -TERM -{record.get('pid')}), then launch again")
+        report = read_json(here / "report.json")
+        if report is None and read_json(point_dir / "report.json") is not None:
+            os.replace(point_dir / "report.json", here / "report.json")
+            report = read_json(here / "report.json")
+        complete = report is not None and report.get("status", "ok") == "ok" and isinstance(report.get("steps"), list)
+        record.update(state="ended", recovered="the launcher ended before recording how the run ended")
+        if complete:
+            record.update(exit_code=0, signal=None)
+        else:
+            record.update(cancelled=True, exit_code=record.get("exit_code"), signal=record.get("signal"))
+        write(here / "status.json", record)
 
 
 def todo(point_dir: Path, repeats: int, fingerprint: str | None, resume: bool) -> list[int]:

@@ -71,6 +71,12 @@ def launch_sweep(checked: Checked, target: str, resume: bool, out: str | None = 
     if target == "k8s" and sweep.repeats > 1:
         raise SweepError(f"{sweep.file}: --target k8s runs each point once (one PyTorchJob per point): set "
                          "repeats: 1, or launch on slurm or local")
+    top = builds.sweep_dir(sweep.name, out)
+    for c in checked.launchable:  # before a build is rewritten: no point's run may still be going
+        try:
+            status.settle(top / c.point.id, sweep.repeats)
+        except status.RunAlive as exc:
+            raise SweepError(f"{exc}; nothing was launched") from None
     top, _ = write(checked, out)
     todo = jobs(checked, top, resume)
     if not todo:
