@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moeforge.compiler import project
-from moeforge.compiler.sweep import status
+from moeforge.compiler.sweep import inputs, status
 from moeforge.compiler.sweep.builds import relative
 from moeforge.compiler.sweep.progress import Progress
 from moeforge.compiler.targets.job import job_env, job_python, local_command
@@ -134,6 +134,9 @@ def _finish(job: Job, here: Path, record: dict, returncode: int | None, cancelle
     record.update(state="ended", ended=time.time(), signal=sig, cancelled=cancelled,
                   exit_code=128 + -returncode if returncode < 0 else returncode)
     status.write(here / "status.json", record)
-    state, error = status.classify(record, status.read_json(here / "report.json"),
-                                   status.read_text(here / "run.log"))
+    try:
+        log = inputs.log_tail(here / "run.log", here / "status.json")
+    except inputs.InputError:
+        log = ""  # the run replaced its own log with something else: the exit code still says how it ended
+    state, error = status.classify(record, status.read_json(here / "report.json"), log)
     return {"point": job.point, "repeat": job.repeat, "status": state, "error": error, "log": record["log"]}
