@@ -104,7 +104,7 @@ def read(path: Path, shape: str, optional: bool = False):
         data = read_json(path, LIMITS["report"])
     except Unreadable as exc:
         raise InputError(f"{path}: {exc}: {_fix(path)}") from None
-    v = _validator(shape) if shape in shapes() else validator(shape)
+    v = _validator(shape)
     errors = sorted(v.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
@@ -115,9 +115,15 @@ def read(path: Path, shape: str, optional: bool = False):
 
 @lru_cache(maxsize=None)
 def _validator(name: str):
+    """A validator whose integers are ints: JSON Schema takes 2.0 (and -0.0) for an integer, which then
+    reaches range() and slices as a float."""
     import jsonschema  # lazy: as compiler/recipe/validate.py, only when a file is checked
 
-    return jsonschema.Draft202012Validator(shapes()[name])
+    schema = shapes()[name] if name in shapes() else validator(name).schema
+    base = jsonschema.validators.validator_for(schema)
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
 def _short(message: str) -> str:

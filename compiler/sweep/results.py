@@ -13,10 +13,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from pathlib import Path
 
 from moeforge.compiler import __version__
+from moeforge.compiler.diagnostics import printable
+from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.recipe.validate import validator
 from moeforge.compiler.sweep import estimates, inputs, plots, slurm, status
 from moeforge.compiler.sweep.builds import MANIFEST, relative
@@ -53,7 +56,22 @@ def collect(top: Path, baseline: str | None = None) -> dict:
            "baseline": baseline, "points": points}
     if baseline is not None:
         _relative(doc, baseline)
+    _finite(doc)
     return doc
+
+
+def _finite(doc: dict) -> None:
+    """results.json never holds Infinity or NaN: finite inputs can still overflow (a forged plan's sizes)."""
+    stack = [(doc, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{where}.{i}") for i, v in enumerate(value)]
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ResultsError(f"{doc['directory']}: {where} comes out as {value}: the plan.json and report.json "
+                               "of that point hold numbers past any physical range; relaunch it")
 
 
 def _point(entry: dict, sweep: dict, logs: str | None, top: Path) -> dict:
@@ -77,6 +95,16 @@ def _point(entry: dict, sweep: dict, logs: str | None, top: Path) -> dict:
     ok = [(r, rep) for r, rep in reports if r["status"] == "ok"]
     if ok:
         out["report"] = ok[0][0]["report"]
+    try:
+        _measure(out, plan, ok, sweep)
+    except CalibrationError:
+        raise
+    except (ValueError, ArithmeticError) as exc:  # a plan its schema accepts and its arithmetic refuses
+        raise ResultsError(f"{build / 'plan.json'}: {exc}: {inputs.HOW['plan.json']}") from None
+    return out
+
+
+def _measure(out: dict, plan: dict | None, ok: list, sweep: dict) -> None:
     if plan is not None:
         out["estimate"] = estimates.of_plan(plan, sweep["repeats"])
     seconds = [r["seconds"] for r in out["runs"] if r["seconds"] is not None]
@@ -89,7 +117,6 @@ def _point(entry: dict, sweep: dict, logs: str | None, top: Path) -> dict:
         out["realised"] = realised(last)
         out["versions"] = last.get("versions")
         out["ratio"] = ratio(out["measured"], out["estimate"])
-    return out
 
 
 def measured(reports: list[dict], plan: dict, warmup: int) -> dict:
@@ -234,9 +261,12 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what Excel, LibreOffice and 
 
 def cell(v) -> object:
     """A CSV cell a spreadsheet shows as text: a string that starts like a formula gets a leading apostrophe,
-    as OWASP recommends for CSV injection (a number stays a number; '-1.5' is a number, '-1+1' is not)."""
+    as OWASP recommends for CSV injection (a number stays a number; '-1.5' is a number, '-1+1' is not), and
+    its control characters are escaped as on a terminal (the CSV is printed too, and read in CI logs)."""
     if v is None:
         return ""
+    if isinstance(v, str):
+        v = printable(v)
     if isinstance(v, str) and v.startswith(FORMULA_START):
         try:
             float(v)
