@@ -35,7 +35,7 @@ def shapes() -> dict:
     MANIFEST = {
         "type": "object", "required": ["sweep", "points"], "$defs": _results["$defs"],
         "properties": {
-            "sweep": {"type": "object", "required": ["name", "repeats", "warmup_steps", "swept"], "properties": {
+            "sweep": {"type": "object", "required": ["name", "file", "recipe", "repeats", "warmup_steps", "swept"], "properties": {
                 "name": _sweep["properties"]["name"], "file": {"type": "string"}, "recipe": {"type": "string"},
                 "description": _opt_str, "repeats": _sweep["properties"]["repeats"],
                 "warmup_steps": {**_sweep["properties"]["warmup_steps"], "maximum": COUNT_MAX},

@@ -94,7 +94,7 @@ def run_one(job: Job) -> dict:
     read_end, write_end = os.pipe()  # the write end stays here: its closing tells the watchdog we are gone
     try:
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, str(WATCHDOG), str(read_end), str(here / "status.json"),
+            proc = subprocess.Popen([sys.executable, "-I", str(WATCHDOG), str(read_end), str(here / "status.json"),
                                      *local_command(job.build)], cwd=project.root(), env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                     pass_fds=(read_end,))

@@ -8,7 +8,7 @@ end, this script reads end-of-file, records the run as cancelled in its status.j
 whole process group (SIGTERM, then SIGKILL after GRACE_S). Otherwise it exits with the run's own status
 (128 + N when signal N ended it), which the launcher records.
 
-Run as a file (`python watchdog.py FD STATUS_JSON CMD...`): the standard library only, so it starts fast
+Run as a file (`python -I watchdog.py FD STATUS_JSON CMD...`): the standard library only, so it starts fast
 and imports nothing of moeforge.
 """
 from __future__ import annotations
