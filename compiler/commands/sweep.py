@@ -60,5 +60,5 @@ def cmd_results(args) -> int:
           else results.to_text(doc), end="" if args.format != "table" else "\n")
     for note in notes:
         print(printable(f"moeforge results: {note}"), file=sys.stderr)
-    print("wrote " + ", ".join(builds.relative(p) for p in written), file=sys.stderr)
+    print(printable("wrote " + ", ".join(builds.relative(p) for p in written)), file=sys.stderr)
     return 0

@@ -106,8 +106,8 @@ def launch_sweep(checked: Checked, target: str, resume: bool, out: str | None = 
     job = slurm.submit(script, env)
     builds.record_launch(top, {"target": "slurm", "points": [t["point"] for t in todo], "array_job_id": job,
                                "logs_dir": _logs_dir(top)})
-    print(f"sweep {sweep.name}: job array {job} ({len(todo)} point(s), at most {concurrency} at a time); "
-          f"logs in {_logs_dir(top)}/", flush=True)
+    print(printable(f"sweep {sweep.name}: job array {job} ({len(todo)} point(s), at most {concurrency} at a time); "
+          f"logs in {_logs_dir(top)}/"), flush=True)
     if wait:
         slurm.follow(job, todo, env, timeout_s or sweep.launch["timeout_s"], stream=stream)
     return top, todo, []
