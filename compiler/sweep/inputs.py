@@ -22,63 +22,67 @@ STEP_MAX_S = 1e7            # a step of 115 days is not a measurement
 BYTES_MAX = 2 ** 50         # a petabyte per rank
 COUNT_MAX = 2 ** 20         # ranks, steps
 
+
 @lru_cache(maxsize=None)
 def shapes() -> dict:
     """The shapes of sweep.json, status.json and report.json, by file name (built on first use: they borrow
     from schemas/results.v1.json and sweep.v1.json, which are read then)."""
-    _results = validator("results.v1.json").schema
-    _sweep = validator("sweep.v1.json").schema
-    _point = _results["properties"]["points"]["items"]["properties"]
-    _opt_str = {"type": ["string", "null"], "maxLength": 4096}
-    _int = {"type": "integer"}
+    results = validator("results.v1.json").schema
+    sweep = validator("sweep.v1.json").schema
+    point = results["properties"]["points"]["items"]["properties"]
+    opt_str = {"type": ["string", "null"], "maxLength": 4096}
+    int_ = {"type": "integer"}
 
-    MANIFEST = {
-        "type": "object", "required": ["sweep", "points"], "$defs": _results["$defs"],
+    manifest = {
+        "type": "object", "required": ["sweep", "points"], "$defs": results["$defs"],
         "properties": {
-            "sweep": {"type": "object", "required": ["name", "file", "recipe", "repeats", "warmup_steps", "swept"], "properties": {
-                "name": _sweep["properties"]["name"], "file": {"type": "string"}, "recipe": {"type": "string"},
-                "description": _opt_str, "repeats": _sweep["properties"]["repeats"],
-                "warmup_steps": {**_sweep["properties"]["warmup_steps"], "maximum": COUNT_MAX},
+            "sweep": {"type": "object", "required": ["name", "file", "recipe", "repeats", "warmup_steps", "swept"],
+                      "properties": {
+                "name": sweep["properties"]["name"], "file": {"type": "string"}, "recipe": {"type": "string"},
+                "description": opt_str, "repeats": sweep["properties"]["repeats"],
+                "warmup_steps": {**sweep["properties"]["warmup_steps"], "maximum": COUNT_MAX},
                 "swept": {"type": "array", "items": {"type": "string"}, "maxItems": 1000},
                 "set": {"type": ["object", "null"]}}},
             "launches": {"type": "array", "items": {"type": "object", "properties": {"logs_dir": {"type": "string"}}}},
             "points": {"type": "array", "maxItems": 1000, "items": {
                 "type": "object", "required": ["id", "values", "verdict"],
-                "properties": {"id": {"type": "string", "pattern": "^p[0-9]{2,4}$(?!\\n)"}, "values": {"type": "object"},
-                               "verdict": _point["verdict"], "duplicate_of": _point["duplicate_of"],
-                               "collapsed": _point["collapsed"], "diagnostics": _point["diagnostics"],
-                               "build_dir": {"type": "string"}, "fingerprint": _opt_str, "estimate": _point["estimate"]},
+                "properties": {"id": {"type": "string", "pattern": "^p[0-9]{2,4}$(?!\\n)"},
+                               "values": {"type": "object"},
+                               "verdict": point["verdict"], "duplicate_of": point["duplicate_of"],
+                               "collapsed": point["collapsed"], "diagnostics": point["diagnostics"],
+                               "build_dir": {"type": "string"}, "fingerprint": opt_str, "estimate": point["estimate"]},
                 "if": {"properties": {"verdict": {"const": "planned"}}}, "then": {"required": ["build_dir"]}}}}}
 
-    STATUS = {
+    status = {
         "type": "object", "required": ["state"],
         "properties": {
-            "state": {"enum": ["running", "ended"]}, "fingerprint": _opt_str, "log": _opt_str,
+            "state": {"enum": ["running", "ended"]}, "fingerprint": opt_str, "log": opt_str,
             "exit_code": {"type": ["integer", "null"], "minimum": 0, "maximum": 255},
             "signal": {"type": ["string", "null"], "pattern": "^SIG[A-Z0-9+-]{1,12}$(?!\\n)"},
             "started": {"type": ["number", "null"], "minimum": 0, "maximum": EPOCH_MAX},
             "ended": {"type": ["number", "null"], "minimum": 0, "maximum": EPOCH_MAX},
             "cancelled": {"type": ["boolean", "null"]}, "target": {"type": "string"},
             "slurm_state": {"type": ["string", "null"], "maxLength": 80},
-            "job_id": _opt_str, "array_job_id": {"type": ["string", "null"], "pattern": "^[0-9]{1,20}$(?!\\n)"},
+            "job_id": opt_str, "array_job_id": {"type": ["string", "null"], "pattern": "^[0-9]{1,20}$(?!\\n)"},
             "array_task_id": {"type": ["integer", "null"], "minimum": 0, "maximum": COUNT_MAX},
             "pid": {"type": "integer", "minimum": 1, "maximum": 2 ** 22}}}
 
-    _bytes = {"type": "integer", "minimum": 0, "maximum": BYTES_MAX}
-    REPORT = {
+    bytes_ = {"type": "integer", "minimum": 0, "maximum": BYTES_MAX}
+    report = {
         "type": "object",
         "properties": {
-            "status": {"type": "string", "maxLength": 40}, "world_size": {**_int, "minimum": 1, "maximum": COUNT_MAX},
+            "status": {"type": "string", "maxLength": 40}, "world_size": {**int_, "minimum": 1, "maximum": COUNT_MAX},
             "steps": {"type": "array", "maxItems": COUNT_MAX, "items": {"type": "object", "properties": {
-                "step": {**_int, "minimum": 0, "maximum": 2 ** 40},
+                "step": {**int_, "minimum": 0, "maximum": 2 ** 40},
                 "time_s": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": STEP_MAX_S}}}},
-            "peak_memory_bytes_per_rank": {"type": ["array", "null"], "maxItems": COUNT_MAX, "items": _bytes},
-            "peak_memory_bytes_max": {"anyOf": [_bytes, {"type": "null"}]},
+            "peak_memory_bytes_per_rank": {"type": ["array", "null"], "maxItems": COUNT_MAX, "items": bytes_},
+            "peak_memory_bytes_max": {"anyOf": [bytes_, {"type": "null"}]},
             "peak_memory_source": {"type": ["string", "null"], "maxLength": 200},
             "realised": {"type": ["object", "null"]}, "layout": {"type": ["object", "null"]},
-            "versions": {"type": ["object", "null"], "additionalProperties": {"type": ["string", "null"], "maxLength": 200}},
-            "entrypoint": {"type": "string", "maxLength": 200}, "device": _opt_str, "schedule_taken": _opt_str}}
-    return {"sweep.json": MANIFEST, "status.json": STATUS, "report.json": REPORT}
+            "versions": {"type": ["object", "null"],
+                         "additionalProperties": {"type": ["string", "null"], "maxLength": 200}},
+            "entrypoint": {"type": "string", "maxLength": 200}, "device": opt_str, "schedule_taken": opt_str}}
+    return {"sweep.json": manifest, "status.json": status, "report.json": report}
 
 
 HOW = {"sweep.json": "run `moeforge sweep launch` again to rewrite it",

@@ -32,8 +32,8 @@ sys.exit(main(sys.argv[2:]))
 # records its own pid and a grandchild's, then waits: a training that would run for minutes
 LONG = 'echo $$ > "$1/stand-in.pid"; sleep 300 & echo $! > "$1/grandchild.pid"; wait'
 # a run that finishes at once with a complete report
-QUICK = ('printf \'{"status": "ok", "world_size": 2, "steps": [{"step": 1, "time_s": 0.5}, {"step": 2, "time_s": 0.4}]}\''
-         ' > "$1/report.json"')
+QUICK = ('printf \'{"status": "ok", "world_size": 2, "steps": [{"step": 1, "time_s": 0.5}, '
+         '{"step": 2, "time_s": 0.4}]}\' > "$1/report.json"')
 
 
 @pytest.fixture
