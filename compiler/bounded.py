@@ -10,6 +10,7 @@ one line saying why, which each command reports in its own format.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -60,6 +61,26 @@ def read_bytes(name, limit: int, head: bool = False) -> bytes:
     return data
 
 
+def read_tail(name, limit: int) -> bytes:
+    """The last `limit` bytes of a regular file (a log: its end says why a run stopped), however long it is;
+    a FIFO, a device or a directory is not read."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("not a regular file (a FIFO, a device or a directory is not read)")
+        os.lseek(fd, max(0, info.st_size - limit), os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    except OSError as exc:
+        raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
 def decode(data: bytes) -> str:
     """UTF-8 text (a BOM dropped); Unreadable names the first bad byte and its line."""
     try:
@@ -80,8 +101,14 @@ def parse_json(text: str | bytes):
     def constant(name):
         raise Unreadable(f"{name} is not a number JSON allows", "json")
 
+    def finite(text_):
+        number = float(text_)
+        if not math.isfinite(number):  # 1e400: a finite JSON number past a double's range
+            raise Unreadable(f"{text_[:40]} is beyond the range of a number (about 1.8e308)", "json")
+        return number
+
     try:
-        value = json.loads(text, parse_constant=constant)
+        value = json.loads(text, parse_constant=constant, parse_float=finite)
     except RecursionError:
         raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json") from None
     except Unreadable:

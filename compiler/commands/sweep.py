@@ -5,33 +5,44 @@ import sys
 from pathlib import Path
 
 from moeforge.compiler import project
-from moeforge.compiler.sweep import builds, k8s, report, results, slurm, status, workflow
+from moeforge.compiler.diagnostics import printable
+from moeforge.compiler.estimate.calibration import CalibrationError
+from moeforge.compiler.sweep import builds, inputs, k8s, report, results, slurm, status, workflow
 from moeforge.compiler.targets.job import LaunchError
 
 
 def cmd_sweep(args) -> int:
     """sweep check: every point compiled (exit 1 when the rules refuse one); sweep launch: the points run
     (exit 1 when a run did not succeed)."""
-    checked = workflow.check(args.sweep)
-    print(report.check_text(checked), flush=True)
+    try:
+        checked = workflow.check(args.sweep)
+        text = report.check_text(checked)  # estimates: a bad calibration document is the user's to fix
+    except CalibrationError as exc:
+        print(printable(f"moeforge sweep {args.sweep_command}: error: {exc}"), file=sys.stderr)
+        return 2
+    print(text, flush=True)
     if args.sweep_command == "check":
         return 1 if checked.refused or not checked.launchable else 0
     target = args.target or checked.sweep.launch["target"]
     try:
         top, todo, ran = workflow.launch_sweep(checked, target, args.resume, args.out, args.concurrency, args.timeout,
                                                not args.no_wait)
-    except (workflow.SweepError, slurm.SlurmError, k8s.K8sError, LaunchError) as exc:
-        print(f"moeforge sweep launch: error: {exc}", file=sys.stderr)
+    except (workflow.SweepError, slurm.SlurmError, k8s.K8sError, LaunchError, CalibrationError) as exc:
+        print(printable(f"moeforge sweep launch: error: {exc}"), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("moeforge sweep launch: stopped; `moeforge sweep launch --resume` runs what is left", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
     if target == "print":
         return 0
     print("\n" + report.launch_text(checked.sweep, todo, ran, top))
     if target == "slurm" and not args.no_wait:
-        ran = [r for t in todo for r in status.runs(project.root() / t["build_dir"], checked.sweep.repeats,
-                                                     t["fingerprint"])]
+        try:
+            ran = [r for t in todo for r in status.runs(project.root() / t["build_dir"], checked.sweep.repeats,
+                                                         t["fingerprint"])]
+        except inputs.InputError as exc:
+            print(printable(f"moeforge sweep launch: error: {exc}"), file=sys.stderr)
+            return 2
     return 1 if any(r["status"] != "ok" for r in ran) else 0
 
 
@@ -41,13 +52,13 @@ def cmd_results(args) -> int:
         top = builds.sweep_dir(args.dir)
     try:
         doc = results.collect(top, args.baseline)
-    except results.ResultsError as exc:
-        print(f"moeforge results: error: {exc}", file=sys.stderr)
+    except (results.ResultsError, CalibrationError) as exc:
+        print(printable(f"moeforge results: error: {exc}"), file=sys.stderr)
         return 2
     written, notes = results.write_all(doc, Path(args.out) if args.out else top, plot=not args.no_plot)
     print(results.to_json(doc) if args.format == "json" else results.to_csv(doc) if args.format == "csv"
           else results.to_text(doc), end="" if args.format != "table" else "\n")
     for note in notes:
-        print(f"moeforge results: {note}", file=sys.stderr)
-    print("wrote " + ", ".join(builds.relative(p) for p in written), file=sys.stderr)
+        print(printable(f"moeforge results: {note}"), file=sys.stderr)
+    print(printable("wrote " + ", ".join(builds.relative(p) for p in written)), file=sys.stderr)
     return 0

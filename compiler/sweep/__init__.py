@@ -9,6 +9,8 @@ Owns, one concern per module:
   builds     build/sweeps/NAME/: one build directory per point and the manifest sweep.json
   status     one run's record (status.json) and how a run ended: ok, failed, cancelled, oom, ...
   local      the points one after another on this machine, with progress
+  watchdog   one local run's session leader: the run's process group dies with its launcher
+  inputs     the build directory's files read as a user's input: bounded, shape-checked, located errors
   slurm      one job array (templates/sweep.sbatch.j2), its submission and its progress
   k8s        one PyTorchJob per point, labelled with the sweep and the point
   results    the results table (schemas/results.v1.json): measured beside estimated, CSV, JSON, text

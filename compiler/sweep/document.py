@@ -162,7 +162,24 @@ def check_knob(k: Knob) -> list[Diagnostic]:
                              if guess else f"allowed keys here: {', '.join(allowed)}"))
         elif where[: len(inner)] == inner and err.validator != "required":
             out.append(_value_error(k, err))
+        elif where == inner[: len(where)] and err.validator != "required" and not _takes_mapping(err.schema):
+            leaf = ".".join(k.path[: len(k.path) - len(inner) + len(where)])
+            out.append(error("E_UNKNOWN_KNOB", f"unknown knob {k.name}: {leaf} is a value, not a section with keys",
+                             k.key_pos, help=f"set {leaf} itself, or name a knob beside it"))
     return validate.dedupe(out)
+
+
+def _takes_mapping(schema) -> bool:
+    """Whether a schema may accept a mapping (a section): a knob path may go on past it."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return True
+    types = schema.get("type")
+    if types is not None:
+        return "object" in ([types] if isinstance(types, str) else types)
+    branches = [*schema.get("anyOf", ()), *schema.get("oneOf", ()), *schema.get("allOf", ())]
+    if branches:
+        return any(_takes_mapping(b) for b in branches)
+    return "enum" not in schema and "const" not in schema
 
 
 def _value_error(k: Knob, err) -> Diagnostic:

@@ -60,8 +60,31 @@ def expand(sweep: Sweep) -> list[Point]:
 
 
 def set_text(k: Knob) -> str:
-    """The --set text for a knob: its value as JSON, which the --set parser (YAML) reads back as written."""
-    return f"{k.name}={json.dumps(k.value)}"
+    """The --set text for a knob: its value as YAML flow text, which the --set parser (YAML) reads back as
+    written (JSON would do, but for a character outside the Basic Multilingual Plane: JSON writes it as a
+    surrogate pair, which YAML reads as two characters, so /tmp/d\U0001F600x would land in the plan as the
+    text "/tmp/d\\ud83d\\ude00x")."""
+    return f"{k.name}={flow(k.value)}"
+
+
+def flow(value) -> str:
+    """A scalar or a flat list as YAML flow text; a string double-quoted, every character outside printable
+    ASCII escaped the way YAML reads it back (\\xNN, \\uNNNN, \\UNNNNNNNN)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(flow(v) for v in value) + "]"
+    if not isinstance(value, str):
+        return json.dumps(value)
+    out = []
+    for ch in value:
+        n = ord(ch)
+        if ch in "\\\"":
+            out.append("\\" + ch)
+        elif 0x20 <= n < 0x7f:
+            out.append(ch)
+        else:
+            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return '"' + "".join(out) + '"'
+
 
 
 def compile_recipe(recipe: str, overrides: list[str]):

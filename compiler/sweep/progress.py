@@ -1,13 +1,16 @@
-"""Progress while a sweep runs: points done, running and failed, as a tqdm bar on a terminal; nothing at
-all when the output is not a terminal (CI, a pipe), where the summary at the end says it."""
+"""Progress while a sweep runs: points done, running and failed, as a tqdm bar on a terminal; one line per
+finished run when the output is not a terminal (a CI log, a pipe), so a long sweep is never silent there."""
 from __future__ import annotations
 
 import sys
+
+from moeforge.compiler.diagnostics import printable
 
 
 class Progress:
     def __init__(self, total: int, what: str, stream=None):
         self.stream = stream or sys.stderr
+        self.total = total
         self.bar = None
         if total and getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm  # lazy: only a terminal shows a progress bar
@@ -21,6 +24,12 @@ class Progress:
         self.bar.set_postfix_str(f"done {done}, running {running}, failed {failed}", refresh=False)
         self.bar.n = done + failed
         self.bar.refresh()
+
+    def finished(self, what: str, done: int, failed: int) -> None:
+        """One run ended: a line, where there is no bar to show it."""
+        if self.bar is None and self.total:
+            print(printable(f"sweep: {what} ({done + failed}/{self.total} ended, {failed} not ok)"), file=self.stream,
+                  flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from moeforge.compiler.diagnostics import render_all
+from moeforge.compiler.diagnostics import printable, render_all
 from moeforge.compiler.sweep.builds import relative
 from moeforge.compiler.sweep.estimates import of_plan
 
@@ -28,7 +28,10 @@ def short_names(paths: list[str]) -> dict[str, str]:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    rows = [list(r) + [""] * (len(headers) - len(r)) for r in rows]
+    """Aligned columns; every cell through printable() first (a knob value, a log's line: the user's text),
+    so the widths are those of what the terminal shows."""
+    headers = [printable(str(h)) for h in headers]
+    rows = [[printable(str(x)) for x in r] + [""] * (len(headers) - len(r)) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
     return "\n".join(lines)
@@ -81,7 +84,7 @@ def check_text(checked) -> str:
         lines += ["", f"estimated total: {total_h:.2f} GPU-hours for {n_run} point(s) x {sweep.repeats} repeat(s)"]
     lines.append("est. memory: the planner's peak per rank, with its 5 GiB allowance for the CUDA context and "
                  "workspaces (docs/memory-model.md)")
-    return "\n".join(lines)
+    return shown(lines)
 
 
 def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
@@ -96,4 +99,10 @@ def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
             if r["status"] != "ok":
                 lines.append(f"  {r['point']} repeat {r['repeat']}: {r['status']}: {r['error']} (log: {r['log']})")
     lines.append(f"results: moeforge results {relative(top)}")
-    return "\n".join(lines)
+    return shown(lines)
+
+
+def shown(lines: list[str]) -> str:
+    """Lines for a terminal or a CI log: each one through printable() (a line may hold several, each its
+    own: the rendered diagnostics are already escaped, and escaping is idempotent on them)."""
+    return "\n".join(printable(x) for line in lines for x in line.split("\n"))

@@ -13,14 +13,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from pathlib import Path
 
-from moeforge.compiler import __version__, project
+from moeforge.compiler import __version__
+from moeforge.compiler.diagnostics import printable
+from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.recipe.validate import validator
-from moeforge.compiler.sweep import estimates, plots, slurm, status
+from moeforge.compiler.sweep import estimates, inputs, plots, slurm, status
 from moeforge.compiler.sweep.builds import MANIFEST, relative
-from moeforge.compiler.sweep.report import num, short_names, table, value
+from moeforge.compiler.sweep.report import num, short_names, shown, table, value
 from moeforge.compiler.files import write_file_atomically
 
 SCHEMA = "results.v1.json"
@@ -35,23 +38,43 @@ class ResultsError(Exception):
 
 
 def collect(top: Path, baseline: str | None = None) -> dict:
-    manifest = status.read_json(top / MANIFEST)
-    if manifest is None:
-        raise ResultsError(f"{top} has no {MANIFEST}: give a sweep's build directory (build/sweeps/NAME), made by "
-                           "`moeforge sweep launch`")
-    sweep = manifest["sweep"]
-    logs = next((x.get("logs_dir") for x in reversed(manifest.get("launches", [])) if x.get("logs_dir")), None)
-    points = [_point(entry, sweep, logs) for entry in manifest["points"]]
+    """The results document of the sweep built in `top`; ResultsError, naming the file and the key, when a
+    file there is not what moeforge writes (compiler/sweep/inputs.py)."""
+    try:
+        manifest = inputs.read(top / MANIFEST, MANIFEST, optional=True)
+        if manifest is None:
+            raise ResultsError(f"{top} has no {MANIFEST}: give a sweep's build directory (build/sweeps/NAME), made "
+                               "by `moeforge sweep launch`")
+        sweep = manifest["sweep"]
+        logs = next((x.get("logs_dir") for x in reversed(manifest.get("launches", [])) if x.get("logs_dir")), None)
+        points = [_point(entry, sweep, logs, top) for entry in manifest["points"]]
+    except inputs.InputError as exc:
+        raise ResultsError(str(exc)) from None
     doc = {"schema": "moeforge/results/v1", "moeforge_version": __version__, "directory": relative(top),
            "sweep": {k: sweep.get(k) for k in ("name", "file", "recipe", "description", "repeats", "warmup_steps",
                                                 "swept", "set")},
            "baseline": baseline, "points": points}
     if baseline is not None:
         _relative(doc, baseline)
+    _finite(doc)
     return doc
 
 
-def _point(entry: dict, sweep: dict, logs: str | None) -> dict:
+def _finite(doc: dict) -> None:
+    """results.json never holds Infinity or NaN: finite inputs can still overflow (a forged plan's sizes)."""
+    stack = [(doc, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{where}.{i}") for i, v in enumerate(value)]
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ResultsError(f"{doc['directory']}: {where} comes out as {value}: the plan.json and report.json "
+                               "of that point hold numbers past any physical range; relaunch it")
+
+
+def _point(entry: dict, sweep: dict, logs: str | None, top: Path) -> dict:
     out = {"id": entry["id"], "values": entry["values"], "verdict": entry["verdict"], "status": entry["verdict"],
            "duplicate_of": entry.get("duplicate_of"), "collapsed": entry.get("collapsed", []),
            "diagnostics": [{k: d.get(k) for k in ("severity", "code", "message", "pos", "help")}
@@ -61,17 +84,27 @@ def _point(entry: dict, sweep: dict, logs: str | None) -> dict:
            "relative": None, "error": None}
     if entry["verdict"] != "planned":
         return out
-    build = project.root() / entry["build_dir"]
+    build = inputs.inside(entry["build_dir"], top, top / MANIFEST)
     runs = status.runs(build, sweep["repeats"], entry.get("fingerprint"),
                        (lambda rec: slurm.log_path(logs, sweep["name"], rec)) if logs else None)
     reports = [(r, r.pop("_report")) for r in runs]
     out["runs"] = [r for r, _ in reports]
     out["status"] = status.point_status([r["status"] for r in out["runs"]], sweep["repeats"])
     out["error"] = next((r["error"] for r in out["runs"] if r["status"] != "ok" and r["error"]), None)
-    plan = status.read_json(build / "plan.json")
+    plan = inputs.read(build / "plan.json", "plan.v1.json", optional=True)
     ok = [(r, rep) for r, rep in reports if r["status"] == "ok"]
     if ok:
         out["report"] = ok[0][0]["report"]
+    try:
+        _measure(out, plan, ok, sweep)
+    except CalibrationError:
+        raise
+    except (ValueError, ArithmeticError) as exc:  # a plan its schema accepts and its arithmetic refuses
+        raise ResultsError(f"{build / 'plan.json'}: {exc}: {inputs.HOW['plan.json']}") from None
+    return out
+
+
+def _measure(out: dict, plan: dict | None, ok: list, sweep: dict) -> None:
     if plan is not None:
         out["estimate"] = estimates.of_plan(plan, sweep["repeats"])
     seconds = [r["seconds"] for r in out["runs"] if r["seconds"] is not None]
@@ -84,7 +117,6 @@ def _point(entry: dict, sweep: dict, logs: str | None) -> dict:
         out["realised"] = realised(last)
         out["versions"] = last.get("versions")
         out["ratio"] = ratio(out["measured"], out["estimate"])
-    return out
 
 
 def measured(reports: list[dict], plan: dict, warmup: int) -> dict:
@@ -224,13 +256,32 @@ def rows(doc: dict) -> list[dict]:
     return out
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what Excel, LibreOffice and Sheets evaluate (OWASP)
+
+
+def cell(v) -> object:
+    """A CSV cell a spreadsheet shows as text: a string that starts like a formula gets a leading apostrophe,
+    as OWASP recommends for CSV injection (a number stays a number; '-1.5' is a number, '-1+1' is not), and
+    its control characters are escaped as on a terminal (the CSV is printed too, and read in CI logs)."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        v = printable(v)
+    if isinstance(v, str) and v.startswith(FORMULA_START):
+        try:
+            float(v)
+        except ValueError:
+            return "'" + v
+    return v
+
+
 def to_csv(doc: dict) -> str:
     swept = [f"value:{k}" for k in doc["sweep"]["swept"]]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["id", *swept, *CSV_COLUMNS[1:]], extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
+    w.writerow({k: cell(k) for k in w.fieldnames})
     for row in rows(doc):
-        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        w.writerow({k: cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 
@@ -271,7 +322,7 @@ def to_text(doc: dict) -> str:
         if p["status"] not in ("ok", "duplicate", "refused") and p["error"]:
             log = next((r["log"] for r in p["runs"] if r["status"] != "ok"), None)
             lines.append(f"{p['id']} {p['status']}: {p['error']}" + (f" (log: {log})" if log else ""))
-    return "\n".join(lines)
+    return shown(lines)
 
 
 def write_all(doc: dict, out: Path, plot: bool = True) -> tuple[list[Path], list[str]]:

@@ -3,15 +3,15 @@ duplicates, write the builds and the manifest, then hand the points still to run
 from __future__ import annotations
 
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from moeforge.compiler import project
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler.targets import emit
 from moeforge.compiler.targets.job import LaunchError, job_env, job_python, local_command
-from moeforge.compiler.sweep import builds, document, k8s, local, points, slurm, status
+from moeforge.compiler.sweep import builds, document, inputs, k8s, local, points, slurm, status
 from moeforge.compiler.sweep.collapse import Collapsed, collapse
 from moeforge.compiler.sweep.document import Sweep
 from moeforge.compiler.sweep.points import Compiled
@@ -71,8 +71,17 @@ def launch_sweep(checked: Checked, target: str, resume: bool, out: str | None = 
     if target == "k8s" and sweep.repeats > 1:
         raise SweepError(f"{sweep.file}: --target k8s runs each point once (one PyTorchJob per point): set "
                          "repeats: 1, or launch on slurm or local")
+    top = builds.sweep_dir(sweep.name, out)
+    for c in checked.launchable:  # before a build is rewritten: no point's run may still be going
+        try:
+            status.settle(top / c.point.id, sweep.repeats)
+        except (status.RunAlive, inputs.InputError) as exc:
+            raise SweepError(f"{exc}; nothing was launched") from None
     top, _ = write(checked, out)
-    todo = jobs(checked, top, resume)
+    try:
+        todo = jobs(checked, top, resume)
+    except inputs.InputError as exc:
+        raise SweepError(f"{exc}; nothing was launched") from None
     if not todo:
         return top, todo, []
     concurrency = concurrency or sweep.launch["concurrency"]
@@ -97,8 +106,8 @@ def launch_sweep(checked: Checked, target: str, resume: bool, out: str | None = 
     job = slurm.submit(script, env)
     builds.record_launch(top, {"target": "slurm", "points": [t["point"] for t in todo], "array_job_id": job,
                                "logs_dir": _logs_dir(top)})
-    print(f"sweep {sweep.name}: job array {job} ({len(todo)} point(s), at most {concurrency} at a time); "
-          f"logs in {_logs_dir(top)}/", flush=True)
+    print(printable(f"sweep {sweep.name}: job array {job} ({len(todo)} point(s), at most {concurrency} at a time); "
+          f"logs in {_logs_dir(top)}/"), flush=True)
     if wait:
         slurm.follow(job, todo, env, timeout_s or sweep.launch["timeout_s"], stream=stream)
     return top, todo, []
@@ -135,11 +144,11 @@ def _env(checked: Checked, todo: list[dict]) -> dict:
 
 
 def _print(top: Path, todo: list[dict], script: Path, jobs_file: Path) -> None:
+    """The commands, each line through printable(): a path with a newline or an escape stays one line."""
     root = shlex.quote(str(project.root()))
-    for t in todo:
-        for r in t["repeats"]:
-            print(f"local {t['point']} repeat {r}: cd {root} && {shlex.join(local_command(project.root() / t['build_dir']))}")
+    lines = [f"local {t['point']} repeat {r}: cd {root} && {shlex.join(local_command(project.root() / t['build_dir']))}"
+             for t in todo for r in t["repeats"]]
     logs = shlex.quote(str(project.root() / _logs_dir(top)))
-    print(f"slurm: cd {root} && mkdir -p {logs} && sbatch --chdir={root} {shlex.quote(str(script))}")
-    print(f"k8s:   kubectl apply -f {shlex.quote(str(jobs_file))}")
-    sys.stdout.flush()
+    lines.append(f"slurm: cd {root} && mkdir -p {logs} && sbatch --chdir={root} {shlex.quote(str(script))}")
+    lines.append(f"k8s:   kubectl apply -f {shlex.quote(str(jobs_file))}")
+    print("\n".join(map(printable, lines)), flush=True)

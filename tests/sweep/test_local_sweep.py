@@ -70,9 +70,10 @@ def test_the_sweep_ran_every_launchable_point_and_refused_or_collapsed_the_rest(
     assert "sweep tiny-overlap: 6 run(s): 5 ok, 1 not" in first["out"]
 
 
-def test_progress_is_quiet_when_not_on_a_terminal(sweep):
+def test_no_progress_bar_but_a_line_per_run_when_not_on_a_terminal(sweep):
     assert "it/s" not in sweep["first"]["err"] and "point/s" not in sweep["first"]["err"]
     assert "done " not in sweep["first"]["err"]
+    assert "sweep: p00 repeat 1: ok (1/6 ended, 0 not ok)" in sweep["first"]["err"]  # a line per run
 
 
 def test_the_killed_point_is_failed_with_its_exit_code_and_log(sweep):
