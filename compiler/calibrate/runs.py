@@ -113,19 +113,45 @@ def from_report(path: Path, name: str | None = None) -> Run:
     if report.get("status") not in (None, "ok"):
         raise RunError(f"{path}: the run ended {report.get('status')!r}: only finished runs calibrate")
     plan_path, plan = _plan_of(path, report)
+    if not isinstance(plan, dict) or not isinstance(plan.get("platform"), dict) \
+            or not isinstance(plan["platform"].get("name"), str) or not isinstance(plan.get("layout"), dict):
+        raise RunError(f"{plan_path}: not a moeforge plan (no platform.name or layout): compile the recipe again")
     steady = report.get("steady_state") or {}
-    step_s = steady.get("median_s")
-    samples = steady.get("steps", 0)
+    if not isinstance(steady, dict) or not isinstance(report["steps"], list):
+        raise RunError(f"{path}: steady_state must be an object and steps a list: not a moeforge run report")
+    step_s = _quantity(path, "steady_state.median_s", steady.get("median_s"), STEP_S)
+    samples = steady.get("steps", 0) if isinstance(steady.get("steps", 0), int) else 0
     if step_s is None:
-        times = [s["time_s"] for s in report["steps"] if s.get("time_s") is not None][1:]
+        times = [_quantity(path, f"steps[{i}].time_s", s.get("time_s"), STEP_S)
+                 for i, s in enumerate(report["steps"]) if isinstance(s, dict)]
+        times = [t for t in times if t is not None][1:]
         if times:
             times.sort()
             step_s, samples = times[len(times) // 2], len(times)
-    peak = report.get("peak_memory_bytes_max") or report.get("peak_memory_bytes_rank0")
-    kind = peak_kind(report.get("peak_memory_source"))
+    peak = None
+    for key in ("peak_memory_bytes_max", "peak_memory_bytes_rank0"):
+        if report.get(key) != 0:  # 0: a CPU run's stand-in reports nothing
+            peak = peak or _quantity(path, key, report.get(key), PEAK_BYTES)
+    kind = peak_kind(report.get("peak_memory_source") if isinstance(report.get("peak_memory_source"), str) else None)
     name = name or _name(path)
     return Run(name, str(path), _sha(raw, _canonical(plan)), plan, "report", step_s, samples,
                int(peak) if peak and kind else None, kind if peak else None, report.get("profile"), report)
+
+
+STEP_S = (0.0, 86_400.0)       # a step: more than nothing, at most a day
+PEAK_BYTES = (0.0, 2.0 ** 50)   # a rank's peak: at most a petabyte
+
+
+def _quantity(path: Path, key: str, value, bounds: tuple[float, float]) -> float | None:
+    """A measured quantity of a report, None when absent; RunError (located by its key) when it is not a
+    number in its physical range: a negative step time would price a negative TFLOP/s."""
+    if value is None:
+        return None
+    lo, hi = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= hi:
+        raise RunError(f"{path}: {key}: {str(value)[:40]!r} is not a number in ({lo:g}, {hi:g}]: "
+                       "moeforge.runtime.train and moeforge.runtime.megatron write it; run again")
+    return value
 
 
 def _name(path: Path) -> str:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from moeforge.compiler import project
+from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.sweep import builds, k8s, report, results, slurm, status, workflow
 from moeforge.compiler.targets.job import LaunchError
 
@@ -12,8 +13,12 @@ from moeforge.compiler.targets.job import LaunchError
 def cmd_sweep(args) -> int:
     """sweep check: every point compiled (exit 1 when the rules refuse one); sweep launch: the points run
     (exit 1 when a run did not succeed)."""
-    checked = workflow.check(args.sweep)
-    print(report.check_text(checked), flush=True)
+    try:
+        checked = workflow.check(args.sweep)
+        print(report.check_text(checked), flush=True)
+    except CalibrationError as exc:  # the estimates' calibration: one line, as explain and plan-layout say it
+        print(f"moeforge sweep {args.sweep_command}: error: {exc}", file=sys.stderr)
+        return 1
     if args.sweep_command == "check":
         return 1 if checked.refused or not checked.launchable else 0
     target = args.target or checked.sweep.launch["target"]
@@ -44,6 +49,9 @@ def cmd_results(args) -> int:
     except results.ResultsError as exc:
         print(f"moeforge results: error: {exc}", file=sys.stderr)
         return 2
+    except CalibrationError as exc:
+        print(f"moeforge results: error: {exc}", file=sys.stderr)
+        return 1
     written, notes = results.write_all(doc, Path(args.out) if args.out else top, plot=not args.no_plot)
     print(results.to_json(doc) if args.format == "json" else results.to_csv(doc) if args.format == "csv"
           else results.to_text(doc), end="" if args.format != "table" else "\n")
