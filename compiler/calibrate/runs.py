@@ -93,8 +93,10 @@ def peak_kind(source: str | None) -> str | None:
 # ------------------------------------------------------------------------ report.json
 def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
     beside = report_path.with_name("plan.json")
-    named = Path(report["plan"]) if report.get("plan") else None
-    for candidate in (beside, named, report_path.parent / named if named else None):
+    named = Path(report["plan"]) if isinstance(report.get("plan"), str) and report["plan"] else None
+    # a sweep's repeat: build/sweeps/NAME/p00/runs/N/report.json, its plan in the point's directory
+    point = report_path.parent.parent.parent / "plan.json" if report_path.parent.parent.name == "runs" else None
+    for candidate in (beside, named, report_path.parent / named if named else None, point):
         if candidate is not None and candidate.is_file():
             return candidate, _json(candidate, "plan", "plan.json", "compile the recipe again")
     raise RunError(f"{report_path}: its plan.json is neither beside it nor at {report.get('plan')!r}: "

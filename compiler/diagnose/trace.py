@@ -144,7 +144,8 @@ def split(path: Path | str) -> TraceSplit:
     try:
         doc = bounded.read_json(path, bounded.LIMITS["trace"])
     except bounded.Unreadable as exc:
-        raise TraceError(f"{path}: not a readable Chrome trace ({exc}): profile fewer steps (--profile)") from None
+        where = f":{exc.where}" if exc.where else ""
+        raise TraceError(f"{path}{where}: not a readable Chrome trace ({exc}): profile fewer steps (--profile)") from None
     events = _events(path, doc)
     steps = [e for e in events if str(e.get("name", "")).startswith(STEP_MARK)]
     if not steps:

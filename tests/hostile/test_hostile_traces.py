@@ -127,3 +127,26 @@ def test_the_merge_subtracts_exactly():
     assert trace._minus(a, b) == pytest.approx(21.0 - 6.0)
     assert trace._minus(a, []) == pytest.approx(21.0) and trace._minus([], b) == 0.0
     assert trace._inside([(0.0, 1.0), (5.0, 6.0)], 5.5) and not trace._inside([(0.0, 1.0), (5.0, 6.0)], 1.0)
+
+
+def test_the_json_reader_refuses_a_number_that_reads_as_infinity():
+    """1e400 is valid JSON that Python reads as inf (an HF rope_theta became `rotary_base: .inf`)."""
+    from moeforge.compiler import bounded
+
+    with pytest.raises(bounded.Unreadable, match="1e400 is too large for a 64-bit float") as err:
+        bounded.parse_json('{"rope_theta":\n   1e400}')
+    assert err.value.where == "2:4"
+    with pytest.raises(bounded.Unreadable, match="-1E999"):
+        bounded.parse_json("[1.5, -1E999]")
+    assert bounded.parse_json("[1e308, -2.5e-300]") == [1e308, -2.5e-300]
+
+
+@pytest.mark.parametrize("where", ["report", "trace"])
+def test_an_infinite_number_in_a_report_or_trace_is_located(sandbox, moeforge_cli, tmp_path, tiny_plan, where):
+    d = run_dir(tmp_path / "run", tiny_plan, trace_events=[STEP, OP])
+    name = "report.json" if where == "report" else "rank0.trace.json"
+    text = (d / name).read_text()
+    (d / name).write_text(text.replace('"dur": 100,', '"dur": 1e400,') if where == "trace"
+                          else text.replace('"median_s": 0.1', '"median_s": 1e400'))
+    proc = moeforge_cli(sandbox, "diagnose", str(d), timeout=120)
+    assert proc.returncode == 1 and f"{d / name}:1:" in proc.stderr and "1e400" in proc.stderr, proc.stderr
