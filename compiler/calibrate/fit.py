@@ -61,6 +61,12 @@ class Model:
         self.lays = [Layout.from_plan(r.plan["layout"]) for r in runs]
         self.facts = [steptime.stage_facts(r.plan, lay) for r, lay in zip(runs, self.lays)]
 
+    def fixed_of(self, name: str) -> float | None:
+        """The value a constant keeps when it is not fitted: the platform's (or assumed), else the fixed one."""
+        perf = (self.runs[0].plan.get("platform") or {}).get("performance") or {} if self.runs else {}
+        value = perf.get(name, self.assumed.get(name))
+        return value if value is not None else calib.TIME_CONSTANTS[name].fixed
+
     def cal(self, values: dict) -> calib.Calibration:
         return calib.Calibration(self.platform, time={**self.base, **values}, assumed=self.assumed)
 
@@ -186,8 +192,10 @@ def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
                 else f"{name}: the runs move it together with {', '.join(partners)}, so they cannot be told apart")
         if short:
             what += f" ({len(rows)} timed run(s) for {len(names)} constants)"
+        keep = (f"; or keep its fixed value: --fix {name}" if model.fixed_of(name) is not None
+                else f"; or state it: --assume {name}=VALUE")  # --fix of a constant with no value is refused
         lines.append(what + (f"; {settle}" if settle else "; no single changed run among the given ones settles "
-                             "it") + f"; or keep its fixed value: --fix {name}")
+                             "it") + keep)
     return lines
 
 

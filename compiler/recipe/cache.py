@@ -70,16 +70,17 @@ def _secret(path: Path, renew: bool) -> bytes:
     always), made whole beside it and linked into place (a concurrent run's wins, and both then use it)."""
     if not renew:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the open
         except FileNotFoundError:
             fd = None
         if fd is not None:
             try:
                 st = os.fstat(fd)
-                key = os.read(fd, SECRET_BYTES + 1)
+                key = os.read(fd, SECRET_BYTES + 1) if stat.S_ISREG(st.st_mode) else b""
             finally:
                 os.close(fd)
-            if st.st_uid == os.getuid() and not st.st_mode & 0o077 and len(key) == SECRET_BYTES:
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077 \
+                    and len(key) == SECRET_BYTES:
                 return key
             renew = True  # not ours, readable by others, or cut short: replaced
     tmp = path.with_name(f".secret-{os.getpid()}-{os.urandom(6).hex()}")

@@ -123,6 +123,8 @@ def test_a_stated_constant_is_not_fitted(cpu_project):
     proc = F.moeforge("--root", str(cpu_project), "calibrate", str(cpu_project / "build"), "--dry-run", *stated)
     assert "achievable_fraction" not in proc.stderr, proc.stderr  # never "cannot determine achievable_fraction"
     assert "cannot determine" in proc.stderr  # the others: three runs cannot settle them
+    # a2a_efficiency has no value on cpu: keeping "its fixed value" (--fix) would be refused, so it is to be stated
+    assert "--fix a2a_efficiency" not in proc.stderr and "--assume a2a_efficiency=VALUE" in proc.stderr, proc.stderr
     bad = F.moeforge("--root", str(cpu_project), "calibrate", str(cpu_project / "build"), "--dry-run",
                      "--assume", "a2a_efficiency=0", "--assume", "hbm_gbps=nan")
     assert bad.returncode == 1 and "--assume a2a_efficiency=0: a2a_efficiency must be a finite number above 0" \
