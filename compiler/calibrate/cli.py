@@ -19,7 +19,7 @@ from moeforge.compiler.calibrate.fit import UnderDetermined, fit_time
 from moeforge.compiler.calibrate.megatron_log import LogError
 from moeforge.compiler.calibrate.memory_fit import fit_memory, problems
 from moeforge.compiler.calibrate.runs import RunError
-from moeforge.compiler.diagnostics import command_main
+from moeforge.compiler.diagnostics import command_main, printable
 from moeforge.compiler.estimate import calibration as calib
 from moeforge.compiler.estimate.steptime import PERFORMANCE_FIELDS
 from moeforge.compiler.files import write_file_atomically
@@ -186,7 +186,8 @@ def run(args, argv: list[str] = ()) -> int:
     if args.format == "json":
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
-        print(document.report(runs, time_fit, mem_fit, skipped, notes, weak))
+        text = document.report(runs, time_fit, mem_fit, skipped, notes, weak)
+        print("\n".join(printable(line) for line in text.split("\n")))  # run names are file and directory names
     if args.dry_run:
         return 0
     if weak and not args.accept_weak:

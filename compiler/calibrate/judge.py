@@ -29,7 +29,10 @@ def reasons(time_fit, mem_fit) -> list[str]:
         if fit is None or not fit.loo:
             continue
         errs = [abs(e / m - 1) for e, m in zip(fit.loo, fit.measured) if e is not None and m]
-        if errs and statistics.median(errs) > LOO_LIMIT:
+        if not errs:
+            out.append(f"{label}: no run can be left out (the others do not determine the fit), so nothing tests "
+                       "its predictions")
+        elif statistics.median(errs) > LOO_LIMIT:
             out.append(f"{label} leave-one-out median error {statistics.median(errs):.0%} > {LOO_LIMIT:.0%}")
     values = dict(time_fit.values) if time_fit is not None else {}
     if mem_fit is not None:
@@ -49,4 +52,5 @@ def reasons(time_fit, mem_fit) -> list[str]:
 def fixes() -> str:
     """What to do about a weak fit (the refusal's last line)."""
     return ("more runs, or runs that vary what the loose constants price (the table above), settle it; or keep a "
-            "constant at its fixed value (--fix NAME); or write it anyway, marked weak: --accept-weak")
+            "constant at its fixed value (--fix NAME; a memory term: --fix activation_scale, or --only time); or "
+            "write it anyway, marked weak: --accept-weak")

@@ -47,6 +47,7 @@ _FIELDS = {"consumed samples": "consumed_samples", "skipped samples": "skipped_s
 
 
 MAX_LINE = 64 * 1024          # a training_log line is under 1 KB; a longer one is not Megatron-LM's: skipped
+MAX_BYTES = 2.0 ** 50         # a memory report above a petabyte is not a rank's
 MAX_LOG_BYTES = 16 * 1024 ** 3  # a month of printed iterations is a few hundred MB
 # elapsed time per iteration (ms): positive and at most a day (a longer step is a hung or misread one)
 ELAPSED_MS = (0.0, 86_400_000.0)
@@ -169,6 +170,8 @@ def parse_memory(line: str) -> tuple[int, str, dict] | None:
         label, sep, value = part.strip().partition(": ")
         number = _number(value) if sep else None
         if number is not None:
+            if not 0 <= number * MB <= MAX_BYTES:  # also NaN; 1e308 MB is inf bytes, which int() refuses
+                raise ValueError(f"{label.strip()} {number:g} MB is outside [0, {MAX_BYTES / MB:g}] MB")
             values[label.replace(" ", "_")] = int(round(number * MB))
     return int(m.group(1)), m.group(2), values
 
@@ -237,13 +240,16 @@ def _take(log: Log, line: str, number: int = 0) -> None:
             log.iterations.append(it)
             return
     if "memory (MB)" in line:
-        mem = parse_memory(line)
+        try:
+            mem = parse_memory(line)
+        except ValueError as exc:
+            raise LogError(f"{log.path}:{number}: {exc}: is the log corrupted? pass the log Megatron-LM wrote") from None
         if mem is not None:
             log.memory.append(mem)
             return
     if line.startswith("Theoretical memory footprints") or "Theoretical memory footprints:" in line:
         m = _THEORETICAL.search(line)
-        if m:
+        if m and all(_number(g) is not None for g in m.groups()):  # [\d.]+ also matches "1.2.3"
             log.theoretical = {"weight_and_optimizer": float(m.group(1)) * MB,
                                "activation": float(m.group(2)) * MB, "total": float(m.group(3)) * MB}
     elif "[after training is done]" in line:

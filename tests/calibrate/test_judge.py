@@ -129,3 +129,13 @@ def test_a_stated_constant_is_not_fitted(cpu_project):
                      "--assume", "a2a_efficiency=0", "--assume", "hbm_gbps=nan")
     assert bad.returncode == 1 and "--assume a2a_efficiency=0: a2a_efficiency must be a finite number above 0" \
         in bad.stderr, bad.stderr
+
+
+def test_a_fit_no_run_can_be_left_out_of_is_weak():
+    """As many runs as constants: the fit passes through every run and nothing tests its predictions."""
+    class Fit:
+        names, values, stderr, uncertainty = ["achievable_fraction"], {"achievable_fraction": 0.4}, {}, []
+        loo, measured = [None, None], [1.0, 2.0]
+
+    assert judge.reasons(Fit, None) == ["step time: no run can be left out (the others do not determine the fit), "
+                                        "so nothing tests its predictions"]

@@ -76,3 +76,16 @@ def test_calibrate_refuses_an_impossible_log_in_one_line(sandbox, moeforge_cli, 
     proc = moeforge_cli(sandbox, "calibrate", "--log", str(log), str(plan_json), "--dry-run", timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{log}:4: elapsed time per iteration" in proc.stderr and "-1.0 ms" not in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("memory", ["1e308", "-5.00", "nan"])
+def test_an_impossible_memory_report_names_its_line(tmp_path, memory):
+    log = tmp_path / "train.log"
+    log.write_text(line(1, "100.0") + f"[Rank 0] (after 1 iterations) memory (MB) | allocated: 1.00 | max allocated: "
+                   f"{memory} | reserved: 2.00 | max reserved: 2.00\n"
+                   "Theoretical memory footprints: weight and optimizer=1.2.3 MB, activation=1.0 MB, total=2.0 MB\n")
+    if memory == "nan":  # not a number Megatron-LM prints: the field is skipped, the line read
+        assert megatron_log.read(log).peak_memory() == {"max_reserved": 2 * megatron_log.MB}
+        return
+    with pytest.raises(megatron_log.LogError, match=r"train\.log:2: max allocated .* MB is outside"):
+        megatron_log.read(log)
