@@ -264,6 +264,9 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
     builtin:ID, with ``overrides``), or a Megatron-LM launch (script, command line, args file: read by
     `moeforge import`, never executed).  (plan, label)."""
     path = Path(source)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a FIFO or a device: never opened
+        raise RunError(f"{path}: not a regular file (a FIFO or a device is not read): pass the launch script, "
+                       "recipe or plan.json the log came from")
     if path.is_dir() and (path / "plan.json").is_file():
         path = path / "plan.json"
     if path.is_file() and path.suffix == ".json":

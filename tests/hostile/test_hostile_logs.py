@@ -89,3 +89,14 @@ def test_an_impossible_memory_report_names_its_line(tmp_path, memory):
         return
     with pytest.raises(megatron_log.LogError, match=r"train\.log:2: max allocated .* MB is outside"):
         megatron_log.read(log)
+
+
+@pytest.mark.parametrize("source", ["fifo", "/dev/zero"])
+def test_a_fifo_or_device_source_is_refused(sandbox, moeforge_cli, tmp_path, source):
+    log = tmp_path / "train.log"
+    log.write_text(line(1, "100.0"))
+    if source == "fifo":
+        source = str(tmp_path / "launch.sh")
+        os.mkfifo(source)
+    proc = moeforge_cli(sandbox, "calibrate", "--log", str(log), source, "--dry-run", timeout=60)
+    assert proc.returncode == 1 and f"{source}: not a regular file" in proc.stderr, proc.stderr
