@@ -99,10 +99,10 @@ def _assumed(items: list[str]) -> dict:
             out[key] = float(value)
         except ValueError:
             raise Refused(f"--assume {item}: {value!r} is not a number") from None
-        hi = 1.0 if key in calib.TIME_CONSTANTS else math.inf
-        if not (math.isfinite(out[key]) and 0 < out[key] <= hi):
-            raise Refused(f"--assume {item}: {key} must be a finite number above 0"
-                          + (" and at most 1 (a fraction of a peak)" if hi == 1.0 else ""))
+        lo, hi = calib.DATASHEET_RANGE.get(key) or calib.TIME_CONSTANTS[key].bounds
+        if not (math.isfinite(out[key]) and 0 < out[key] and lo <= out[key] <= hi):
+            raise Refused(f"--assume {item}: {key} must be a finite number above 0 in [{lo:g}, {hi:g}]"
+                          + (" (a fraction of a peak)" if hi == 1.0 else ""))
     return out
 
 

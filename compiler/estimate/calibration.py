@@ -91,6 +91,9 @@ HARD = {**{n: c.bounds for n, c in TIME_CONSTANTS.items()},
 # The datasheet figures the model reads; a calibration of a platform without a performance block (the
 # cpu platform) states them as assumptions (`moeforge calibrate --assume`).
 DATASHEET = ("bf16_dense_tflops", "hbm_gbps", "nvlink_gbps", "internode_gbps")
+# ... and their ranges (a B300's dense bf16 is 2.5e3 TFLOP/s, its HBM 8e3 GB/s): an assumption outside is refused
+DATASHEET_RANGE = {"bf16_dense_tflops": (1e-6, 1e5), "hbm_gbps": (1e-3, 1e6), "nvlink_gbps": (1e-3, 1e6),
+                   "internode_gbps": (1e-3, 1e6)}
 # Memory: the activations' scale and the allowance (what the allocator, the CUDA context or the
 # process holds beyond weights, gradients, optimizer state and activations; docs/memory-model.md).
 MEMORY_FIXED = {"activation_scale": 1.0, "allowance_bytes": None}  # None: memory.ALLOWANCE_BYTES
@@ -254,6 +257,11 @@ def _check_numbers(path: Path, doc: dict) -> None:
         elif isinstance(item, float) and not math.isfinite(item):
             raise CalibrationError(f"{path}: {'.'.join(where)}: {item} is not a finite number: "
                                    "rewrite it with `moeforge calibrate`")
+    for name, value in (doc.get("assumed") or {}).items():
+        lo, hi = DATASHEET_RANGE.get(name) or TIME_CONSTANTS[name].bounds
+        if not lo <= value <= hi:
+            raise CalibrationError(f"{path}: assumed.{name}: {value:g} is outside [{lo:g}, {hi:g}]: "
+                                   "measure it again (moeforge calibrate --help)")
     for part in ("time", "memory"):
         for name, const in ((doc.get(part) or {}).get("constants") or {}).items():
             lo, hi = HARD[name]

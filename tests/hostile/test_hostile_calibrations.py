@@ -36,6 +36,8 @@ BAD = {
                           "time.constants.a2a_efficiency.value: 0 is outside [0.0001, 1]"),
     "a zero fraction": (doc("time: {constants: {achievable_fraction: {value: 0.0}}}\n"),
                         "time.constants.achievable_fraction.value: 0 is outside"),
+    "an assumed peak of 1e300": (doc("assumed: {bf16_dense_tflops: 1.0e+300}\n"),
+                                 "assumed.bf16_dense_tflops: 1e+300 is outside [1e-06, 100000]"),
     "a NaN activation scale": (doc("memory: {constants: {activation_scale: {value: .nan}}}\n"),
                                "memory.constants.activation_scale.value: nan"),
 }
