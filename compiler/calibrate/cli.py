@@ -183,6 +183,11 @@ def run(args, argv: list[str] = ()) -> int:
     command = "moeforge calibrate " + shlex.join(argv)
     weak = judge.reasons(time_fit, mem_fit)
     doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed, weak)
+    try:  # a NaN or an infinity is never written: a document moeforge wrote must read back
+        json.dumps(doc, allow_nan=False)
+    except ValueError:
+        raise Refused("the fit gave a number that is not finite (a run's step or peak far outside the others?): "
+                      "nothing written; calibrate without the odd run, or --fix the constants it moves") from None
     if args.format == "json":
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
