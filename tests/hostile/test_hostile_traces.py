@@ -150,3 +150,13 @@ def test_an_infinite_number_in_a_report_or_trace_is_located(sandbox, moeforge_cl
                           else text.replace('"median_s": 0.1', '"median_s": 1e400'))
     proc = moeforge_cli(sandbox, "diagnose", str(d), timeout=120)
     assert proc.returncode == 1 and f"{d / name}:1:" in proc.stderr and "1e400" in proc.stderr, proc.stderr
+
+
+def test_an_hf_config_number_that_reads_as_infinity_is_located(sandbox, moeforge_cli, tmp_path):
+    """The issue's case through the same reader: `rope_theta: 1e400` imported as `rotary_base: .inf`."""
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "qwen3_moe", "rope_theta": 1e400, "hidden_size": 64}\n')
+    proc = moeforge_cli(sandbox, "import", str(config), "--root", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode in (1, 2) and f"{config}:1:43" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "out").exists() or ".inf" not in "".join(
+        p.read_text() for p in (tmp_path / "out").rglob("*.yaml"))
