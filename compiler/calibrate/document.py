@@ -73,6 +73,8 @@ def render(doc: dict, command: str) -> str:
             f"# Written by `{command}`: the {doc['platform']} platform's constants fitted to the measured runs",
             "# below (docs/layout-model.md, section 10). plan-layout, explain, dryrun, results and diagnose use it.",
             "# Fit again rather than edit: the runs are named by content hash."]
+    if doc.get("weak"):
+        head.append("# WEAK (written with --accept-weak; every command using it says so): see `weak:` below.")
     return "\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=110)
 
 

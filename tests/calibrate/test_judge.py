@@ -53,6 +53,7 @@ def test_a_fit_that_predicts_badly_is_refused_or_written_weak(plans, tmp_path):
 
     proc = F.moeforge("--root", str(root), "calibrate", str(root / "build"), "--fit", names, "--accept-weak")
     assert proc.returncode == 0, proc.stderr
+    assert "\n# WEAK (written with --accept-weak" in out.read_text()
     doc = yaml.safe_load(out.read_text())
     assert doc["weak"] and doc["weak"][0].startswith("step time leave-one-out median error")
     for args in (["explain", f"builtin:{F.RECIPE}"], ["plan-layout", "--evaluate", f"builtin:{F.RECIPE}"]):
