@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import sys
 
@@ -101,11 +102,13 @@ def parse_json(text: str | bytes):
     def constant(name):
         raise Unreadable(f"{name} is not a number JSON allows", "json")
 
-    def finite(text_):
-        number = float(text_)
-        if not math.isfinite(number):  # 1e400: a finite JSON number past a double's range
-            raise Unreadable(f"{text_[:40]} is beyond the range of a number (about 1.8e308)", "json")
-        return number
+    def finite(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):  # 1e400: JSON allows it, Python reads it as infinity
+            where = _locate(text, literal)
+            raise Unreadable(f"{literal} is too large for a 64-bit float (it would read as infinity): "
+                             "write a finite number", "json", where, f"number {literal} out of range")
+        return value
 
     try:
         value = json.loads(text, parse_constant=constant, parse_float=finite)
@@ -120,6 +123,17 @@ def parse_json(text: str | bytes):
     if too_deep(value, MAX_JSON_DEPTH):
         raise Unreadable(f"nested deeper than {MAX_JSON_DEPTH} levels", "json")
     return value
+
+
+def _locate(text: str | bytes, literal: str) -> str | None:
+    """LINE:COL of the first number token ``literal`` in ``text`` (for a message; None if not found)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    m = re.search(r"(?<![\w.+-])" + re.escape(literal) + r"(?![\w.])", text)
+    if m is None:
+        return None
+    line = text.count("\n", 0, m.start()) + 1
+    return f"{line}:{m.start() - (text.rfind(chr(10), 0, m.start()) + 1) + 1}"
 
 
 def read_json(name, limit: int):

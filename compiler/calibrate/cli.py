@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
 
 from moeforge.compiler import project
-from moeforge.compiler.calibrate import document
+from moeforge.compiler.calibrate import document, judge
 from moeforge.compiler.calibrate import runs as R
 from moeforge.compiler.calibrate.fit import UnderDetermined, fit_time
 from moeforge.compiler.calibrate.megatron_log import LogError
 from moeforge.compiler.calibrate.memory_fit import fit_memory, problems
 from moeforge.compiler.calibrate.runs import RunError
-from moeforge.compiler.diagnostics import command_main
+from moeforge.compiler.diagnostics import command_main, printable
 from moeforge.compiler.estimate import calibration as calib
 from moeforge.compiler.estimate.steptime import PERFORMANCE_FIELDS
 from moeforge.compiler.files import write_file_atomically
@@ -50,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE", help="where to write (default: recipes/platforms/<platform>"
                                                      f"{calib.SUFFIX} in the project)")
     p.add_argument("--dry-run", action="store_true", help="print the report and write nothing")
+    p.add_argument("--accept-weak", action="store_true",
+                   help="write a fit judged weak (leave-one-out error, a value outside its physical range, an "
+                        "estimate as uncertain as itself) anyway, marked weak: every command using it says so")
     p.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or the document as json")
     return p
@@ -69,6 +73,22 @@ def _names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
+# How to measure each performance field on a CPU (the cpu platform has no datasheet): the refusal for
+# missing --assume values lists them all at once with these
+CPU_MEASURE = {
+    "bf16_dense_tflops": "one core's bf16 GEMM rate: time `a @ b` for two 1024x1024 torch.bfloat16 tensors "
+                         "(OMP_NUM_THREADS=1), 2*1024**3 / seconds / 1e12",
+    "hbm_gbps": "the memory copy bandwidth: time `y.copy_(x)` for a 64 MiB torch.uint8 tensor, "
+                "2 * bytes / seconds / 1e9",
+    "nvlink_gbps": "ranks on one host talk through memory (gloo over loopback): the copy bandwidth (hbm_gbps)",
+    "internode_gbps": "the network between hosts (iperf3), or on one host the copy bandwidth (hbm_gbps)",
+    "achievable_fraction": "the share of the GEMM peak a training step reaches: fit it (the default), or state it",
+    "collective_efficiency": "gloo's collectives on CPU are latency-bound, so runs cannot tell an efficiency: "
+                             "state 0.5 (or fit it from runs with DP > 1)",
+    "a2a_efficiency": "gloo's all-to-all on CPU is latency-bound: state 0.5 (or fit it from runs with EP > 1)",
+}
+
+
 def _assumed(items: list[str]) -> dict:
     out = {}
     for item in items:
@@ -79,7 +99,23 @@ def _assumed(items: list[str]) -> dict:
             out[key] = float(value)
         except ValueError:
             raise Refused(f"--assume {item}: {value!r} is not a number") from None
+        lo, hi = calib.DATASHEET_RANGE.get(key) or calib.TIME_CONSTANTS[key].bounds
+        if not (math.isfinite(out[key]) and 0 < out[key] and lo <= out[key] <= hi):
+            raise Refused(f"--assume {item}: {key} must be a finite number above 0 in [{lo:g}, {hi:g}]"
+                          + (" (a fraction of a peak)" if hi == 1.0 else ""))
     return out
+
+
+def _missing(platform: str, missing: list[str]) -> str:
+    """Every missing performance field in one message, each with how to measure it on a CPU."""
+    lines = [f"platform {platform!r} has no performance.{', '.join(missing)}: state "
+             f"{'them' if len(missing) > 1 else 'it'} with "
+             + " ".join(f"--assume {k}=VALUE" for k in missing)
+             + ", or add a performance block to its file; on a CPU:"]
+    for k in missing:
+        fit = f" (or fit it: --fit {k})" if k in calib.TIME_CONSTANTS else ""
+        lines.append(f"  {k}: {CPU_MEASURE[k]}{fit}")
+    return "\n".join(lines)
 
 
 def gather(args) -> tuple[list, list[str]]:
@@ -126,11 +162,12 @@ def run(args, argv: list[str] = ()) -> int:
         raise Refused(f"unknown constant {unknown[0]!r}: the step-time constants are "
                       f"{', '.join(calib.TIME_CONSTANTS)}; "
                       "the memory one is activation_scale")
-    names = [n for n in (_names(args.fit) or list(calib.TIME_CONSTANTS)) if n not in fix]
+    stated = _assumed(args.assume)
+    # a constant stated with --assume is not fitted unless --fit names it
+    names = [n for n in (_names(args.fit) or [n for n in calib.TIME_CONSTANTS if n not in stated]) if n not in fix]
     missing = [k for k in PERFORMANCE_FIELDS if fixed.get(k) is None and k not in names]
     if missing:
-        raise Refused(f"platform {platform!r} has no performance.{missing[0]}: state it with --assume "
-                      f"{missing[0]}=VALUE (or fit it: --fit), or add a performance block to its file")
+        raise Refused(_missing(platform, missing))
     time_fit = mem_fit = None
     notes = []
     if args.only != "memory":
@@ -144,13 +181,22 @@ def run(args, argv: list[str] = ()) -> int:
 
 
     command = "moeforge calibrate " + shlex.join(argv)
-    doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed)
+    weak = judge.reasons(time_fit, mem_fit)
+    doc = document.build(platform, platform_file, runs, time_fit, mem_fit, assumed, weak)
+    try:  # a NaN or an infinity is never written: a document moeforge wrote must read back
+        json.dumps(doc, allow_nan=False)
+    except ValueError:
+        raise Refused("the fit gave a number that is not finite (a run's step or peak far outside the others?): "
+                      "nothing written; calibrate without the odd run, or --fix the constants it moves") from None
     if args.format == "json":
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc, indent=2, allow_nan=False))
     else:
-        print(document.report(runs, time_fit, mem_fit, skipped, notes))
+        text = document.report(runs, time_fit, mem_fit, skipped, notes, weak)
+        print("\n".join(printable(line) for line in text.split("\n")))  # run names are file and directory names
     if args.dry_run:
         return 0
+    if weak and not args.accept_weak:
+        raise Refused("\n".join([f"the fit is weak, so nothing was written: {'; '.join(weak)}", judge.fixes()]))
     out = Path(args.output) if args.output else _default_output(platform)
 
     write_file_atomically(out, document.render(doc, command))

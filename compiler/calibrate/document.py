@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 from moeforge.compiler import __version__
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.estimate.calibration import GIB, SCHEMA, TIME_CONSTANTS
 
 
@@ -24,10 +25,13 @@ def _r(x, digits=6):
     return None if x is None else float(f"{x:.{digits}g}")
 
 
-def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_fit, assumed: dict) -> dict:
+def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_fit, assumed: dict,
+          weak: list[str] = ()) -> dict:
     doc = {"schema": SCHEMA, "platform": platform,
            "platform_sha256": hashlib.sha256(platform_file.read_bytes()).hexdigest() if platform_file else None,
            "made_by": f"moeforge {__version__}"}
+    if weak:
+        doc["weak"] = list(weak)
     if assumed:
         doc["assumed"] = dict(sorted(assumed.items()))
     rows = {r.digest: {"name": r.name, "sha256": r.digest, "kind": r.kind, "origin": r.origin,
@@ -36,6 +40,7 @@ def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_f
     if time_fit is not None:
         doc["time"] = {"constants": {n: {"value": _r(time_fit.values[n]), "fixed": _r(time_fit.fixed[n]),
                                          "stderr": _r(time_fit.stderr[n], 3)} for n in time_fit.names},
+                       **({"jointly_pinned": time_fit.jointly} if time_fit.jointly else {}),
                        "kept": {k: _r(v) for k, v in sorted(time_fit.kept.items()) if k in TIME_CONSTANTS},
                        "error_before": _err(time_fit.before, time_fit.measured),
                        "error_after": _err(time_fit.after, time_fit.measured),
@@ -68,6 +73,8 @@ def render(doc: dict, command: str) -> str:
             f"# Written by `{command}`: the {doc['platform']} platform's constants fitted to the measured runs",
             "# below (docs/layout-model.md, section 10). plan-layout, explain, dryrun, results and diagnose use it.",
             "# Fit again rather than edit: the runs are named by content hash."]
+    if doc.get("weak"):
+        head.append("# WEAK (written with --accept-weak; every command using it says so): see `weak:` below.")
     return "\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False, width=110)
 
 
@@ -79,9 +86,9 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}" if x < 10 else f"{x:.2f} s"
 
 
-def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str]) -> str:
-    """The text `moeforge calibrate` prints: every run before, after and left out; the constants."""
-    lines = [f"{len(runs)} run(s)"] + [f"  left out: {s}" for s in skipped] + notes
+def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str], weak: list[str] = ()) -> str:
+    """The text `moeforge calibrate` prints: every run before, after and left out; the constants; the verdict."""
+    lines = [f"{len(runs)} run(s)"] + [f"  left out: {printable(s)}" for s in skipped] + notes
     if time_fit is not None:
         timed = [r for r in runs if r.step_s]
         width = max(len(r.name) for r in timed)
@@ -102,6 +109,9 @@ def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str]) 
         for k, v in sorted(time_fit.kept.items()):
             if k in TIME_CONSTANTS:
                 lines.append(f"{k:<24}  {'-' if v is None else f'{v:.4g}':>10}  (not fitted)")
+        for group in time_fit.jointly:
+            lines.append(f"  pinned only jointly: {' with '.join(group)} (each one's stderr of the order of its "
+                         "value; together they price the runs' steps)")
     if mem_fit is not None:
         width = max(len(n) for n in mem_fit.names)
         lines += ["", "peak memory (MiB)".ljust(width) + "  measured    before        after      leave-one-out"]
@@ -114,4 +124,6 @@ def report(runs: list, time_fit, mem_fit, skipped: list[str], notes: list[str]) 
         for name, value in mem_fit.values.items():
             shown = f"{value / GIB:.4g} GiB" if name.endswith("_bytes") else f"{value:.4g}"
             lines.append(f"  {name}: {shown}")
+    lines += ["", f"calibration: weak ({'; '.join(weak)})" if weak else "calibration: accepted (leave-one-out, "
+              "physical ranges and the estimates' uncertainty within their limits: compiler/calibrate/judge.py)"]
     return "\n".join(lines)

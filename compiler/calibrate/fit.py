@@ -45,6 +45,8 @@ class TimeFit:
     loo: list                     # leave-one-out estimate per run (None: the others do not determine the fit)
     measured: list
     kept: dict = field(default_factory=dict)   # constants not fitted, at their values
+    uncertainty: list = field(default_factory=list)  # per run: the estimate's relative standard error
+    jointly: list = field(default_factory=list)      # groups of constants the runs pin only together
 
     @staticmethod
     def error(est: list, measured: list) -> list:
@@ -58,6 +60,12 @@ class Model:
         self.runs, self.platform, self.assumed, self.base = runs, platform, assumed, base
         self.lays = [Layout.from_plan(r.plan["layout"]) for r in runs]
         self.facts = [steptime.stage_facts(r.plan, lay) for r, lay in zip(runs, self.lays)]
+
+    def fixed_of(self, name: str) -> float | None:
+        """The value a constant keeps when it is not fitted: the platform's (or assumed), else the fixed one."""
+        perf = (self.runs[0].plan.get("platform") or {}).get("performance") or {} if self.runs else {}
+        value = perf.get(name, self.assumed.get(name))
+        return value if value is not None else calib.TIME_CONSTANTS[name].fixed
 
     def cal(self, values: dict) -> calib.Calibration:
         return calib.Calibration(self.platform, time={**self.base, **values}, assumed=self.assumed)
@@ -184,8 +192,10 @@ def check(model: Model, names: list, point: dict, scale: dict) -> list[str]:
                 else f"{name}: the runs move it together with {', '.join(partners)}, so they cannot be told apart")
         if short:
             what += f" ({len(rows)} timed run(s) for {len(names)} constants)"
+        keep = (f"; or keep its fixed value: --fix {name}" if model.fixed_of(name) is not None
+                else f"; or state it: --assume {name}=VALUE")  # --fix of a constant with no value is refused
         lines.append(what + (f"; {settle}" if settle else "; no single changed run among the given ones settles "
-                             "it") + f"; or keep its fixed value: --fix {name}")
+                             "it") + keep)
     return lines
 
 
@@ -220,6 +230,7 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
     everything = list(range(len(timed)))
     values, res = solve(everything)
     stderr = dict.fromkeys(names)
+    uncertainty, jointly = [], []
     dof = len(timed) - len(names)
     if dof > 0:
         J = np.asarray(res.jac)
@@ -227,6 +238,10 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
         # pinv: a constant the fit holds at a bound (a fraction at 1, a cost at 0) has no slope there
         cov = np.linalg.pinv(J.T @ J) * sigma2
         stderr = {n: float(math.sqrt(max(cov[i, i], 0.0)) * scale[n]) for i, n in enumerate(names)}
+        # each run's estimate through the whole covariance (correlations included): constants the runs pin
+        # only together can each be loose while the step they predict is not
+        uncertainty = [float(math.sqrt(max(g @ cov @ g, 0.0))) for g in J]
+        jointly = _jointly(names, values, stderr, cov)
     out_loo = []
     if loo:
         for i in everything:
@@ -239,4 +254,24 @@ def fit_time(runs: list, names: list, platform: str, assumed: dict, fixed: dict,
             out_loo.append(model.times(fitted, [i])[0])
     before = model.times({n: start[n] for n in names})
     return TimeFit(list(names), values, {n: fixed.get(n) for n in names}, stderr, before, model.times(values),
-                   out_loo, measured, kept)
+                   out_loo, measured, kept, uncertainty, jointly)
+
+
+LOOSE = 0.5        # a constant whose standard error is at least this share of its value is loose alone
+CORRELATED = 0.8   # ... and pinned jointly with another loose one when their correlation is at least this
+
+
+def _jointly(names: list, values: dict, stderr: dict, cov) -> list[list[str]]:
+    """Groups of loose constants strongly correlated with each other (achievable_fraction with
+    elementwise_passes: both move the same runs' compute), each group once, in the table's order."""
+    loose = [i for i, n in enumerate(names) if values[n] > 0 and stderr[n] >= LOOSE * values[n]]
+    groups: list[set] = []
+    for a in loose:
+        for b in loose:
+            if b <= a or cov[a, a] <= 0 or cov[b, b] <= 0:
+                continue
+            if abs(cov[a, b]) / math.sqrt(cov[a, a] * cov[b, b]) >= CORRELATED:
+                hit = [g for g in groups if a in g or b in g]
+                merged = set().union({a, b}, *hit)
+                groups = [g for g in groups if g not in hit] + [merged]
+    return [[names[i] for i in sorted(g)] for g in sorted(groups, key=min)]

@@ -23,7 +23,10 @@ timestamp) before a line is allowed.  Nothing here imports torch, megatron or th
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import re
+import stat
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +44,13 @@ _FIELDS = {"consumed samples": "consumed_samples", "skipped samples": "skipped_s
            "grad norm": "grad_norm", "number of skipped iterations": "skipped_iterations",
            "number of nan iterations": "nan_iterations", "energy per GPU (J/iter/GPU)": "energy_j",
            "power per GPU (W/GPU)": "power_w", "num zeros": "num_zeros", "params norm": "params_norm"}
+
+
+MAX_LINE = 64 * 1024          # a training_log line is under 1 KB; a longer one is not Megatron-LM's: skipped
+MAX_BYTES = 2.0 ** 50         # a memory report above a petabyte is not a rank's
+MAX_LOG_BYTES = 16 * 1024 ** 3  # a month of printed iterations is a few hundred MB
+# elapsed time per iteration (ms): positive and at most a day (a longer step is a hung or misread one)
+ELAPSED_MS = (0.0, 86_400_000.0)
 
 
 class LogError(ValueError):
@@ -138,6 +148,19 @@ def parse_iteration(line: str) -> Iteration | None:
     return it
 
 
+def _check(log: Log, it: Iteration, number: int) -> None:
+    """Every number an iteration line gives is finite, its elapsed time in ELAPSED_MS: a log whose clock went
+    backwards or printed 1e308 would calibrate to nonsense."""
+    for key, value in it.values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise LogError(f"{log.path}:{number}: {key} is {value}: not a finite number; is the log corrupted?")
+    elapsed = it.values.get("elapsed_ms")
+    if elapsed is not None and not ELAPSED_MS[0] < elapsed <= ELAPSED_MS[1]:
+        raise LogError(f"{log.path}:{number}: elapsed time per iteration (ms) {elapsed:g} is outside "
+                       f"({ELAPSED_MS[0]:g}, {ELAPSED_MS[1]:g}] (more than 0, at most a day): is the log corrupted? "
+                       "pass the log Megatron-LM wrote")
+
+
 def parse_memory(line: str) -> tuple[int, str, dict] | None:
     m = _MEMORY.search(line)
     if not m:
@@ -147,23 +170,61 @@ def parse_memory(line: str) -> tuple[int, str, dict] | None:
         label, sep, value = part.strip().partition(": ")
         number = _number(value) if sep else None
         if number is not None:
+            if not 0 <= number * MB <= MAX_BYTES:  # also NaN; 1e308 MB is inf bytes, which int() refuses
+                raise ValueError(f"{label.strip()} {number:g} MB is outside [0, {MAX_BYTES / MB:g}] MB")
             values[label.replace(" ", "_")] = int(round(number * MB))
     return int(m.group(1)), m.group(2), values
 
 
+def _lines(f, digest, path):
+    """(line number, text) of each line, at most MAX_LINE bytes kept of one (the rest read and hashed, never
+    held: a log without newlines is not read into memory whole), MAX_LOG_BYTES in all."""
+    number, total, piece, long = 0, 0, b"", False
+    while True:
+        chunk = f.readline(MAX_LINE)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > MAX_LOG_BYTES:
+            raise LogError(f"{path}: larger than {MAX_LOG_BYTES >> 30} GiB: pass the last rank's log of one run")
+        digest.update(chunk)
+        if not chunk.endswith(b"\n"):
+            if not long and len(piece) + len(chunk) > MAX_LINE:
+                piece, long = b"", True
+            elif not long:
+                piece += chunk
+            continue
+        number += 1
+        line, piece, skip = piece + chunk, b"", long
+        long = False
+        if not skip and len(line) <= MAX_LINE:
+            yield number, line.decode("utf-8", errors="replace").rstrip("\r\n")
+    if piece and not long:
+        yield number + 1, piece.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
 def read(path: Path | str) -> Log:
-    """Read a log line by line (never whole): iterations, memory reports, the theoretical line."""
+    """Read a log line by line (never whole; a regular file only: a FIFO or a device could block or never
+    end): iterations, memory reports, the theoretical line."""
     path = Path(path)
     digest = hashlib.sha256()
     log = Log(str(path), "")
     try:
-        with open(path, "rb") as f:
-            for raw in f:
-                digest.update(raw)
-                log.lines += 1
-                _take(log, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise LogError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LogError(f"{path}: not a regular file (a FIFO, a device or a directory is not read): "
+                           "pass the training log itself")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            for number, line in _lines(f, digest, path):
+                log.lines = number
+                _take(log, line, number)
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     log.digest = digest.hexdigest()
     if not log.iterations:
         raise LogError(f"{path}: no Megatron-LM iteration line (' [date] iteration N/M | ... |') in "
@@ -171,20 +232,24 @@ def read(path: Path | str) -> Log:
     return log
 
 
-def _take(log: Log, line: str) -> None:
+def _take(log: Log, line: str, number: int = 0) -> None:
     if "iteration" in line and "|" in line:
         it = parse_iteration(line)
         if it is not None:
+            _check(log, it, number)
             log.iterations.append(it)
             return
     if "memory (MB)" in line:
-        mem = parse_memory(line)
+        try:
+            mem = parse_memory(line)
+        except ValueError as exc:
+            raise LogError(f"{log.path}:{number}: {exc}: is the log corrupted? pass the log Megatron-LM wrote") from None
         if mem is not None:
             log.memory.append(mem)
             return
     if line.startswith("Theoretical memory footprints") or "Theoretical memory footprints:" in line:
         m = _THEORETICAL.search(line)
-        if m:
+        if m and all(_number(g) is not None for g in m.groups()):  # [\d.]+ also matches "1.2.3"
             log.theoretical = {"weight_and_optimizer": float(m.group(1)) * MB,
                                "activation": float(m.group(2)) * MB, "total": float(m.group(3)) * MB}
     elif "[after training is done]" in line:

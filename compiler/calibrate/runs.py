@@ -93,8 +93,10 @@ def peak_kind(source: str | None) -> str | None:
 # ------------------------------------------------------------------------ report.json
 def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
     beside = report_path.with_name("plan.json")
-    named = Path(report["plan"]) if report.get("plan") else None
-    for candidate in (beside, named, report_path.parent / named if named else None):
+    named = Path(report["plan"]) if isinstance(report.get("plan"), str) and report["plan"] else None
+    # a sweep's repeat: build/sweeps/NAME/p00/runs/N/report.json, its plan in the point's directory
+    point = report_path.parent.parent.parent / "plan.json" if report_path.parent.parent.name == "runs" else None
+    for candidate in (beside, named, report_path.parent / named if named else None, point):
         if candidate is not None and candidate.is_file():
             return candidate, _json(candidate, "plan", "plan.json", "compile the recipe again")
     raise RunError(f"{report_path}: its plan.json is neither beside it nor at {report.get('plan')!r}: "
@@ -113,19 +115,45 @@ def from_report(path: Path, name: str | None = None) -> Run:
     if report.get("status") not in (None, "ok"):
         raise RunError(f"{path}: the run ended {report.get('status')!r}: only finished runs calibrate")
     plan_path, plan = _plan_of(path, report)
+    if not isinstance(plan, dict) or not isinstance(plan.get("platform"), dict) \
+            or not isinstance(plan["platform"].get("name"), str) or not isinstance(plan.get("layout"), dict):
+        raise RunError(f"{plan_path}: not a moeforge plan (no platform.name or layout): compile the recipe again")
     steady = report.get("steady_state") or {}
-    step_s = steady.get("median_s")
-    samples = steady.get("steps", 0)
+    if not isinstance(steady, dict) or not isinstance(report["steps"], list):
+        raise RunError(f"{path}: steady_state must be an object and steps a list: not a moeforge run report")
+    step_s = _quantity(path, "steady_state.median_s", steady.get("median_s"), STEP_S)
+    samples = steady.get("steps", 0) if isinstance(steady.get("steps", 0), int) else 0
     if step_s is None:
-        times = [s["time_s"] for s in report["steps"] if s.get("time_s") is not None][1:]
+        times = [_quantity(path, f"steps[{i}].time_s", s.get("time_s"), STEP_S)
+                 for i, s in enumerate(report["steps"]) if isinstance(s, dict)]
+        times = [t for t in times if t is not None][1:]
         if times:
             times.sort()
             step_s, samples = times[len(times) // 2], len(times)
-    peak = report.get("peak_memory_bytes_max") or report.get("peak_memory_bytes_rank0")
-    kind = peak_kind(report.get("peak_memory_source"))
+    peak = None
+    for key in ("peak_memory_bytes_max", "peak_memory_bytes_rank0"):
+        if report.get(key) != 0:  # 0: a CPU run's stand-in reports nothing
+            peak = peak or _quantity(path, key, report.get(key), PEAK_BYTES)
+    kind = peak_kind(report.get("peak_memory_source") if isinstance(report.get("peak_memory_source"), str) else None)
     name = name or _name(path)
     return Run(name, str(path), _sha(raw, _canonical(plan)), plan, "report", step_s, samples,
                int(peak) if peak and kind else None, kind if peak else None, report.get("profile"), report)
+
+
+STEP_S = (0.0, 86_400.0)       # a step: more than nothing, at most a day
+PEAK_BYTES = (0.0, 2.0 ** 50)   # a rank's peak: at most a petabyte
+
+
+def _quantity(path: Path, key: str, value, bounds: tuple[float, float]) -> float | None:
+    """A measured quantity of a report, None when absent; RunError (located by its key) when it is not a
+    number in its physical range: a negative step time would price a negative TFLOP/s."""
+    if value is None:
+        return None
+    lo, hi = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= hi:
+        raise RunError(f"{path}: {key}: {str(value)[:40]!r} is not a number in ({lo:g}, {hi:g}]: "
+                       "moeforge.runtime.train and moeforge.runtime.megatron write it; run again")
+    return value
 
 
 def _name(path: Path) -> str:
@@ -236,6 +264,9 @@ def plan_for(source: str, overrides=(), platform: str | None = None) -> tuple[di
     builtin:ID, with ``overrides``), or a Megatron-LM launch (script, command line, args file: read by
     `moeforge import`, never executed).  (plan, label)."""
     path = Path(source)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a FIFO or a device: never opened
+        raise RunError(f"{path}: not a regular file (a FIFO or a device is not read): pass the launch script, "
+                       "recipe or plan.json the log came from")
     if path.is_dir() and (path / "plan.json").is_file():
         path = path / "plan.json"
     if path.is_file() and path.suffix == ".json":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from moeforge.compiler.bounded import LIMITS, read_json
 from moeforge.compiler.commands.dryrun_report import with_estimates
+from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.files import write_file_atomically
 
 ROOT = Path(__file__).resolve().parents[2]  # where the compiler and runtime packages are
@@ -32,8 +33,12 @@ def cmd_dryrun(args) -> int:
         rc = _run_runtime("moeforge.runtime.dryrun", rest, "moeforge dryrun", quiet=True)
         if not raw.is_file():
             return rc
-        text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
-                          indent=2) + "\n"
+        try:
+            text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
+                              indent=2, allow_nan=False) + "\n"
+        except CalibrationError as exc:  # one line, as explain, plan-layout and diagnose say it
+            print(f"moeforge dryrun: error: {exc}", file=sys.stderr)
+            return 1
     if args.out:
         write_file_atomically(Path(args.out), text)
     sys.stdout.write(text)

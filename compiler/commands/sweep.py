@@ -17,9 +17,9 @@ def cmd_sweep(args) -> int:
     try:
         checked = workflow.check(args.sweep)
         text = report.check_text(checked)  # estimates: a bad calibration document is the user's to fix
-    except CalibrationError as exc:
+    except CalibrationError as exc:  # the estimates' calibration: one line, as explain and plan-layout say it
         print(printable(f"moeforge sweep {args.sweep_command}: error: {exc}"), file=sys.stderr)
-        return 2
+        return 1
     print(text, flush=True)
     if args.sweep_command == "check":
         return 1 if checked.refused or not checked.launchable else 0
@@ -52,9 +52,12 @@ def cmd_results(args) -> int:
         top = builds.sweep_dir(args.dir)
     try:
         doc = results.collect(top, args.baseline)
-    except (results.ResultsError, CalibrationError) as exc:
+    except results.ResultsError as exc:
         print(printable(f"moeforge results: error: {exc}"), file=sys.stderr)
         return 2
+    except CalibrationError as exc:
+        print(printable(f"moeforge results: error: {exc}"), file=sys.stderr)
+        return 1
     written, notes = results.write_all(doc, Path(args.out) if args.out else top, plot=not args.no_plot)
     print(results.to_json(doc) if args.format == "json" else results.to_csv(doc) if args.format == "csv"
           else results.to_text(doc), end="" if args.format != "table" else "\n")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
-from moeforge.compiler.calibrate.runs import RunError, from_report
+from moeforge.compiler.calibrate.runs import RunError, from_report, walk
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.diagnose import fixes, trace, walls
 from moeforge.compiler.diagnose.trace import TraceError
 from moeforge.compiler.diagnostics import command_main
@@ -24,7 +26,9 @@ def parser() -> argparse.ArgumentParser:
                                             "overhead, compute), name the dominant one, and list the domain documents' "
                                             "fixes for it as --set values that compile, each with the calibrated "
                                             "planner's estimate.")
-    p.add_argument("run", help="report.json, or the build directory holding it")
+    p.add_argument("run", help="report.json, the build directory holding it, or a sweep point's directory "
+                                "(build/sweeps/NAME/p00: every repeat under its runs/, or --repeat N)")
+    p.add_argument("--repeat", type=int, metavar="N", help="of a sweep point's repeats, diagnose runs/N only")
     p.add_argument("--trace", help="a torch.profiler Chrome trace (default: of the ranks' traces the report lists, "
                                    "the one the others waited for: the least communication)")
     p.add_argument("--calibration", metavar="FILE|none",
@@ -52,6 +56,9 @@ def diagnose(report_path: Path, trace_path: str | None = None, choice: str | Non
         found = [report_path.parent / t for t in (run.profile or {}).get("traces") or []]
         split = trace.critical([trace.split(p) for p in found if p.is_file()])
     w = walls.attribute(run.report, plan, run.step_s, cal, split)
+    if not all(math.isfinite(v) for v in w.seconds.values()):
+        raise RunError(f"{report_path}: the walls are not finite numbers ({', '.join(f'{k} {v}' for k, v in w.seconds.items())}): "
+                       "is the trace or the calibration corrupted? try --calibration none")
     recipe = plan["recipe"].get("path") or plan["recipe"]["id"]
     found = fixes.verify(w.dominant, plan, recipe, plan["recipe"].get("overrides", []), cal,
                          run.peak_bytes if run.peak_source != "allocated" else None)
@@ -69,12 +76,33 @@ def diagnose(report_path: Path, trace_path: str | None = None, choice: str | Non
                        "notes": f.notes} for f in found]}
 
 
+def reports(path: Path, repeat: int | None = None) -> list[Path]:
+    """The report.json files RUN names: itself, the one in a build directory, or a sweep point's repeats
+    (runs/1, runs/2, ...; with ``repeat`` only runs/N)."""
+    if not path.is_dir():
+        return [path]
+    if repeat is not None:
+        named = path / "runs" / str(repeat) / "report.json"
+        if not named.is_file():
+            have = sorted(p.parent.name for p in walk(path / "runs")) if (path / "runs").is_dir() else []
+            raise RunError(f"{path}: no runs/{repeat}/report.json (repeats with a report: {', '.join(have) or 'none'})")
+        return [named]
+    if (path / "report.json").is_file():
+        return [path / "report.json"]
+    found = walk(path / "runs") if (path / "runs").is_dir() else []
+    if not found:
+        raise RunError(f"{path}: no report.json in it or under its runs/: give a run's build directory or report.json, "
+                       "or a sweep point's directory after `moeforge sweep launch` ran it")
+    return found
+
+
 def run(args) -> int:
-    path = Path(args.run)
-    if path.is_dir():
-        path = path / "report.json"
-    d = diagnose(path, args.trace, args.calibration)
-    print(json.dumps(d, indent=2) if args.format == "json" else text(d))
+    found = reports(Path(args.run), args.repeat)
+    out = [diagnose(p, args.trace, args.calibration) for p in found]
+    if args.format == "json":
+        print(json.dumps(out[0] if len(out) == 1 else {"repeats": out}, indent=2, allow_nan=False))
+    else:
+        print("\n\n".join(text(d) for d in out))
     return 0
 
 
@@ -104,4 +132,4 @@ def text(d: dict) -> str:
             lines.append(f"  {f['fix']}: {sets}  [refused: {f['refused']}]")
         else:
             lines.append(f"  {f['fix']}  [{', '.join(f['notes'])}]")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -12,6 +12,8 @@ torch here.
 """
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +59,24 @@ def _clip(intervals, lo: float, hi: float):
 
 
 def _minus(a: list, b: list) -> float:
-    """Length of the union ``a`` not covered by the union ``b``."""
-    total = 0.0
+    """Length of the union ``a`` not covered by the union ``b`` (both sorted and disjoint, as _union makes
+    them): one merge pass, O(len(a) + len(b)); a profiled step holds 10^5 events of each."""
+    total, j = 0.0, 0
     for x0, x1 in a:
-        covered = sum(max(0.0, min(x1, y1) - max(x0, y0)) for y0, y1 in b if y1 > x0 and y0 < x1)
+        while j < len(b) and b[j][1] <= x0:
+            j += 1
+        covered, k = 0.0, j
+        while k < len(b) and b[k][0] < x1:
+            covered += max(0.0, min(x1, b[k][1]) - max(x0, b[k][0]))
+            k += 1
         total += (x1 - x0) - covered
     return total
+
+
+def _inside(union: list, t: float) -> bool:
+    """Whether ``t`` lies in one of the sorted, disjoint ``union``'s half-open intervals (bisection)."""
+    i = bisect.bisect_right(union, (t, math.inf)) - 1
+    return i >= 0 and union[i][0] <= t < union[i][1]
 
 
 def is_comm(name: str) -> bool:
@@ -75,7 +89,7 @@ def _arithmetic(ops: list[dict], comm: list) -> list[dict]:
     Functions, the engine's evaluate_function, annotations) are Python and framework code: the host overhead
     a GPU shows as gaps between kernels."""
     return [e for e in ops if e["name"].startswith("aten::") and not is_comm(e["name"])
-            and not any(a <= e["ts"] < b for a, b in comm)]
+            and not _inside(comm, e["ts"])]
 
 
 def _self_time(ops: list[dict], chosen: list[dict]) -> float:
@@ -92,14 +106,47 @@ def _self_time(ops: list[dict], chosen: list[dict]) -> float:
     return sum(max(own[id(e)], 0.0) for e in chosen)
 
 
+def _events(path: Path, doc) -> list[dict]:
+    """The complete ('X') events, each checked: an object, with a finite ``ts`` and a finite, non-negative
+    ``dur`` (microseconds); TraceError names the first that is not, by its index."""
+    listed = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    where = "traceEvents" if isinstance(doc, dict) else "the trace"
+    if listed is None:
+        listed = []
+    if not isinstance(listed, list):
+        raise TraceError(f"{path}: {where}: expected a list of events, got {type(listed).__name__}: "
+                         "pass the Chrome trace the runtime's --profile wrote")
+    out = []
+    for i, e in enumerate(listed):
+        if not isinstance(e, dict):
+            raise TraceError(f"{path}: {where}[{i}]: expected an event object, got {type(e).__name__}: "
+                             "pass the Chrome trace the runtime's --profile wrote")
+        if e.get("ph") != "X":
+            continue
+        for key in ("ts", "dur"):
+            v = e.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or (key == "dur" and v < 0):
+                got = "missing" if key not in e else repr(v)[:40]
+                raise TraceError(f"{path}: {where}[{i}].{key}: expected a finite number"
+                                 f"{' >= 0 (microseconds)' if key == 'dur' else ' (microseconds)'}, got {got}: "
+                                 "a complete ('X') event has both; pass the trace the runtime's --profile wrote")
+        if not isinstance(e.get("name", ""), str):
+            raise TraceError(f"{path}: {where}[{i}].name: expected a string: pass the trace the runtime's --profile "
+                             "wrote")
+        e.setdefault("name", "")
+        out.append(e)
+    return out
+
+
 def split(path: Path | str) -> TraceSplit:
     path = Path(path)
     try:
         doc = bounded.read_json(path, bounded.LIMITS["trace"])
     except bounded.Unreadable as exc:
-        raise TraceError(f"{path}: not a readable Chrome trace ({exc}): profile fewer steps (--profile)") from None
-    events = [e for e in (doc.get("traceEvents") if isinstance(doc, dict) else doc) or []
-              if e.get("ph") == "X" and "ts" in e]
+        where = f":{exc.where}" if exc.where else ""
+        raise TraceError(f"{path}{where}: not a readable Chrome trace ({exc}): profile fewer steps (--profile)") from None
+    events = _events(path, doc)
     steps = [e for e in events if str(e.get("name", "")).startswith(STEP_MARK)]
     if not steps:
         raise TraceError(f"{path}: no '{STEP_MARK} N' span: was it written by the runtime's --profile?")

@@ -16,10 +16,12 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from moeforge.compiler import bounded, project
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.estimate.steptime_constants import DWG_LAUNCH_S, EP_OVERLAP_SLOWDOWN, OUTPUT_LAYER_FRACTION
 from moeforge.compiler.resources import BUILTIN_RECIPES
 from moeforge.compiler.resources import SCHEMAS
@@ -70,9 +72,28 @@ TIME_CONSTANTS = {
     "host_layer_microbatch_s": TimeConstant("fixed: 0 (no host term)", 0.0, (0.0, 10.0),
                                             "every run's per-layer, per-micro-batch host cost"),
 }
+# Physical ranges: where a fitted value means what its name says (a fraction of a peak that is well above
+# nothing, a host cost under a minute).  The fit's bounds above are wider (they keep the optimiser finite); a
+# fit that lands outside these is judged weak (compiler/calibrate/judge.py), and a document is read only with
+# every value inside the fit's bounds (0 efficiency would divide by zero in every estimate).
+PHYSICAL = {
+    "achievable_fraction": (0.01, 1.0), "output_layer_fraction": (0.01, 1.0),
+    "collective_efficiency": (0.01, 1.0), "a2a_efficiency": (0.01, 1.0),
+    "ep_overlap_slowdown": (0.0, 5.0), "delay_wgrad_launch_s": (0.0, 1e-2), "elementwise_passes": (0.0, 1e5),
+    "host_step_s": (0.0, 60.0), "host_layer_microbatch_s": (0.0, 1.0),
+    # memory (the document's units): the memory model's activations off by 10x either way is a wrong model,
+    # not a calibration; what a rank holds beyond its tensors is under a terabyte
+    "activation_scale": (0.1, 10.0), "allowance_gib": (0.0, 1024.0), "allocated_offset_gib": (0.0, 1024.0),
+}
+# What a document may hold at all (load refuses outside): the time constants' fit bounds, memory's fit bounds.
+HARD = {**{n: c.bounds for n, c in TIME_CONSTANTS.items()},
+        "activation_scale": (0.0, 20.0), "allowance_gib": (0.0, 1e6), "allocated_offset_gib": (0.0, 1e6)}
 # The datasheet figures the model reads; a calibration of a platform without a performance block (the
 # cpu platform) states them as assumptions (`moeforge calibrate --assume`).
 DATASHEET = ("bf16_dense_tflops", "hbm_gbps", "nvlink_gbps", "internode_gbps")
+# ... and their ranges (a B300's dense bf16 is 2.5e3 TFLOP/s, its HBM 8e3 GB/s): an assumption outside is refused
+DATASHEET_RANGE = {"bf16_dense_tflops": (1e-6, 1e5), "hbm_gbps": (1e-3, 1e6), "nvlink_gbps": (1e-3, 1e6),
+                   "internode_gbps": (1e-3, 1e6)}
 # Memory: the activations' scale and the allowance (what the allocator, the CUDA context or the
 # process holds beyond weights, gradients, optimizer state and activations; docs/memory-model.md).
 MEMORY_FIXED = {"activation_scale": 1.0, "allowance_bytes": None}  # None: memory.ALLOWANCE_BYTES
@@ -93,12 +114,16 @@ class Calibration:
     source: str = ""
     runs: int = 0
     digest: str = ""
+    weak: tuple = ()     # why the fit cannot be trusted (written with --accept-weak); () for an accepted one
 
     def describe(self) -> str:
         """The line an estimating command prints (note()): source, runs, digest prefix and every fitted constant."""
         fitted = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted({**self.time, **self.memory}.items()))
-        return (f"calibration {self.source} ({self.runs} run{'s' if self.runs != 1 else ''}, "
+        line = (f"calibration {self.source} ({self.runs} run{'s' if self.runs != 1 else ''}, "
                 f"sha256 {self.digest[:12]}): {fitted or 'no constant'}")
+        if self.weak:
+            line = f"calibration: weak ({'; '.join(self.weak)}): " + line
+        return printable(line)
 
 
 def _fmt(v: float) -> str:
@@ -196,18 +221,57 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
         raise CalibrationError(f"{path}: an alias refers to itself: rewrite it with `moeforge calibrate`") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "the document"
-        raise CalibrationError(f"{path}: {where}: {error.message} (schemas/calibration.v1.json): "
-                               "rewrite it with `moeforge calibrate`")
+        raise CalibrationError(printable(f"{path}: {where}: {error.message[:300]} (schemas/calibration.v1.json): "
+                                         "rewrite it with `moeforge calibrate`"))
+    _check_numbers(path, doc)
     if expect_platform and doc["platform"] != expect_platform:
-        raise CalibrationError(f"{path}: calibrates platform {doc['platform']!r}, not {expect_platform!r}: "
-                               f"name it {doc['platform']}{SUFFIX}, or calibrate {expect_platform}")
+        raise CalibrationError(printable(f"{path}: calibrates platform {doc['platform']!r}, not {expect_platform!r}: "
+                                         f"name it {doc['platform']}{SUFFIX}, or calibrate {expect_platform}"))
     time = {k: v["value"] for k, v in (doc.get("time") or {}).get("constants", {}).items()}
     fitted = {k: v["value"] for k, v in (doc.get("memory") or {}).get("constants", {}).items()}
     memory = {k: v for k, v in fitted.items() if k == "activation_scale"}
     if "allowance_gib" in fitted:  # allocated_offset_gib is what max_memory_allocated saw: not an allowance
         memory["allowance_bytes"] = int(fitted["allowance_gib"] * GIB)
+    weak = list(doc.get("weak") or [])
+    weak += [w for w in outside_physical({**time, **fitted}) if w not in weak]
     return Calibration(doc["platform"], time, memory, dict(doc.get("assumed") or {}), _display(path),
-                       len(doc.get("runs") or ()), hashlib.sha256(text.encode()).hexdigest())
+                       len(doc.get("runs") or ()), hashlib.sha256(text.encode()).hexdigest(), tuple(weak))
+
+
+def outside_physical(values: dict) -> list[str]:
+    """One reason per constant outside its PHYSICAL range ([] when all are inside)."""
+    out = []
+    for name, value in values.items():
+        lo, hi = PHYSICAL.get(name, (-math.inf, math.inf))
+        if not lo <= value <= hi:
+            out.append(f"{name} {value:.4g} outside its physical range [{lo:g}, {hi:g}]")
+    return out
+
+
+def _check_numbers(path: Path, doc: dict) -> None:
+    """Every number finite (YAML's .nan and .inf pass a schema's minimum), every constant inside HARD: one
+    located line otherwise."""
+    stack = [((), doc)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((where + (str(k),), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((where + (str(i),), v) for i, v in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise CalibrationError(f"{path}: {'.'.join(where)}: {item} is not a finite number: "
+                                   "rewrite it with `moeforge calibrate`")
+    for name, value in (doc.get("assumed") or {}).items():
+        lo, hi = DATASHEET_RANGE.get(name) or TIME_CONSTANTS[name].bounds
+        if not lo <= value <= hi:
+            raise CalibrationError(f"{path}: assumed.{name}: {value:g} is outside [{lo:g}, {hi:g}]: "
+                                   "measure it again (moeforge calibrate --help)")
+    for part in ("time", "memory"):
+        for name, const in ((doc.get(part) or {}).get("constants") or {}).items():
+            lo, hi = HARD[name]
+            if not lo <= const["value"] <= hi:
+                raise CalibrationError(f"{path}: {part}.constants.{name}.value: {const['value']:g} is outside "
+                                       f"[{lo:g}, {hi:g}]: rewrite it with `moeforge calibrate`")
 
 
 def _display(path: Path) -> str:
@@ -231,11 +295,11 @@ def record(cal: Calibration | None) -> dict | None:
     if cal is None:
         return None
     return {"source": cal.source, "sha256": cal.digest, "runs": cal.runs, "time": dict(cal.time),
-            "memory": dict(cal.memory), "assumed": dict(cal.assumed)}
+            "memory": dict(cal.memory), "assumed": dict(cal.assumed), "weak": list(cal.weak)}
 
 
 def note(cal: Calibration | None) -> str:
     """The line every estimating command prints: which calibration it used."""
     if cal is None:
         return "calibration: none (fixed constants: docs/layout-model.md, section 6)"
-    return cal.describe()
+    return cal.describe()  # "calibration: weak (...): ..." for one written with --accept-weak

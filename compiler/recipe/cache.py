@@ -70,16 +70,17 @@ def _secret(path: Path, renew: bool) -> bytes:
     always), made whole beside it and linked into place (a concurrent run's wins, and both then use it)."""
     if not renew:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the open
         except FileNotFoundError:
             fd = None
         if fd is not None:
             try:
                 st = os.fstat(fd)
-                key = os.read(fd, SECRET_BYTES + 1)
+                key = os.read(fd, SECRET_BYTES + 1) if stat.S_ISREG(st.st_mode) else b""
             finally:
                 os.close(fd)
-            if st.st_uid == os.getuid() and not st.st_mode & 0o077 and len(key) == SECRET_BYTES:
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077 \
+                    and len(key) == SECRET_BYTES:
                 return key
             renew = True  # not ours, readable by others, or cut short: replaced
     tmp = path.with_name(f".secret-{os.getpid()}-{os.urandom(6).hex()}")
@@ -135,11 +136,15 @@ def valid(entry: str | None, detailed: bool) -> list | None:
         paths = _recall("valid", entry)
         return [tuple(p) for p in paths] if isinstance(paths, list) and all(isinstance(p, list) for p in paths) \
             else None
+    folder = _folder(cache[0], "valid", entry, create=False)
+    if folder is None:
+        return None
     try:
-        st = os.stat(cache[0] / "valid" / entry[:2] / entry)
+        st = os.lstat(folder / entry)
     except OSError:
         return None
-    return [] if stat.S_ISREG(st.st_mode) and st.st_size == 0 else None  # an empty file of ours, else a miss
+    ours = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+    return [] if ours and st.st_size == 0 else None  # an empty file of ours, else a miss
 
 
 def remember_valid(entry: str | None, paths: list | None = None) -> None:
@@ -152,13 +157,52 @@ def remember_valid(entry: str | None, paths: list | None = None) -> None:
             _store("valid", entry, [list(p) for p in paths])
 
 
+def _private_dir(path: Path, create: bool) -> bool:
+    """Whether ``path`` is a directory of ours that only we can use, never following a link: a link, a file
+    or a FIFO planted there (before the cache directory was made private) is removed, and the directory
+    made again when ``create``; one owned by someone else, or open to others, means no cache."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return False
+        try:
+            os.mkdir(path, 0o700)
+            st = os.lstat(path)
+        except OSError:
+            return False
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):  # a planted link or file: in our private directory, so ours to remove
+        try:
+            os.unlink(path)
+        except OSError:
+            return False
+        return _private_dir(path, create)
+    if st.st_uid != os.getuid():
+        return False
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(path, 0o700, follow_symlinks=False)
+        except (OSError, NotImplementedError):
+            return False
+    return True
+
+
+def _folder(base: Path, kind: str, entry: str, create: bool) -> Path | None:
+    """<cache>/<kind>/<xx>/, each level checked by _private_dir (None: not there, or not usable)."""
+    directory, folder = base / kind, base / kind / entry[:2]
+    if _private_dir(directory, create) and _private_dir(folder, create):
+        return folder
+    return None
+
+
 def _write(directory: Path, entry: str, payload: bytes) -> None:
     """The entry, whole or not at all: written under a name of its own, then renamed into place."""
     try:
-        folder = directory / entry[:2]
-        if not folder.is_dir():
-            directory.mkdir(mode=0o700, exist_ok=True)
-            folder.mkdir(mode=0o700, exist_ok=True)
+        folder = _folder(directory.parent, directory.name, entry, create=True)
+        if folder is None:
+            return
         tmp = folder / f".tmp-{os.getpid()}-{os.urandom(6).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -195,14 +239,47 @@ def _recall(kind: str, entry: str | None):
     cache = _directory()
     if not (entry and cache):
         return None
+    folder = _folder(cache[0], kind, entry, create=False)
+    if folder is None:
+        return None
     try:
-        raw = (cache[0] / kind / entry[:2] / entry).read_bytes()
+        raw = _read_entry(folder / entry)
+        if raw is None:
+            return None
         mac, _, payload = raw.partition(b"\n")
         if mac.decode("ascii") != _digest(cache[1], entry.encode() + b"\n" + payload):
             return None
         return json.loads(payload, parse_constant=_refuse_constant)
     except (OSError, ValueError):
         return None
+
+
+MAX_ENTRY = 16 << 20  # a parse entry holds one recipe's data (a recipe is at most 1 MB)
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """An entry's bytes when it is a regular file of ours, not a link (O_NOFOLLOW) and not a FIFO (O_NONBLOCK:
+    opening one must not wait for a writer), at most MAX_ENTRY bytes; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        chunks, size = [], 0
+        while size <= MAX_ENTRY:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return None if size > MAX_ENTRY else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _store(kind: str, entry: str | None, value) -> None:

@@ -49,7 +49,7 @@ def check_text(checked) -> str:
     sweep, compiled, collapsed = checked.sweep, checked.compiled, checked.collapsed
     swept = [".".join(p) for p in sweep.swept]
     short = short_names(swept)
-    rows, missing, total_h = [], set(), 0.0
+    rows, missing, total_h, weak = [], set(), 0.0, set()
     for c in compiled:
         vals = c.point.values
         cells = [c.point.id] + [value(vals[k]) if k in vals else "." for k in swept]
@@ -60,6 +60,8 @@ def check_text(checked) -> str:
         est = of_plan(c.plan, sweep.repeats)
         if est["missing"]:
             missing.add(est["missing"])
+        if est["calibration"].startswith("calibration: weak"):
+            weak.add(est["calibration"])
         verdict = f"= {collapsed[c.point.id].twin}" if c.point.id in collapsed else "run"
         if c.point.id not in collapsed and est["gpu_hours"] is not None:
             total_h += est["gpu_hours"]
@@ -82,6 +84,7 @@ def check_text(checked) -> str:
         lines += [""] + [f"estimates: {m}" for m in sorted(missing)]
     elif n_run:
         lines += ["", f"estimated total: {total_h:.2f} GPU-hours for {n_run} point(s) x {sweep.repeats} repeat(s)"]
+    lines += [f"estimates: {w}" for w in sorted(weak)]
     lines.append("est. memory: the planner's peak per rank, with its 5 GiB allowance for the CUDA context and "
                  "workspaces (docs/memory-model.md)")
     return shown(lines)

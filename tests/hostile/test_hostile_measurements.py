@@ -65,7 +65,7 @@ def test_a_trace_that_is_not_json_names_the_trace(sandbox, moeforge_cli, tmp_pat
 
     bad = tmp_path / "rank0.trace.json"
     bad.write_bytes(b"\x00" * 64)
-    with pytest.raises(trace.TraceError, match=r"rank0\.trace\.json: not a readable Chrome trace"):
+    with pytest.raises(trace.TraceError, match=r"rank0\.trace\.json(:\d+:\d+)?: not a readable Chrome trace"):
         trace.split(bad)
 
 
