@@ -229,3 +229,26 @@ def test_compile_stops_before_the_plan_when_asked(tmp_path):
     whole, solved = driver.compile("tiny-moe/cpu"), driver.compile("tiny-moe/cpu", plan=False)
     assert solved.plan is None and whole.plan["layout"]["ep"] == 2
     assert whole.resolved.env == solved.resolved.env and whole.diagnostics == solved.diagnostics
+
+
+def _documented_layers(text: str) -> list[str]:
+    """The compiler's units as docs/architecture.md's layer table lists them, in its order."""
+    import re
+
+    units = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and re.fullmatch(r"\d+(, \d+)*", cells[1]):
+            units += [re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`]+)`", cells[2])]
+    return units
+
+
+def test_the_package_map_is_written_once():
+    """compiler.LAYERS is the package map; docs/architecture.md's table lists the same units in the same order, and
+    the README points to that table rather than keeping a copy."""
+    layered = [u for layer in LAYERS for u in layer]
+    assert _documented_layers((ROOT / "docs" / "architecture.md").read_text()) == layered
+    assert _documented_layers("| 1 | `a/`, `b.py` | x |\n| 2, 3 | `c/`, then `d/` | y |\n") == ["a", "b", "c", "d"]
+    readme = (ROOT / "README.md").read_text()
+    copies = [u for u in layered if f"`compiler/{u}/`" in readme and u not in ("commands",)]
+    assert "| package | owns |" not in readme and len(copies) < 3, copies
