@@ -154,8 +154,9 @@ bench: $(STAMP) ## benchmarks (check/compile throughput, solver latency, cold st
 golden: $(STAMP) ## rewrite tests/golden from the catalogue (review the diff before committing!)
 	MOEFORGE_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/golden
 
-schemas: $(STAMP) ## regenerate schemas/recipe.v3.json from the knob table (compiler/knobs/recipe_schema.py)
+schemas: $(STAMP) ## regenerate schemas/recipe.v3.json and model.v1.json from the knob table (compiler/knobs/*_schema.py)
 	$(PY) -m moeforge.compiler.knobs.recipe_schema
+	$(PY) -m moeforge.compiler.knobs.model_schema
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache

@@ -145,10 +145,11 @@ def bench_matrix(cold_runs: int) -> dict:
 
 
 def bench_compile(ids: list[str], runs: int) -> dict:
-    from moeforge.compiler.targets import emit
+    """`moeforge compile` of every recipe in this process (the command's own write_build), rounds timed."""
+    from types import SimpleNamespace
+
+    from moeforge.compiler.commands.compile import write_build
     from moeforge.compiler.diagnostics import CompileError
-    from moeforge.compiler.driver import load, resolve
-    from moeforge.compiler.targets.plan import build
 
     out = Path(tempfile.mkdtemp(prefix="moeforge-bench-"))
     try:
@@ -158,9 +159,7 @@ def bench_compile(ids: list[str], runs: int) -> dict:
             ok, failed = 0, []
             for rid in ids:
                 try:
-                    r = resolve(load(rid))
-                    plan = build(r)
-                    emit.write_atomically(out / rid, emit.render(plan, r.composed.data, f"build/{rid}"))
+                    write_build(SimpleNamespace(recipe=rid, overrides=[], strict=False, out=str(out)))
                     ok += 1
                 except CompileError:
                     failed.append(rid)
@@ -174,8 +173,8 @@ def bench_compile(ids: list[str], runs: int) -> dict:
 
 
 def bench_solver(ids: list[str], repeat: int) -> dict:
+    from moeforge.compiler import driver
     from moeforge.compiler.diagnostics import CompileError
-    from moeforge.compiler.driver import load, resolve
 
     rows, every = {}, []
     for rid in ids:
@@ -183,7 +182,7 @@ def bench_solver(ids: list[str], repeat: int) -> dict:
         for _ in range(repeat + 1):
             start = time.perf_counter()
             try:
-                resolve(load(rid))
+                driver.compile(rid, plan=False)
                 status = "ok"
             except CompileError as exc:
                 status = f"refused ({len(exc.diagnostics)} errors)"
@@ -199,14 +198,13 @@ def bench_solver(ids: list[str], repeat: int) -> dict:
 
 def plan_configs(ids: list[str]) -> list[dict]:
     """One plan per recipe that compiles: {id, transformer_config, platform} (lint and megatron input)."""
+    from moeforge.compiler import driver
     from moeforge.compiler.diagnostics import CompileError
-    from moeforge.compiler.driver import load, resolve
-    from moeforge.compiler.targets.plan import build
 
     out = []
     for rid in ids:
         try:
-            plan = build(resolve(load(rid)))
+            plan = driver.compile(rid).plan
         except CompileError:
             continue
         out.append({"id": rid, "transformer_config": plan["transformer_config"], "platform": plan["platform"],
@@ -428,7 +426,7 @@ def report(r: dict) -> str:
          f"{c['warm_recipes_per_s']:.1f} recipes/s"),
         ("compile catalogue, in process (warm)", f"{k['median_s']:.3f} s",
          f"{k['recipes_per_s']:.1f} recipes/s ({k['compiled']} compiled, {len(k['refused'])} refused)"),
-        ("solver latency resolve(load()), median", f"{s['overall_median_ms']:.1f} ms",
+        ("solver latency driver.compile(plan=False), median", f"{s['overall_median_ms']:.1f} ms",
          f"p95 {s['overall_p95_ms']:.1f} ms; {s['repeat']} runs x {len(s['per_recipe'])} recipes"),
         ("solver latency, worst recipe's median", f"{s['worst_median_ms']:.1f} ms", s["worst_recipe"]),
         ("lint-config throughput", f"{lint['configs_per_s']:.0f} cfg/s",
@@ -583,7 +581,7 @@ def readme_table(r: dict) -> str:
          by["fully pinned"]),
         ("cold `moeforge check recipes/tiny-moe/cpu.yaml` (auto knobs)", f"{1e3 * one['median_s']:.0f} ms",
          by["auto knobs"]),
-        ("solver latency, `resolve(load())`, median over recipes (p95)",
+        ("solver latency, `driver.compile(plan=False)`, median over recipes (p95)",
          f"{s['overall_median_ms']:.1f} ms ({s['overall_p95_ms']:.1f} ms)", ""),
         ("solver latency, the worst recipe's median", f"{s['worst_median_ms']:.1f} ms ({s['worst_recipe']})",
          by["solver"]),

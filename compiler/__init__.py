@@ -23,7 +23,7 @@ LAYERS = (
     ("calibrate",),                           # platform constants fitted to measured runs
     ("diagnose",),                            # a run's dominant wall and its verified fixes
     ("sweep",),                               # sweeps: points, job arrays, results
-    ("commands",),                            # the CLI's handlers
+    ("commands",),                            # the commands, one module each, and their registry (COMMANDS)
     ("cli",),                                 # the command line
     ("__main__",),                            # python -m moeforge.compiler
 )

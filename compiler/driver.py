@@ -7,16 +7,18 @@ a CompileError carrying every one of them.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import replace
 from pathlib import Path
 
-from moeforge.compiler.diagnostics import CompileError, Diagnostic, Note, from_rule
+from moeforge.compiler.diagnostics import CompileError, Diagnostic, Note, Position, from_rule
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.knobs.fields import megatron_core_diagnostics
 from moeforge.compiler.recipe import integers, validate
 from moeforge.compiler.recipe.compose import Composed, compose, resolve_recipe
+from moeforge.compiler.recipe.document import Document
 from moeforge.compiler.rules import BY_ID, PREFERENCES, RULES, Rule
 from moeforge.compiler.rules import hazards as H
 from moeforge.compiler.rules.expr import evaluate
@@ -46,15 +48,16 @@ class Compiled:
         return self.resolved.diagnostics
 
 
-def compile(recipe: str | Path, overrides=(), root: Path | None = None, *, strict: bool = False,
-            explain_errors: bool = True, plan: bool = True) -> Compiled:
-    """Load, compose, validate and solve a recipe (an id, a path, or builtin:ID of `root`), then build its plan;
-    or raise CompileError with every diagnostic of the first stage that found errors.
+def compile(recipe: str | Path | dict, overrides=(), root: Path | None = None, *, strict: bool = False,
+            explain_errors: bool = True, plan: bool = True, name: str = "in-memory") -> Compiled:
+    """Load, compose, validate and solve a recipe (an id, a path, or builtin:ID of `root`; or a recipe document
+    held in memory, a dict, which diagnostics place at `name` and which stands where recipes/`name`.yaml would),
+    then build its plan; or raise CompileError with every diagnostic of the first stage that found errors.
 
     strict: Megatron's silent rewrites are errors. explain_errors=False: a conflict names its rules without the
     minimal pins and fixes (most of the time of a failure; matrix and the planner's search). plan=False: stop
     after solving (check, explain, diff and matrix read the values, not plan.json)."""
-    resolved = resolve(load(recipe, overrides, root), strict, explain_errors)
+    resolved = resolve(load(recipe, overrides, root, name), strict, explain_errors)
     if not plan:
         return Compiled(resolved)
     from moeforge.compiler.targets.plan import build  # lazy: the cold check stops before the plan
@@ -62,10 +65,14 @@ def compile(recipe: str | Path, overrides=(), root: Path | None = None, *, stric
     return Compiled(resolved, build(resolved))
 
 
-def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed:
-    """Compose and validate a recipe of `root` (default: the project's recipes/, moeforge.compiler.project)."""
-    path = resolve_recipe(str(recipe), root)
-    composed = compose(path, list(overrides), root)
+def load(recipe: str | Path | dict, overrides=(), root: Path | None = None, name: str = "in-memory") -> Composed:
+    """Compose and validate a recipe of `root` (default: the project's recipes/, moeforge.compiler.project); a
+    dict is a recipe document in memory, named `name` (compile())."""
+    if isinstance(recipe, dict):
+        source = Document(name, copy.deepcopy(recipe), _positions(recipe, Position(name)))
+    else:
+        source = resolve_recipe(str(recipe), root)
+    composed = compose(source, list(overrides), root)
     diags = []
     for doc in composed.documents:
         diags += validate.missing_schema(doc.data, doc.file)
@@ -97,6 +104,16 @@ def load(recipe: str | Path, overrides=(), root: Path | None = None) -> Composed
     if diags:
         raise CompileError(diags)
     return replace(composed, data=data)
+
+
+def _positions(value, at: Position, path: tuple = ()) -> dict:
+    """Every path of an in-memory document, at its name: what a file's positions are for the merge (a value
+    with a position is the recipe's, not a default)."""
+    out = {path: at}
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        out.update(_positions(item, at, path + (key,)))
+    return out
 
 
 def _kind_of(doc, root: Path) -> str:

@@ -116,6 +116,13 @@ def _check_folding(layout: dict) -> int:
     return dp
 
 
+def num_microbatches(gbs: int, mbs: int, dp: int) -> int | None:
+    """Micro-batches per step when the batch splits into whole micro-batches on every DP rank, else None.
+    The runtime's one copy of compiler/knobs/layout.py's num_microbatches and batch_remainder (it never imports
+    the compiler); tests/compiler/test_layout.py compares the two over a grid of batch sizes."""
+    return None if gbs % (mbs * dp) else gbs // (mbs * dp)
+
+
 def _check_layout(raw: dict) -> None:
     layout, tc = raw["layout"], raw["transformer_config"]
     for key, field in LAYOUT_TO_CONFIG.items():
@@ -127,7 +134,7 @@ def _check_layout(raw: dict) -> None:
     train = raw["training"]
     world, tp, pp, cp = (layout[k] for k in ("world_size", "tp", "pp", "cp"))
     mbs, gbs = train["micro_batch_size"], train["global_batch_size"]
-    if gbs % (mbs * dp) or gbs // (mbs * dp) != train["num_microbatches"]:
+    if num_microbatches(gbs, mbs, dp) != train["num_microbatches"]:
         raise PlanError(
             f"training.num_microbatches = {train['num_microbatches']} but global_batch_size / "
             f"(micro_batch_size * dp) = {gbs} / ({mbs} * {dp}) "

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 
+from moeforge.compiler.knobs.layout import num_microbatches
+
 
 def _gbs(plan: dict) -> tuple[str, dict] | None:
     p = copy.deepcopy(plan)
     tr = p["training"]
     tr["global_batch_size"] *= 2
-    tr["num_microbatches"] = tr["global_batch_size"] // (tr["micro_batch_size"] * p["layout"]["dp"])
+    tr["num_microbatches"] = num_microbatches(tr["global_batch_size"], tr["micro_batch_size"], p["layout"]["dp"])
     return f"training.global_batch_size={tr['global_batch_size']}", p
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from moeforge.compiler import project
 from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 from moeforge.compiler import driver
+from moeforge.compiler.commands.options import output_arguments
 from moeforge.compiler.knobs.fields import megatron_core_diagnostics
 from moeforge.compiler.recipe import validate
 from moeforge.compiler.recipe.compose import RECIPE_NOT_FOUND_HELP, display_path, resolve_recipe
@@ -117,3 +118,47 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
             print(f"checked {len(files)} recipe(s): {counts['error']} error(s), {counts['warning']} warning(s), "
                   f"{counts['advice']} advice{hidden}")
     return 1 if counts["error"] else 0
+
+
+_FORMATS = ("text", "json", "github")
+
+
+def arguments(c) -> None:
+    c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
+    c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
+    c.add_argument("--format", choices=_FORMATS, default="text",
+                   help="output: text (default), json (schemas/check-report.v1.json), or github (annotations)")
+    output_arguments(c)
+
+
+def fast_args(argv: list[str]):
+    """The arguments of a plain `check [PATHS] [--strict] [--quiet] [--advice] [--format F]` (what a
+    pre-commit hook or an editor runs), read without argparse, whose import and parser building are a
+    measurable part of a cold check; anything else (abbreviations, --help, a bad value) returns None
+    and goes through argparse, with its messages."""
+    args = {"command": "check", "paths": [], "strict": False, "quiet": False, "advice": False, "format": "text"}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--strict", "--quiet", "--advice"):
+            args[a[2:]] = True
+        elif a == "--format" and i + 1 < len(argv) and argv[i + 1] in _FORMATS:
+            args["format"] = argv[i + 1]
+            i += 1
+        elif a.startswith("--format=") and a[len("--format="):] in _FORMATS:
+            args["format"] = a[len("--format="):]
+        elif a == "--":
+            args["paths"] += argv[i + 1:]
+            break
+        elif a.startswith("-") and a != "-":
+            return None
+        else:
+            args["paths"].append(a)
+        i += 1
+    from types import SimpleNamespace  # lazy: only a plain check gets here
+
+    return SimpleNamespace(**args)
+
+
+def run(args) -> int:
+    return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)

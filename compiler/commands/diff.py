@@ -81,3 +81,15 @@ def render(rows: list[dict], a: str, b: str, fmt: str = "text") -> str:
         lines.append(f"    a: {r['a_from']}")
         lines.append(f"    b: {r['b_from']}")
     return "\n".join(lines)
+
+
+def arguments(c) -> None:
+    c.add_argument("a", help="recipe id or path, build/<recipe> directory, or plan.json")
+    c.add_argument("b", help="the other side, the same kinds as A")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
+
+
+def run(args) -> int:
+    rows = diff(args.a, args.b)
+    print(render(rows, args.a, args.b, args.format))
+    return 1 if rows else 0

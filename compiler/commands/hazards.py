@@ -10,30 +10,23 @@ Exit codes as moeforge's: 0 the listing (whatever it holds), 1 a recipe that doe
 """
 from __future__ import annotations
 
-import argparse
 import json
 
-from moeforge.compiler.diagnostics import CompileError, command_main, printable, render_all
+from moeforge.compiler.diagnostics import CompileError, printable, render_all
 from moeforge.compiler.rules import hazards as H
 
 
-def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+DESCRIPTION = ("Field hazards: settings that pass Megatron's validation and then NaN, hang, crash or train the "
+               "wrong thing, by software version.")
+
+
+def arguments(p) -> None:
+    """The recipe is optional: without it, the whole catalogue."""
     p.add_argument("recipe", nargs="?", help="recipe id (tiny-moe/cpu), path under recipes/, or builtin:ID; "
                                             "default: list the whole catalogue")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe value, e.g. --set parallelism.tp=2 (repeatable)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
-    return p
-
-
-def parser() -> argparse.ArgumentParser:
-    return add_arguments(argparse.ArgumentParser(
-        prog="moeforge hazards", description="Field hazards: settings that pass Megatron's validation and then NaN, "
-                                             "hang, crash or train the wrong thing, by software version."))
-
-
-def main(argv) -> int:
-    return command_main("moeforge hazards", parser(), run, argv, ())
 
 
 def run(args) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from moeforge.compiler import project
 from moeforge.compiler.bounded import LIMITS, Unreadable, read_json, read_text
+from moeforge.compiler.commands.compile import report_build, write_build
 from moeforge.compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
 from moeforge.compiler.targets.job import LaunchError, job_env, job_python, local_command, needs_venv312
 
@@ -229,10 +230,38 @@ def main(argv=None) -> int:
     p.add_argument("--root", help="the project root (default: found from the current directory, as moeforge does)")
     args = p.parse_args(argv)
     project.set_root(args.root)
-    return run(args)
+    return run_build(args)
+
+
+DESCRIPTION = ("Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wait launch.sbatch) or print the "
+               "exact commands. A recipe is compiled first.")
+
+
+def arguments(c) -> None:
+    add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="with a recipe: override a recipe value before compiling (repeatable)")
+    c.add_argument("--out", default=None, help="with a recipe: build root (default: build/ under the project root)")
 
 
 def run(args) -> int:
+    """`moeforge launch`: a build directory runs as it is; a recipe is compiled first (into --out), then run."""
+    build = Path(args.build)
+    if not (build / "plan.json").exists() and not build.is_dir():  # a recipe: compiled into --out first
+        options = argparse.Namespace(recipe=args.build, overrides=args.overrides, strict=False, format="text",
+                                     out=args.out, quiet=False, advice=False)
+        compiled, build_dir, kept = write_build(options)
+        if not args.needs_venv312:  # that answer is the only output
+            report_build(compiled, build_dir, kept, options)
+        args.build = str(Path(args.out or project.build()) / compiled.composed.recipe_id)
+    elif args.overrides:
+        print(f"moeforge launch: --set applies to a recipe; {build} is already compiled "
+              "(compile it again with the overrides)", file=sys.stderr)
+        return 2
+    return run_build(args)
+
+
+def run_build(args) -> int:
     build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)

@@ -19,6 +19,7 @@ from pathlib import Path
 from moeforge.compiler import project
 from moeforge.compiler.commands.check import recipe_files
 from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler import driver
 from moeforge.compiler.recipe.compose import RECIPES, display_path
 from moeforge.compiler.recipe.load import load_file
@@ -209,3 +210,16 @@ def page(rows, plats, table) -> str:
             "<h1>moeforge: recipes x platforms</h1><p>Each cell: the recipe with <code>--set platform=&lt;column&gt;"
             "</code>, nodes scaled to the platform's GPUs per node (world size kept).</p>"
             f"<table><tr><th>recipe</th>{head}</tr>{''.join(body)}</table></body></html>\n")
+
+
+def arguments(c) -> None:
+    c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
+    c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page (with each cell's details)")
+
+
+def run(args) -> int:
+    rows, plats, table = build(args.paths or None)
+    print(text(rows, plats, table))
+    if args.html:
+        write_file_atomically(Path(args.html), page(rows, plats, table))
+    return 0

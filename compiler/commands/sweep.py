@@ -1,4 +1,4 @@
-"""`moeforge sweep check|launch` and `moeforge results`: parse (compiler/cli.py), call compiler/sweep, print."""
+"""`moeforge sweep check|launch` and `moeforge results` (compiler/commands/results.py): call compiler/sweep, print."""
 from __future__ import annotations
 
 import sys
@@ -65,3 +65,27 @@ def cmd_results(args) -> int:
         print(printable(f"moeforge results: {note}"), file=sys.stderr)
     print(printable("wrote " + ", ".join(builds.relative(p) for p in written)), file=sys.stderr)
     return 0
+
+
+DESCRIPTION = ("A sweep (recipes/sweeps/NAME.yaml, schemas/sweep.v1.json) is a recipe and the knob values to try. "
+               "check compiles every point; launch writes build/sweeps/NAME/ and runs them.")
+
+
+def arguments(c) -> None:
+    sweep = c.add_subparsers(dest="sweep_command", required=True)
+    s = sweep.add_parser("check", help="compile every point: refused points, collapsed duplicates, estimates")
+    s.add_argument("sweep", help="a sweep file, or its name (recipes/sweeps/NAME.yaml)")
+    s = sweep.add_parser("launch", help="write one build per point and run the points still to run")
+    s.add_argument("sweep", help="a sweep file, or its name (recipes/sweeps/NAME.yaml)")
+    s.add_argument("--target", choices=("local", "slurm", "k8s", "print"), default=None,
+                   help="local: one point after another; slurm: one job array; k8s: one PyTorchJob per point; "
+                        "print: the commands, nothing run (default: the sweep's launch.target, else local)")
+    s.add_argument("--resume", action="store_true", help="run only the points (repeats) without a successful result")
+    s.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
+    s.add_argument("--concurrency", type=int, default=None, help="slurm: array tasks at once (default: the sweep's)")
+    s.add_argument("--timeout", type=int, default=None, help="slurm: seconds to follow the array (default: the sweep's)")
+    s.add_argument("--no-wait", action="store_true", help="slurm: submit the array and return")
+
+
+def run(args) -> int:
+    return cmd_sweep(args)

@@ -21,6 +21,7 @@ from moeforge.compiler.diagnose.walls import capacity_bytes
 from moeforge.compiler.diagnostics import CompileError
 from moeforge.compiler.estimate import memory, steptime
 from moeforge.compiler.estimate.calibration import Calibration
+from moeforge.compiler.knobs.layout import batch_remainder
 
 
 @dataclass
@@ -94,7 +95,7 @@ def candidates(wall: str, plan: dict) -> list[tuple[str, list[str]]]:
             out.append(("CUDA graphs (attn, moe_router, moe_preprocess)",
                         ["cuda_graph.impl=transformer_engine", "cuda_graph.modules=[attn,moe_router,moe_preprocess]"]))
         mbs = tr["micro_batch_size"] * 2
-        if tr["global_batch_size"] % (mbs * lay["dp"]) == 0:
+        if batch_remainder(tr["global_batch_size"], mbs, lay["dp"]) == 0:
             out.append(("higher MBS", [f"training.micro_batch_size={mbs}"]))
     elif wall == "compute":
         if tc.get("num_moe_experts") and not tc.get("moe_grouped_gemm"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.knobs.layout import Layout, num_microbatches
 from moeforge.compiler.estimate import comm
 from moeforge.compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
 from moeforge.compiler.estimate.activations import heads
@@ -219,7 +219,7 @@ def estimate(plan: dict, lay: Layout | None = None, facts: dict | None = None,
     links = comm.Links(perf["nvlink_gbps"], perf["internode_gbps"], plan["platform"].get("nvlink_domain", 1),
                        perf["collective_efficiency"], perf["a2a_efficiency"])
     ctx = {"plan": plan, "lay": lay, "perf": perf, "links": links, "stage": stage, "counts": counts,
-           "microbatches": max(1, gbs // (mbs * lay.dp)), "tokens": tokens, "peak": peak,
+           "microbatches": max(1, num_microbatches(gbs, mbs, lay.dp)), "tokens": tokens, "peak": peak,
            "rate": peak * perf["achievable_fraction"], "heads": heads(tc),
            "grad_bytes": 4 if (plan.get("ddp_config") or {}).get("grad_reduce_in_fp32") else
            DTYPE_BYTES.get(tc.get("params_dtype") or "bfloat16", 2)}

@@ -50,7 +50,7 @@ def nodes(recipe: dict, platform: dict, notes: dict, launcher: dict, decided: li
     if world and str(world).isdigit():
         return max(1, int(world) // per)
     if isinstance(notes.get("num_microbatches"), int) and gbs:
-        world = gbs // (mbs * notes["num_microbatches"]) * L.model_size(tp, cp, pp)
+        world = L.dp_of_microbatches(gbs, mbs, notes["num_microbatches"]) * L.model_size(tp, cp, pp)
         return max(1, -(-world // per))
     model, experts = L.model_size(tp, cp, pp), L.expert_model_size(etp, ep, pp)
     count = max(1, -(-math.lcm(model, experts) // per))

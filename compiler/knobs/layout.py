@@ -27,6 +27,25 @@ EXPERT_FACTORS = ("expert_tensor_parallel_size", "expert_model_parallel_size", "
 DP_FORMULA = "dp = world_size/(tp*cp*pp)"
 EDP_FORMULA = "edp = world_size/(etp*ep*pp)"
 FOLDING = "tp*cp*dp*pp = etp*ep*edp*pp = world_size"
+MICROBATCHES_FORMULA = "num_microbatches = global_batch_size / (micro_batch_size * dp)"
+
+
+# The batch arithmetic of megatron-core's num_microbatches_calculator.py, spelled here only (a test finds any
+# other spelling of it in compiler/ and runtime/); on ints, or on rule expressions over knob fields.
+def num_microbatches(gbs, mbs, dp):
+    """Micro-batches per step (floor; batch_remainder says whether the batch splits exactly)."""
+    return gbs // (mbs * dp)
+
+
+def batch_remainder(gbs, mbs, dp):
+    """What is left of the global batch after whole micro-batches on every DP rank: 0 when it splits."""
+    return gbs % (mbs * dp)
+
+
+def dp_of_microbatches(gbs, mbs, microbatches):
+    """The inverse: the DP size a batch split into `microbatches` per rank implies (import reads launches that
+    state num_microbatches rather than the world size)."""
+    return gbs // (mbs * microbatches)
 
 
 def model_size(tp, cp, pp):

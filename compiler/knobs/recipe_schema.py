@@ -141,7 +141,7 @@ def _described(node: dict, text: str) -> dict:
 
 
 def _shaped(k: Knob) -> dict:
-    """The four values of a shape of their own (Form.shape)."""
+    """The values of a shape of their own (Form.shape)."""
     f = k.form
     if f.shape == "path list":
         return {"type": "array", "minItems": 1, "items": _described(_string(k, False), f.item_description)}
@@ -155,6 +155,12 @@ def _shaped(k: Knob) -> dict:
     if f.shape == "keyword or path":
         return {"anyOf": [{"enum": list(f.values or k.domain)},
                           _described(_string(k, _nullable(k)), f.item_description)]}
+    if f.shape == "window":  # [left, right] in tokens, -1 unbounded (model.architecture.window_size)
+        return {"anyOf": [{"type": "null"}, {"type": "array", "items": {"type": "integer", "minimum": -1},
+                                             "minItems": 2, "maxItems": 2}]}
+    if f.shape == "layer pattern":  # every N-th layer, or one 0/1 per layer (window_attn_skip_freq, ...)
+        return {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 1},
+                          {"type": "array", "items": {"enum": [0, 1]}}]}
     raise ValueError(f"{k.field}: unknown shape {f.shape!r}")
 
 
@@ -166,7 +172,8 @@ def value_schema(k: Knob) -> dict:
     if f.shape:
         node = _shaped(k)
     elif k.kind == "bool":
-        node = {"const": values[0]} if len(values) == 1 else {"type": "boolean"}
+        node = {"const": values[0]} if len(values) == 1 else \
+            {"type": ["boolean", "null"] if f.nullable else "boolean"}
     elif k.kind == "enum":
         node = {"enum": values}
     elif k.kind == "set":

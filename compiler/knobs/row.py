@@ -45,7 +45,8 @@ class Form:
         self.nullable = nullable                # a recipe may write null (None: by the kind and default, above)
         self.default_text = default_text        # the default, in words, where no value states it (logs/<recipe name>)
         # a value of its own shape: "path list" (data.paths), "blend" (data.blend), "iterations or fraction"
-        # (schedule.warmup), "keyword or path" (checkpoint.load); their items are described by item_description
+        # (schedule.warmup), "keyword or path" (checkpoint.load), "window" (model window_size), "layer pattern"
+        # (every N-th layer or one 0/1 per layer); their items are described by item_description
         self.shape, self.item_description = shape, item_description
 
     def __repr__(self) -> str:

@@ -9,13 +9,10 @@ own), and re-estimates each from its real plan: the numbers printed are the comp
 """
 from __future__ import annotations
 
-import shutil
+import json
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import yaml
 
 from moeforge.compiler import driver, project
 from moeforge.compiler.diagnostics import CompileError
@@ -121,43 +118,37 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
 
 
 class Compiler:
-    """Compiles candidate recipes in a scratch project holding copies of the model and platform."""
+    """Compiles candidate recipe documents in memory (driver.compile of a dict), against the project's model and
+    platform (or the built-in ones), each distinct document once."""
+
+    NAME = "plan-layout-candidate"  # where a candidate's diagnostics are placed (it is no file)
 
     def __init__(self, s: space.Setting):
         self.setting = s
-        self.dir = Path(tempfile.mkdtemp(prefix="moeforge-plan-"))
-        for kind, name in (("model", s.model), ("platform", s.platform)):
-            _, path = document(kind, name)
-            (self.dir / f"{kind}s").mkdir()
-            shutil.copyfile(path, self.dir / f"{kind}s" / f"{name}.yaml")
         self.cache: dict = {}
         self.count = 0
 
     def close(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Nothing to remove (kept for the callers' try/finally)."""
 
     def compile(self, doc: dict, explain: bool = False) -> dict:
         """The plan of a recipe document; CompileError when the rules reject it (``explain``: with the
         places and values of each error, as check shows them; not cached)."""
-        text = yaml.safe_dump(doc, sort_keys=False)
         if explain:
-            path = self.dir / "explained.yaml"
-            path.write_text(text)
-            return driver.compile(path, root=self.dir).plan
-        if text in self.cache:
-            hit = self.cache[text]
+            return driver.compile(doc, name=self.NAME).plan
+        key = json.dumps(doc, sort_keys=True, default=repr)
+        if key in self.cache:
+            hit = self.cache[key]
             if isinstance(hit, CompileError):
                 raise hit
             return hit
         self.count += 1
-        path = self.dir / "candidate.yaml"
-        path.write_text(text)
         try:
-            out = driver.compile(path, root=self.dir, explain_errors=False).plan
+            out = driver.compile(doc, explain_errors=False, name=self.NAME).plan
         except CompileError as exc:
-            self.cache[text] = exc
+            self.cache[key] = exc
             raise
-        self.cache[text] = out
+        self.cache[key] = out
         return out
 
 
@@ -329,22 +320,18 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
 
 
 def _document_errors(comp: Compiler, template: dict) -> str:
-    """The first two errors of the template recipe, at their places in the user's model and platform documents
-    (the scratch project holds copies), each with its fix."""
+    """The first two errors of the template recipe, at their places in the user's model and platform documents,
+    each with its fix."""
     try:
         comp.compile(template, explain=True)
         return "it compiles when explained (a moeforge bug: please report it)"
     except CompileError as explained:
         exc = explained
-    places = {}
-    for kind, name in (("model", comp.setting.model), ("platform", comp.setting.platform)):
-        places[f"{kind}s/{name}.yaml"] = display_path(document(kind, name)[1], project.recipes())
+    places = {display_path(document(kind, name)[1], project.recipes())
+              for kind, name in (("model", comp.setting.model), ("platform", comp.setting.platform))}
     out = []
     for d in [d for d in exc.diagnostics if d.is_error][:2]:
-        where = ""
-        if d.pos is not None:
-            path = next((real for copy, real in places.items() if d.pos.file.endswith(copy)), None)
-            where = f"{path}:{d.pos.line}:{d.pos.col}: " if path and d.pos.line else f"{path}: " if path else ""
+        where = f"{d.pos}: " if d.pos is not None and d.pos.file in places else ""
         out.append(f"{where}{d.code}: {d.message}" + (f" (help: {d.help})" if d.help else ""))
     return "; ".join(out) or str(exc)
 

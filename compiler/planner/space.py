@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeforge.compiler.knobs import table as K
-from moeforge.compiler.knobs.layout import Layout, LayoutError
+from moeforge.compiler.knobs.layout import Layout, LayoutError, num_microbatches
 from moeforge.compiler.rules import BY_ID
 from moeforge.compiler.rules.expr import evaluate
 from moeforge.compiler.knobs.versions import version_int
@@ -197,7 +197,7 @@ class Candidate:
         plan["transformer_config"] = tc
         plan["layout"] = lay.plan_section()
         plan["training"] = dict(base["training"], micro_batch_size=self.mbs, global_batch_size=s.gbs,
-                                num_microbatches=s.gbs // (self.mbs * lay.dp))
+                                num_microbatches=num_microbatches(s.gbs, self.mbs, lay.dp))
         return plan
 
 

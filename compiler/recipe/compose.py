@@ -37,7 +37,6 @@ class Composed:
     files: dict = field(default_factory=dict)  # "platform"/"model"/"recipe" -> the file that was read
 
     def pos(self, path) -> Position:
-        """Where the value at `path` was set, else its nearest set ancestor (the recipe's line 1 at worst)."""
         path = tuple(path)
         while path:
             if path in self.origins:
@@ -115,25 +114,30 @@ def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
     return real
 
 
-def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -> Composed:
-    """A recipe merged with its extends chain, platform, model and --set overrides, keeping each value's origin."""
+def compose(recipe: Path | Document, overrides: list[str] = (), root: Path | None = None) -> Composed:
+    """The recipe (a file, or a Document held in memory: its `file` is its name, an id under `root`) with its
+    extends chain, platform, model and overrides merged."""
     root = _default_root(root)
-    try:  # a recipe of the built-in catalogue (resolve_recipe("builtin:...")) is checked against it
-        base = _base_of(recipe.resolve(), root)
-    except (OSError, RuntimeError):
-        base = root
-    recipe = _inside(recipe, base, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
-    rid = str(recipe.relative_to(_base_of(recipe, root).resolve()).with_suffix(""))
+    given = recipe if isinstance(recipe, Document) else None
+    if given is not None:  # in memory (the planner's candidates): it stands where a file of its name would
+        recipe, rid = root.resolve() / f"{given.file}.yaml", given.file
+    else:
+        try:  # a recipe of the built-in catalogue (resolve_recipe("builtin:...")) is checked against it
+            base = _base_of(recipe.resolve(), root)
+        except (OSError, RuntimeError):
+            base = root
+        recipe = _inside(recipe, base, Position(str(recipe)), "E_RECIPE_NOT_FOUND")
+        rid = str(recipe.relative_to(_base_of(recipe, root).resolve()).with_suffix(""))
     if not all(ID_PART.fullmatch(part) for part in rid.split("/")):
         raise CompileError([error("E_RECIPE_ID", f"recipe id {rid!r} is not a plain path: each part must be "
                                   "letters, digits, '.', '_' or '-'", Position(ascii(rid)),
                                   help="rename the file; its id becomes a build directory and a job name")])
-    chain = _extends_chain(recipe, root)             # recipe first, farthest ancestor last
+    chain = _extends_chain(recipe, root, given)      # recipe first, farthest ancestor last
     documents = list(chain)
     data: dict = {}
     origins: dict = {}
     refs = _references(chain)
-    files = {"recipe": str(recipe)}
+    files = {"recipe": str(recipe)} if given is None else {}  # an in-memory recipe was read from no file
     rest = []
     for text in overrides:  # --set platform=h100 swaps the referenced document itself
         try:
@@ -176,7 +180,8 @@ def compose(recipe: Path, overrides: list[str] = (), root: Path | None = None) -
     for key in REFERENCE_KEYS:  # keep the reference's own position for explain
         origins[(key, "name")] = refs[key][1]
     apply_overrides(data, origins, overrides)
-    return Composed(rid, display_path(recipe, root), data, origins, tuple(documents), files)
+    shown = given.file if given is not None else display_path(recipe, root)
+    return Composed(rid, shown, data, origins, tuple(documents), files)
 
 
 def _reference_file(key: str, ref: str, root: Path) -> tuple[Path, Path]:
@@ -202,9 +207,10 @@ def _unknown_help(diags: list, key: str, root: Path) -> list:
     return out
 
 
-def _extends_chain(recipe: Path, root: Path) -> list[Document]:
+def _extends_chain(recipe: Path, root: Path, given: Document | None = None) -> list[Document]:
     """The recipe and its ancestors. `extends: builtin:ID` names a recipe of the built-in catalogue;
-    an ancestor there resolves its own extends: inside that catalogue."""
+    an ancestor there resolves its own extends: inside that catalogue. `given`: the recipe's document, in
+    memory (at the path `recipe`, which is not read)."""
     chain, seen = [], []
     path, pos = recipe, Position(display_path(recipe, root))
     base = _base_of(recipe, root)
@@ -214,7 +220,7 @@ def _extends_chain(recipe: Path, root: Path) -> list[Document]:
             raise CompileError([error("E_EXTENDS_CYCLE", f"extends cycle: {cycle}", pos,
                                       help="remove one of the extends: links")])
         seen.append(path)
-        doc = load_file(path, display_path(path, root))
+        doc = given if given is not None and not chain else load_file(path, display_path(path, root))
         if not isinstance(doc.data, dict):
             raise CompileError([error("E_NOT_A_MAPPING", "a recipe must be a mapping", doc.pos(()))])
         doc = upgrade_document(doc)
@@ -334,7 +340,6 @@ def parse_override(text: str) -> tuple[tuple, object]:
 
 
 def apply_overrides(data: dict, origins: dict, overrides) -> None:
-    """Apply --set KEY=VALUE in order (a moved v2 key to its v3 place), each its own origin; errors raise together."""
     errors = []
     for text in overrides:
         try:

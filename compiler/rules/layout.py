@@ -55,8 +55,8 @@ SPLIT_LAYERS = F("num_layers") + EMB + LOSS              # each accounted for co
 # Micro-batches per step (M); the interleaved schedule runs them in groups of microbatch_group_size_per_vp_stage,
 # which moeforge leaves at megatron-core's default, PP (ModelParallelConfig.__post_init__)
 GBS, MBS, DP = F("global_batch_size"), F("micro_batch_size"), F("data_parallel_size")
-BATCH_SPLITS = IsSet(DP) & IsSet(GBS) & (GBS % (MBS * DP) == 0)
-MICROBATCHES = GBS // (MBS * DP)
+BATCH_SPLITS = IsSet(DP) & IsSet(GBS) & (L.batch_remainder(GBS, MBS, DP) == 0)
+MICROBATCHES = L.num_microbatches(GBS, MBS, DP)
 INTERLEAVED = IsSet(VPP) & (PP > 1) & BATCH_SPLITS
 # megatron-core's local values in its messages, by placeholder (compiler/rules/display.py fills them)
 SHOWN = {"pipeline_middle_layers": MIDDLE_LAYERS, "pipeline_middle_stages": MIDDLE_STAGES,
@@ -272,7 +272,7 @@ RULES = (
                           "tensor_model_parallel_size ({tensor_model_parallel_size})."),
     Rule(id="LAYOUT_GBS_DIVISIBLE", severity="error",
          when=IsSet(F("data_parallel_size")) & IsSet(F("global_batch_size")),
-         require=F("global_batch_size") % (F("micro_batch_size") * F("data_parallel_size")) == 0,
+         require=L.batch_remainder(GBS, MBS, DP) == 0,
          message="global batch size must be divisible by micro batch size x DP", source=MBC,
          fix="change training.global_batch_size to a multiple of micro_batch_size x DP",
          megatron_message="global batch size ({global_batch_size}) is not divisible by micro batch size "

@@ -14,7 +14,7 @@ from moeforge.compiler.diagnostics import CompileError, error
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.knobs.display import display
 from moeforge.compiler.knobs.fields import megatron_fields
-from moeforge.compiler.knobs.layout import Layout
+from moeforge.compiler.knobs.layout import Layout, num_microbatches
 from moeforge.compiler.knobs.versions import version_int, version_text
 from moeforge.compiler.recipe.validate import validator
 from moeforge.compiler.rules import hazards
@@ -69,7 +69,7 @@ def _build(r: Resolved) -> dict:
         "optimizer": {"optimizer": "adam", **sections["optimizer"],
                       "use_distributed_optimizer": env["use_distributed_optimizer"]},
         "training": {**sections["training"], "global_batch_size": gbs,
-                     "num_microbatches": gbs // (mbs * layout["dp"]),
+                     "num_microbatches": num_microbatches(gbs, mbs, layout["dp"]),
                      "report_window": [min(2, env["train_iters"]), env["train_iters"]]},
         "runtime": {"transformer_impl": "transformer_engine" if env["transformer_engine"] else "local",
                     "schedule": pipeline_schedule(env), "requires": _requires(env),

@@ -41,10 +41,10 @@ def _walk(parser: argparse.ArgumentParser, path=("moeforge",)):
 
 
 def test_every_subcommand_and_option_has_a_description():
-    missing = [f"{' '.join(p)} {opt}" for p, opt, text in _walk(cli._parser())
+    missing = [f"{' '.join(p)} {opt}" for p, opt, text in _walk(cli.parser())
                if not text or text == argparse.SUPPRESS]
     assert missing == []
-    names = {p[1] for p, _, _ in _walk(cli._parser()) if len(p) > 1}
+    names = {p[1] for p, _, _ in _walk(cli.parser()) if len(p) > 1}
     assert {"compile", "explain", "check", "rules", "diff", "matrix", "migrate", "launch", "dryrun"} <= names
 
 

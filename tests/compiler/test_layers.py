@@ -12,6 +12,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 from moeforge.compiler import LAYERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,16 +129,18 @@ def test_packages_import_only_downward():
     assert wrong == [], "upward or sideways imports (compiler.LAYERS): " + ", ".join(wrong)
 
 
-def test_no_private_name_is_imported_across_modules():
+@pytest.mark.parametrize("package", ["compiler", "bench"])
+def test_no_private_name_is_imported_across_modules(package):
+    """Nor by bench/, which uses the compiler's public entry points (driver.compile, the commands) as a user does."""
     modules = _sources("compiler")
     wrong = []
-    for module, name, node in _imports("compiler"):
+    for module, name, node in _imports(package):
         if not name.startswith("moeforge.compiler."):
             continue
         owner, _, last = name.rpartition(".")
         if last.startswith("_") and not last.startswith("__") and owner in modules and owner != module:
             wrong.append(f"{module} imports {name}")
-    for module, (_, _, tree) in modules.items():  # `from compiler.x import y` / `import compiler.x as y`, then y._z
+    for module, (_, _, tree) in _sources(package).items():  # `from compiler.x import y` / `import compiler.x as y`, then y._z
         aliases = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("moeforge.compiler"):
@@ -199,14 +203,24 @@ def test_a_whole_compile_loads_no_heavy_module(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "0 []"
 
 
+# the stages' own entry points, which only the driver wires together
+STAGES = ("moeforge.compiler.targets.plan.build", "moeforge.compiler.solver.solve.solve",
+          "moeforge.compiler.recipe.compose.compose", "moeforge.compiler.targets.emit.render")
+
+
 def test_the_stages_are_wired_together_only_in_the_driver():
-    """moeforge.compiler.driver.compile() is the one pipeline: no other module calls a stage's result into the next."""
+    """moeforge.compiler.driver.compile() is the one pipeline: no other module (bench/ included) calls a stage's
+    result into the next, and bench/ imports no stage of its own."""
     import re
 
     wired = re.compile(r"\b(build|resolve)\(\s*(resolve|load)\(")
-    found = [f"{path.relative_to(ROOT)}:{n}" for module, (path, lines, _) in _sources("compiler").items()
+    found = [f"{path.relative_to(ROOT)}:{n}" for package in ("compiler", "bench")
+             for module, (path, lines, _) in _sources(package).items()
              if module != "moeforge.compiler.driver" for n, line in enumerate(lines, 1) if wired.search(line)]
     assert found == [], "use moeforge.compiler.driver.compile(): " + ", ".join(found)
+    staged = [f"{module} imports {name}" for module, name, _ in _imports("bench")
+              if name in STAGES or any(name == s.rpartition(".")[0] for s in STAGES)]
+    assert staged == [], "bench/ runs the pipeline through driver.compile() or a command: " + ", ".join(staged)
 
 
 def test_compile_stops_before_the_plan_when_asked(tmp_path):
@@ -215,3 +229,26 @@ def test_compile_stops_before_the_plan_when_asked(tmp_path):
     whole, solved = driver.compile("tiny-moe/cpu"), driver.compile("tiny-moe/cpu", plan=False)
     assert solved.plan is None and whole.plan["layout"]["ep"] == 2
     assert whole.resolved.env == solved.resolved.env and whole.diagnostics == solved.diagnostics
+
+
+def _documented_layers(text: str) -> list[str]:
+    """The compiler's units as docs/architecture.md's layer table lists them, in its order."""
+    import re
+
+    units = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and re.fullmatch(r"\d+(, \d+)*", cells[1]):
+            units += [re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`]+)`", cells[2])]
+    return units
+
+
+def test_the_package_map_is_written_once():
+    """compiler.LAYERS is the package map; docs/architecture.md's table lists the same units in the same order, and
+    the README points to that table rather than keeping a copy."""
+    layered = [u for layer in LAYERS for u in layer]
+    assert _documented_layers((ROOT / "docs" / "architecture.md").read_text()) == layered
+    assert _documented_layers("| 1 | `a/`, `b.py` | x |\n| 2, 3 | `c/`, then `d/` | y |\n") == ["a", "b", "c", "d"]
+    readme = (ROOT / "README.md").read_text()
+    copies = [u for u in layered if f"`compiler/{u}/`" in readme and u not in ("commands",)]
+    assert "| package | owns |" not in readme and len(copies) < 3, copies

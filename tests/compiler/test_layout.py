@@ -109,3 +109,45 @@ def test_runtime_mirror_folds_every_small_layout_as_the_compiler_does():
                 assert exc.message == want, layout
                 continue
             assert want is None and got == lay.dp, layout
+
+
+def test_runtime_micro_batch_count_is_the_compilers():
+    """runtime/plan.py's one copy of the micro-batch arithmetic agrees with compiler/knobs/layout.py's over a grid,
+    the splits that do not divide included."""
+    from moeforge.runtime.plan import num_microbatches as runtime_count
+
+    for gbs, mbs, dp in itertools.product(range(1, 65), (1, 2, 3, 4, 8), (1, 2, 3, 4, 6, 8, 16)):
+        want = L.num_microbatches(gbs, mbs, dp) if L.batch_remainder(gbs, mbs, dp) == 0 else None
+        assert runtime_count(gbs, mbs, dp) == want, (gbs, mbs, dp)
+        if want:
+            assert L.dp_of_microbatches(gbs, mbs, want) == dp
+
+
+def _batch_arithmetic(path: Path, root: Path = ROOT) -> list[str]:
+    """Every `X // (A * B)`, `X / (A * B)` or `X % (A * B)` whose product names a micro-batch size and a DP size
+    or a micro-batch count: the micro-batch arithmetic, spelled out."""
+    import ast
+    import re
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and \
+                isinstance(node.right, ast.BinOp) and isinstance(node.right.op, ast.Mult):
+            text = ast.unparse(node.right).lower()
+            if re.search(r"mbs|micro_batch", text) and re.search(r"\bdp\b|data_parallel|microbatches", text):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_micro_batch_arithmetic_has_one_home(tmp_path):
+    """num_microbatches = gbs / (mbs * dp) lives in compiler/knobs/layout.py, and in runtime/plan.py's documented
+    copy (compared above); anywhere else in compiler/, runtime/ or bench/ it is a second home."""
+    homes = {"compiler/knobs/layout.py", "runtime/plan.py"}
+    found = [f for top in ("compiler", "runtime", "bench") for p in sorted((ROOT / top).rglob("*.py"))
+             for f in _batch_arithmetic(p)]
+    assert {f.split(":")[0] for f in found} == homes, found
+    assert len([f for f in found if f.startswith("runtime/")]) == 2  # the count and the remainder, in one function
+    second = tmp_path / "second.py"
+    second.write_text("m = plan['gbs'] // (tr['micro_batch_size'] * lay.dp)\nok = gbs % (mbs * dp) == 0\n"
+                      "world = gbs // (mbs * notes['num_microbatches'])\nfine = tokens // (seq * heads)\n")
+    assert len(_batch_arithmetic(second, tmp_path)) == 3, "the finder finds each spelling"

@@ -1,0 +1,20 @@
+"""`moeforge init [DIR]`: make a directory a moeforge project (compiler/commands/scaffold.py writes it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from moeforge.compiler import project
+from moeforge.compiler.commands.scaffold import init
+
+
+def arguments(c) -> None:
+    c.add_argument("dir", nargs="?", default=None, help="the directory (default: --root, else the current one)")
+
+
+def run(args) -> int:
+    root = Path(args.dir).absolute() if args.dir else project.root()
+    for name in init(root):
+        print(f"wrote {name}")
+    print(f"moeforge project at {root}: add platforms with `moeforge new platform NAME`, recipes with "
+          "`moeforge new recipe MODEL PLATFORM` (or `extends: builtin:<id>`), then `moeforge check`")
+    return 0
