@@ -138,7 +138,8 @@ def resolve(c: Composed, strict: bool = False, explain_errors: bool = True) -> R
     # an auto knob never resolves into a hazard that applies; one that only may apply (the platform does not state
     # the deciding version) stays open to it, and is reported below with the fact to state
     guards = [H.as_rule(h) for h in live if h.fields & auto and h.versions(software)[0] == "applies"]
-    solution = solve(pins, auto, hard + guards, list(PREFERENCES), silent, explain_errors)
+    # with guards, a failure is not explained here (the explanation is the costly part): it is solved again without
+    solution = solve(pins, auto, hard + guards, list(PREFERENCES), silent, None if guards else explain_errors)
     if guards and not solution.ok:  # only the pins can avoid it: solved without, the match is reported below
         solution = solve(pins, auto, hard, list(PREFERENCES), silent, explain_errors)
     if not solution.ok:

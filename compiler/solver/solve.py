@@ -21,9 +21,10 @@ from moeforge.compiler.solver.values import Decision, Pin, Solution
 
 
 def solve(pins: dict[str, Pin], auto: set[str], rules: list[Rule], prefs: list[Preference],
-          silent_rules: list[Rule], explain_errors: bool = True) -> Solution:
+          silent_rules: list[Rule], explain_errors: bool | None = True) -> Solution:
     """Values for every auto knob under the hard rules, or a diagnostic per violation (explain_errors=False:
-    only which rules, without the minimal pins and fixes, which take most of the time of a failure)."""
+    only which rules, without the minimal pins and fixes, which take most of the time of a failure; None: one
+    UNSOLVABLE error, for a caller that solves again to explain)."""
     fixed = fixed_values(pins)
     problem = Problem(rules, fixed, list(prefs) + [_as_pref(r) for r in silent_rules], propagate=True)
     if problem.violated:
@@ -63,9 +64,11 @@ def _encode(problem):
     return enc, {rid: enc.term(e) for rid, e in problem.residual.items()}
 
 
-def _refused(pins, rules, problem, silent_rules, explain_errors: bool) -> Solution:
+def _refused(pins, rules, problem, silent_rules, explain_errors: bool | None) -> Solution:
     """The answer for a recipe that cannot be solved: each conflict with its pins and fixes (explain_errors=False:
-    only which rules conflict)."""
+    only which rules conflict; None: only that it cannot be solved)."""
+    if explain_errors is None:  # the caller only asks whether the recipe can be solved; it explains elsewhere
+        return Solution({}, {}, [Diagnostic("error", "UNSOLVABLE", "no values satisfy every rule")])
     from moeforge.compiler.solver import conflicts  # lazy: z3, only for a recipe that is refused
 
     if not explain_errors:
