@@ -1,8 +1,7 @@
-"""report.json: what ran, how fast, how much memory, and with which software.
+"""The measurements a report holds (peak memory per rank, installed versions) and how it is written.
 
-Why: the report is the runtime's only output and the input to tuning decisions, so it carries
-the realised configuration and the schedule actually taken next to the timings, and states how
-each number was measured (steady-state window, memory source) instead of leaving it implicit.
+Why: each number states how it was measured (the allocator on GPU, max RSS on CPU), and the report
+is written atomically, so a crash never leaves half a report for `moeforge calibrate` to read.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import sys
 from pathlib import Path
 
@@ -45,7 +43,7 @@ def _dist_version(name: str) -> str | None:
 
 def versions() -> dict:
     """Installed versions, read from package metadata (never imports TE or DeepEP)."""
-    from .model import megatron_version
+    from ..model.build import megatron_version
 
     return {
         "python": platform.python_version(),
@@ -55,23 +53,6 @@ def versions() -> dict:
         or _dist_version("transformer-engine"),
         "deep_ep": _dist_version("deep_ep") or _dist_version("deep-ep"),
         "cuda": torch.version.cuda,
-    }
-
-
-def steady_state(step_times: list[float], window: list[int], skip: tuple[int, int] | None = None) -> dict:
-    """Mean/median/min/max step time over the 1-based inclusive ``window``, leaving out the steps ``skip``
-    (first, last) names: profiled steps run slower."""
-    first, last = window
-    sample = [t for i, t in enumerate(step_times[first - 1:last], first)
-              if skip is None or not skip[0] <= i <= skip[1]] or step_times[first - 1:last]
-    return {
-        "window": [first, last],
-        **({"left_out_profiled": list(skip)} if skip else {}),
-        "steps": len(sample),
-        "mean_s": statistics.fmean(sample),
-        "median_s": statistics.median(sample),
-        "min_s": min(sample),
-        "max_s": max(sample),
     }
 
 
