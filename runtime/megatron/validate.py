@@ -22,6 +22,8 @@ SHAPE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_h
                 "kv_channels", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk",
                 "moe_shared_expert_intermediate_size", "tensor_model_parallel_size",
                 "pipeline_model_parallel_size", "context_parallel_size")
+
+
 def _planned(plan) -> dict:
     """Every plan value under its Megatron name (later sections never shadow the model's)."""
     out = {}

@@ -15,11 +15,12 @@ from .versions import parse, same_at_stated_precision, satisfies
 
 RECOMPILE = "or recompile the recipe for this node's platform"
 # platform.software key -> what to install to get it
-INSTALL = {"python": "a Python {v} environment", "torch": "pip install torch=={v}",
+INSTALL = {"python": "use a Python {v} environment", "torch": "pip install torch=={v}",
            "transformer_engine": "pip install transformer_engine[pytorch]=={v}",
            "megatron_core": "pip install megatron-core=={v}", "megatron_bridge": "pip install megatron-bridge=={v}",
-           "deep_ep_version": "DeepEP {v}", "nvshmem": "NVSHMEM {v}", "cuda": "a torch built for CUDA {v}",
-           "nccl": "NCCL {v}", "deep_ep": "DeepEP (deep_ep)", "hybrid_ep": "DeepEP's hybrid-ep branch (HybridEPBuffer)",
+           "deep_ep_version": "install DeepEP {v}", "nvshmem": "install NVSHMEM {v}",
+           "cuda": "install a torch built for CUDA {v}", "nccl": "install NCCL {v}",
+           "deep_ep": "DeepEP (deep_ep)", "hybrid_ep": "DeepEP's hybrid-ep branch (HybridEPBuffer)",
            "grouped_gemm": "Transformer Engine or grouped_gemm"}
 BOOLEAN = ("deep_ep", "hybrid_ep", "grouped_gemm")
 # Every version is the platform's at the precision it states, except python: a newer minor of the same
@@ -55,10 +56,10 @@ def software(stated: dict, installed: dict) -> list[Finding]:
             continue  # a newer Python of the same major runs the platform's code (.venv312 runs cpu plans for core 0.19)
         if have is None:
             out.append(Finding("software", path, f"{path}: the plan was compiled for {key} {want}, which is not "
-                               f"installed here: install {INSTALL[key].format(v=want)}, {RECOMPILE}"))
+                               f"installed here: {INSTALL[key].format(v=want)}, {RECOMPILE}"))
         elif not same_at_stated_precision(str(want), str(have)):
             out.append(Finding("software", path, f"{path}: the plan was compiled for {key} {want}, this node has "
-                               f"{have}: install {INSTALL[key].format(v=want)}, {RECOMPILE}"))
+                               f"{have}: {INSTALL[key].format(v=want)}, {RECOMPILE}"))
     return out
 
 

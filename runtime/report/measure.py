@@ -6,15 +6,15 @@ is written atomically, so a crash never leaves half a report for `moeforge calib
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
 import resource
 import sys
 from pathlib import Path
 
 import torch
+
+from ..preflight import probes
 
 
 def peak_memory_bytes() -> tuple[int, str]:
@@ -34,26 +34,10 @@ def peak_memory_per_rank(device) -> tuple[list[int], str]:
     return [int(t.item()) for t in every], how
 
 
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def versions() -> dict:
-    """Installed versions, read from package metadata (never imports TE or DeepEP)."""
-    from ..model.build import megatron_version
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "megatron_core": megatron_version(),
-        "transformer_engine": _dist_version("transformer_engine")
-        or _dist_version("transformer-engine"),
-        "deep_ep": _dist_version("deep_ep") or _dist_version("deep-ep"),
-        "cuda": torch.version.cuda,
-    }
+    """The software that ran: the same facts the preflight reads (preflight/probes.py, one reader of
+    installed versions), from package metadata, never importing TE or DeepEP."""
+    return probes.software()
 
 
 def write(out_dir: Path, report: dict) -> Path:

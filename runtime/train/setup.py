@@ -30,7 +30,7 @@ def init_distributed(plan) -> tuple[int, int]:
     rendezvous(world)
     if rank == 0:
         measure.echo(f"rendezvous {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}, "
-                    f"{world} rank(s)")
+                     f"{world} rank(s)")
     on_gpu = torch.cuda.is_available()
     if on_gpu:
         torch.cuda.set_device(local)
