@@ -28,7 +28,7 @@ STATUSES = (*FINAL, "running", "pending", "refused", "duplicate")
 SLURM_STATES = {"OUT_OF_MEMORY": "oom", "TIMEOUT": "timeout", "PREEMPTED": "preempted", "CANCELLED": "cancelled",
                 "DEADLINE": "timeout", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "FAILED": "failed"}
 CANCEL_SIGNALS = {"SIGINT", "SIGTERM", "SIGHUP"}
-RUNTIME_ERROR = re.compile(r"^runtime\.(?:train|megatron)\[rank \d+\]: (?P<kind>[^:]+): (?P<message>.*)$", re.MULTILINE)
+RUNTIME_ERROR = re.compile(r"^(?:moeforge\.)?runtime\.(?:train|megatron)\[rank \d+\]: (?P<kind>[^:]+): (?P<message>.*)$", re.MULTILINE)
 
 
 def run_dir(point_dir: Path, repeat: int) -> Path:
