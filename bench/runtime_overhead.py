@@ -16,8 +16,8 @@ shape: the plan's strings are interpreted with the runtime's string -> object ta
 (moeforge.runtime.model.DTYPES and activation_from_name: "silu" -> F.silu, "bfloat16" -> torch.bfloat16;
 shared so both sides read the plan identically, not re-implemented), norms and RoPE are plan
 values passed through to TransformerConfig/GPTModel as they are.  On a machine without a GPU it
-needs the same CUDA stand-ins as the runtime (moeforge.runtime.cpu_support) and it draws the same
-synthetic batches (moeforge.runtime.synthetic_batches) so that the losses can be compared; nothing else of the runtime
+needs the same CUDA stand-ins as the runtime (moeforge.runtime.model.cpu_support) and it draws the same
+synthetic batches (moeforge.runtime.data.synthetic) so that the losses can be compared; nothing else of the runtime
 is used (no plan check, gate, realised-configuration check, schedule probe or report).
 
     python bench/runtime_overhead.py PLAN --steps 3 --repeats 1 --summary out.json
@@ -48,8 +48,9 @@ def plain_worker(plan_path: str, out: str) -> None:
     """A minimal hand-written megatron-core training loop for the plan's model."""
     sys.path.insert(0, str(ROOT))
     import torch
-    from moeforge.runtime import cpu_support, synthetic_batches  # CUDA stand-ins and identical batches only
-    from moeforge.runtime.model import DTYPES, activation_from_name  # the plan's string tables only
+    from moeforge.runtime.model import cpu_support
+    from moeforge.runtime.data import synthetic as synthetic_batches  # CUDA stand-ins and identical batches only
+    from moeforge.runtime.model.build import DTYPES, activation_from_name  # the plan's string tables only
 
     cpu_support.install()
     plan = json.loads(Path(plan_path).read_text())

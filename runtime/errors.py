@@ -22,6 +22,9 @@ EXIT_INTERNAL = 7
 EXIT_CHECKPOINT_MISMATCH = 8
 EXIT_OUT_OF_MEMORY = 9
 EXIT_PEER_LOST = 10
+# The node differs from the plan's platform (versions, GPU, env) or meets a hazard's versions: found by
+# the preflight before torch.distributed starts (runtime/preflight/; MOEFORGE_PREFLIGHT=warn runs anyway).
+EXIT_PREFLIGHT = 11
 # Not a failure: moeforge.runtime.megatron saved a checkpoint after SIGUSR1 (Megatron-LM's exit-signal handler)
 # and stopped; launch.sbatch requeues the job on this code (75 = EX_TEMPFAIL, "try again").
 EXIT_SAVED_ON_SIGNAL = 75
@@ -89,14 +92,23 @@ class CheckpointMismatch(RuntimeFailure):
     kind = "checkpoint does not fit the plan"
 
 
+class PreflightFailed(RuntimeFailure):
+    """The node is not the platform the plan was compiled for (one finding per line of the message)."""
+
+    exit_code = EXIT_PREFLIGHT
+    kind = "preflight"
+
+
 class ScheduleMismatch(RuntimeFailure):
     exit_code = EXIT_SCHEDULE_MISMATCH
     kind = "schedule differs from the plan"
 
 
 def report_and_exit(err: RuntimeFailure, prog: str = "moeforge-runtime") -> None:
-    """Print ``err`` on stderr as ``prog: <kind>: <message>`` and exit with its code."""
-    print(f"{prog}: {err.kind}: {err.message}", file=sys.stderr, flush=True)
+    """Print ``err`` on stderr as ``prog: <kind>: <message>`` (one such line per line of the message:
+    a preflight's findings) and exit with its code."""
+    for line in err.message.splitlines() or [""]:
+        print(f"{prog}: {err.kind}: {line}", file=sys.stderr, flush=True)
     raise SystemExit(err.exit_code)
 
 

@@ -104,7 +104,7 @@ def _plan_of(report_path: Path, report: dict) -> tuple[Path, dict]:
 
 
 def from_report(path: Path, name: str | None = None) -> Run:
-    """One report.json (runtime/report.py writes it) with its plan; ``name``: its label (default: from its path)."""
+    """One report.json (runtime/report/ writes it) with its plan; ``name``: its label (default: from its path)."""
     try:
         raw = bounded.read_bytes(path, bounded.LIMITS["report"])
     except bounded.Unreadable as exc:

@@ -59,7 +59,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})
-    env["MOEFORGE_PARENT_PID"] = str(os.getpid())  # moeforge.runtime.launch_env.die_with_parent: it dies with us
+    env["MOEFORGE_PARENT_PID"] = str(os.getpid())  # moeforge.runtime.launch.ranks.die_with_parent: it dies with us
     cmd = [sys.executable, "-m", module, *rest]
     child: list[subprocess.Popen] = []
 

@@ -3,7 +3,7 @@
 Inputs are a plan's ``transformer_config`` and ``model`` sections (megatron-core field names, as
 compiler/targets/plan.py writes them) and a compiler/knobs/layout.py Layout.  Parameters are counted the way
 megatron-core shards them (tensor_parallel ColumnParallelLinear / RowParallelLinear,
-VocabParallelEmbedding, MoE experts over EP x ETP), split like runtime/model.count_parameters:
+VocabParallelEmbedding, MoE experts over EP x ETP), split like runtime/model/build.count_parameters:
 ``embedding`` (input embedding and output layer), ``expert`` (routed experts), ``dense`` (the
 rest).  Activations are what megatron-core 0.19 keeps for backward, term by term
 (compiler/estimate/activations.py), walked through the pipeline schedule.  Every number is

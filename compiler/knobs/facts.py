@@ -98,7 +98,7 @@ class Backend:
 
 
 # moe.flex_backend -> its package: the plan's runtime.requires (the runtime's gate imports it before building
-# anything; runtime/gate.py mirrors this, tests/compiler/test_targets.py says so), the rules' *_PACKAGE_INSTALLED
+# anything; runtime/plan/gate.py mirrors this, tests/compiler/test_targets.py says so), the rules' *_PACKAGE_INSTALLED
 # and the planner's dispatchers read it here
 FLEX_BACKENDS = {"deepep": Backend("deep_ep", None, "DeepEP", "deep_ep_installed"),
                  "hybridep": Backend("deep_ep", "HybridEPBuffer", "HybridEP (DeepEP's hybrid-ep branch)",

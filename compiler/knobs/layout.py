@@ -10,7 +10,7 @@ not given (megatron-core ModelParallelConfig: expert_tensor_parallel_size None -
 part of the compiler that needs these numbers takes them from here: the solver's folding of pins
 (derive_sizes), its z3 definitions (encoding, through the size functions below, which work on
 ints and on z3 terms alike), lint-config, the plan's layout section, and the layout planner.
-The runtime never imports the compiler; runtime/plan.py keeps one small mirror with the same
+The runtime never imports the compiler; runtime/plan/document.py keeps one small mirror with the same
 messages.
 
 In the style of torchtitan's ParallelDims: a Layout validates itself once, in __post_init__, and

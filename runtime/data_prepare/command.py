@@ -47,7 +47,7 @@ from moeforge.runtime.data_prepare.encode import MAX_REPORTED, await_batch, batc
 from moeforge.runtime.data_prepare.tokenizers import (DataError, Missing, interpreter_name, load_tokenizer,
                                              megatron_lm_tokenizer_args, tokenizer_fingerprint, tokenizer_spec)
 from moeforge.runtime.errors import EXIT_BACKEND_MISSING, EXIT_BAD_PLAN, EXIT_INTERNAL
-from moeforge.runtime.launch_env import die_with_parent
+from moeforge.runtime.launch.ranks import die_with_parent
 
 EXIT_BAD_INPUT = EXIT_BAD_PLAN  # 2, as every moeforge command uses for bad input
 PROG_ENV = "MOEFORGE_DATA_PREPARE_PROG"  # set by `moeforge data prepare` so usage names it

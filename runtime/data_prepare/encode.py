@@ -11,7 +11,7 @@ import json
 import signal
 import time
 
-from moeforge.runtime.inputs import InputError, parse_json
+from moeforge.runtime.plan.inputs import InputError, parse_json
 from moeforge.runtime.data_prepare.tokenizers import load_tokenizer
 
 MAX_REPORTED = 20  # bad lines printed; the rest are counted
@@ -31,7 +31,7 @@ def init_worker(spec, key: str, dtype_name: str, delay: float, in_pool: int | bo
     """This process's encoder; ``in_pool``: the pid of the run whose pool this worker is (else False)."""
     if in_pool:  # the parent handles Ctrl-C for everyone and terminates the pool; its death ends us
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        from moeforge.runtime.launch_env import die_with_parent
+        from moeforge.runtime.launch.ranks import die_with_parent
 
         die_with_parent(int(in_pool))
     try:

@@ -66,10 +66,10 @@ def test_sizes_work_on_z3_terms():
 
 
 def test_runtime_mirror_says_the_same():
-    """runtime/plan.py's folding check (the runtime never imports the compiler) words its
+    """runtime/plan/document.py's folding check (the runtime never imports the compiler) words its
     messages as compiler/knobs/layout.py does."""
     from moeforge.runtime.errors import PlanError
-    from moeforge.runtime.plan import _check_folding
+    from moeforge.runtime.plan.document import _check_folding
 
     for kwargs in (dict(world_size=66, tp=2, pp=4), dict(world_size=24, ep=16), dict(world_size=8, vpp=2)):
         with pytest.raises(LayoutError) as want:
@@ -89,10 +89,10 @@ def test_golden_plan_layouts_fold(plan):
 
 
 def test_runtime_mirror_folds_every_small_layout_as_the_compiler_does():
-    """Every layout of a small grid: runtime/plan.py accepts exactly what compiler/knobs/layout.py accepts,
+    """Every layout of a small grid: runtime/plan/document.py accepts exactly what compiler/knobs/layout.py accepts,
     with the same DP and the same message."""
     from moeforge.runtime.errors import PlanError
-    from moeforge.runtime.plan import _check_folding
+    from moeforge.runtime.plan.document import _check_folding
 
     sizes = (1, 2, 3, 4)
     for world in (1, 2, 4, 6, 8, 12, 16, 24):

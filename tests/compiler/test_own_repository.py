@@ -215,7 +215,7 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     (user / "compiler").mkdir()
     (user / "compiler" / "__init__.py").write_text("raise SystemExit('the user compiler ran')\n")
     # (-c, like -m, puts the current directory first on sys.path; this venv has no torch to train with)
-    shadow = _sh(["python", "-c", "import moeforge.runtime.plan as p, moeforge.compiler.cli as c; "
+    shadow = _sh(["python", "-c", "import moeforge.runtime.plan.document as p, moeforge.compiler.cli as c; "
                   "print(p.__file__); print(c.__file__)"], user, env)
     assert shadow.returncode == 0 and "user" not in shadow.stdout + shadow.stderr, shadow.stdout + shadow.stderr
     assert all(line.startswith(f"{site}/moeforge/") for line in shadow.stdout.splitlines()), shadow.stdout
@@ -247,7 +247,7 @@ def test_installed_wheel_works_in_a_user_repository(tmp_path):
     assert f"local: cd {user}" in proc.stdout.replace("'", "") and "MOEFORGE_HOME" not in proc.stdout, proc.stdout
     assert "torchrun.sh" in proc.stdout and "sbatch" in proc.stdout
     # the plan is readable by the installed runtime's schema (no torch needed for that)
-    proc = _sh(["python", "-c", "import json, jsonschema; from moeforge.runtime.plan import SCHEMA_FILE; "
+    proc = _sh(["python", "-c", "import json, jsonschema; from moeforge.runtime.plan.document import SCHEMA_FILE; "
                 "s = json.loads(SCHEMA_FILE.read_text()); "
                 "jsonschema.validate(json.load(open('build/mine/plan.json')), s); print(SCHEMA_FILE)"], user, env)
     assert proc.returncode == 0 and f"{site}/moeforge/schemas/plan.v1.json" in proc.stdout, proc.stdout + proc.stderr

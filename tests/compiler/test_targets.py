@@ -96,10 +96,10 @@ def test_bridge_overrides_keep_ep_overlap_and_delayed_wgrad_separate(plan, files
 
 @pytest.mark.parametrize("backend", sorted(FLEX_BACKENDS))
 def test_the_runtime_gate_asks_for_the_backend_package_the_plan_names(backend):
-    """compiler/knobs/facts.py FLEX_BACKENDS is the one table of the flex backends' packages; runtime/gate.py
+    """compiler/knobs/facts.py FLEX_BACKENDS is the one table of the flex backends' packages; runtime/plan/gate.py
     (the runtime never imports the compiler) mirrors it: the module it imports is the plan's runtime.requires."""
-    from moeforge.runtime import gate
-    from moeforge.runtime.plan import check
+    from moeforge.runtime.plan import gate
+    from moeforge.runtime.plan.document import check
 
     plan = build(resolve(load("qwen3-30b-a3b/h100-bf16", ["moe.dispatcher=flex", f"moe.flex_backend={backend}",
                                                           f"platform.software.{FLEX_BACKENDS[backend].software}=true"])))

@@ -12,7 +12,7 @@ where PP > 2) in the virtual environment whose megatron-core release the plan ta
 0.16 for the CPU platform, .venv312: 0.19 for the GPU platforms) and keeps, per rank, the
 coordinates, the decoder layers, the MTP layers and the parameter counts (total, dense,
 expert, embedding).  --local-spec builds the same parameter shapes as the Transformer Engine
-spec (runtime/local_spec.py) except MLA's down projections at TP > 1 (sharded, where TE replicates
+spec (runtime/model/local_spec.py) except MLA's down projections at TP > 1 (sharded, where TE replicates
 them), so the test counts with te=False.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ CommOverlapConfig.setup when present, which overwrite model / optimizer / DDP fi
 ConfigContainer.validate(), which finalizes the provider), and compare every TransformerConfig field
 of the provider with the config the plan implies, plus GPTModel, YaRN, training / optimizer / DDP
 values (FIELD_MAP), and every field of the validated DDP and optimizer configs against the ones
-runtime/train.py builds from the plan (judgelib.compare_training_configs).
+runtime/train/ builds from the plan (judgelib.compare_training_configs).
 
 What is stubbed, and why (no GPU, no network, no Transformer Engine here):
   - Bridge 0.6.2 imports transformer_engine.pytorch unconditionally in peft/lora_layers.py and

@@ -9,7 +9,7 @@ recipe's build directory, or null where moeforge refused the config}]. For each 
 - the configuration object is built from its transformers class (hf_cases.config_object), and a class case's
   config.json under hf_configs/classes/ must be what the class writes today (`stale` otherwise);
 - Megatron-Bridge families: AutoBridge.from_hf_config(cfg).to_megatron_provider(load_weights=False), finalized,
-  against the TransformerConfig moeforge's runtime builds from plan.json (moeforge.runtime.model.build_config), every
+  against the TransformerConfig moeforge's runtime builds from plan.json (moeforge.runtime.model.build.build_config), every
   dataclass field, plus the GPTModel arguments and YaRN attributes (`diffs`: every field that differs; the test
   says which are a recipe's choice and which are listed exceptions);
 - the other families: the transformers model class built on the meta device, and what its module tree shows
@@ -44,7 +44,8 @@ def ours(build: str | None):
     """(plan dict, the TransformerConfig moeforge's runtime builds from it) or (None, None)."""
     if not build:
         return None, None
-    from moeforge.runtime import model as rm, plan as rp
+    from moeforge.runtime.model import build as rm
+    from moeforge.runtime.plan import document as rp
 
     raw = jl.load_plan(Path(build))
     jl.emulate_platform(raw)

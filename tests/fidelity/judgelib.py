@@ -166,7 +166,7 @@ def config_class(plan: dict):
 
 
 def plan_kwargs(plan: dict) -> dict:
-    """The plan's transformer_config as megatron-core kwargs, resolved the way runtime/model.py
+    """The plan's transformer_config as megatron-core kwargs, resolved the way runtime/model/build.py
     resolves them (dtype and activation strings, transformer_impl from plan.runtime)."""
     import torch
     import torch.nn.functional as F
@@ -299,7 +299,7 @@ def te_fused_adam_signature() -> None:
 
 
 def runtime_training_configs(plan: dict) -> dict:
-    """{"ddp": DistributedDataParallelConfig, "optimizer": OptimizerConfig} as runtime/train.py builds them from
+    """{"ddp": DistributedDataParallelConfig, "optimizer": OptimizerConfig} as runtime/train/ builds them from
     the plan (its DDP and optimizer sections; the optimizer's dtypes by name, its precision from the model's)."""
     import torch
     from megatron.core.distributed import DistributedDataParallelConfig

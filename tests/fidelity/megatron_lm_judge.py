@@ -6,10 +6,10 @@ Run under .venv312 (megatron-core 0.19.2 ships megatron/training):
 For each build dir: parse_args() on the emitted flags (unknown flags refused, as pretrain_gpt.py
 would), validate_args() with the plan's world size and environment (env.sh), then
 core_transformer_config_from_args(), and compare every TransformerConfig field with the config
-the plan implies (what runtime/model.py would build), plus the plan's model / training /
+the plan implies (what runtime/model/build.py would build), plus the plan's model / training /
 optimizer / DDP / layout values that map to Megatron-LM arguments, every field of the DDP and optimizer
 configs its training loop builds (get_megatron_ddp_config / get_megatron_optimizer_config) against the ones
-runtime/train.py builds from the plan (judgelib.compare_training_configs), the training-I/O values (data,
+runtime/train/ builds from the plan (judgelib.compare_training_configs), the training-I/O values (data,
 tokenizer, checkpoints, LR schedule, logging, evaluation, distributed backend: judgelib.
 training_io_expected), the model's vocab as gpt_config_from_args builds it (after any padding), and a
 NullTokenizer's end-of-document id as build_tokenizer makes it.
@@ -82,7 +82,7 @@ ARG_MAP = {
 def read_args(path: Path) -> list[str]:
     """Flags from megatron-lm.args, read as moeforge.runtime.megatron reads them (one shell-word reader)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from moeforge.runtime.megatron import read_args_file
+    from moeforge.runtime.megatron.args import read_args_file
 
     return read_args_file(Path(path))
 

@@ -32,7 +32,7 @@ import hostilelib as H
 REPO = H.REPO
 sys.path.insert(0, str(REPO))
 from moeforge.runtime.data_prepare import publish as publishing  # noqa: E402
-from moeforge.runtime import plan as plan_mod  # noqa: E402
+from moeforge.runtime.plan import document as plan_mod  # noqa: E402
 from moeforge.runtime.errors import PlanError  # noqa: E402
 
 EXAMPLE = json.loads((REPO / "tests" / "data" / "tiny-plan.example.json").read_text())
@@ -94,7 +94,7 @@ def write_hostile_plan(path: Path, kind: str) -> str:
 @pytest.mark.parametrize("kind", HOSTILE_PLANS)
 def test_hostile_plan_is_one_line(tmp_path, kind):
     """Every kind through the reader all entry points share; the issue's reproductions (and item 1's 4.0,
-    which crashed in runtime/synthetic_batches.py) through moeforge.runtime.train itself."""
+    which crashed in runtime/data/synthetic.py) through moeforge.runtime.train itself."""
     plan = tmp_path / "plan.json"
     message = write_hostile_plan(plan, kind)
     with pytest.raises(PlanError) as err:
@@ -123,7 +123,7 @@ def test_the_other_entry_points_refuse_them_alike(tmp_path):
 
 def test_a_float_where_megatron_core_declares_an_int_is_refused(tmp_path):
     """transformer_config is megatron-core's: a float for its int field is a bad plan, before any model."""
-    from moeforge.runtime import model
+    from moeforge.runtime.model import build as model
 
     raw = json.loads(json.dumps(EXAMPLE))
     raw["transformer_config"]["num_layers"] = 2.0
@@ -158,7 +158,7 @@ ESCAPED = "\v\f\x85\u2028\u2029\x1b\x07\x08\t"
 def test_paths_with_a_backslash_and_a_letter_round_trip(sandbox):
     """Item 3's reproduction: a data path, a checkpoint path and a logger name with YAML escapes in the
     recipe; moeforge.runtime.megatron reads back exactly the values of the plan."""
-    from moeforge.runtime.megatron import megatron_lm_argv
+    from moeforge.runtime.megatron.args import megatron_lm_argv
 
     save = "/ck\\new/" + ESCAPED + "pt"
     paths = ["/d\\ata/" + ESCAPED[:5] + "/prefix", "${DATA_ROOT}/x\\y\u2028z/prefix"]
@@ -186,7 +186,7 @@ def _data_root(monkeypatch):
 
 def test_a_damaged_args_file_is_one_line(sandbox):
     from moeforge.runtime.errors import RuntimeFailure
-    from moeforge.runtime.megatron import megatron_lm_argv
+    from moeforge.runtime.megatron.args import megatron_lm_argv
 
     rid = "hostile/args-damaged"
     (sandbox / "recipes" / f"{rid}.yaml").write_text(H.TINY, encoding="utf-8")

@@ -48,6 +48,7 @@ def test_twenty_steps_on_a_prepared_corpus_the_loss_falls(trained):
     assert ranks.returncodes == [0, 0], ranks.output[-4000:]
     report = ranks.report
     assert report["status"] == "ok" and report["entrypoint"] == "megatron-lm"
+    assert report["preflight"]["mode"] == "error" and report["preflight"]["findings"] == []  # .venv312's stack
     loss = mt.losses(report)
     assert sorted(loss) == list(range(1, 21))
     first, last = sum(loss[i] for i in range(1, 6)) / 5, sum(loss[i] for i in range(16, 21)) / 5

@@ -12,8 +12,8 @@ import pytest
 
 from runtime_testlib import PYTHON, ROOT, run_module, subprocess_env
 
-from moeforge.runtime import gate
-from moeforge.runtime import plan as plan_mod
+from moeforge.runtime.plan import gate
+from moeforge.runtime.plan import document as plan_mod
 from moeforge.runtime.errors import BackendMissing, OutOfMemory, PeerLost, PlanError, RuntimeFailure, Stopped, stage
 
 

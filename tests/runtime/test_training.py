@@ -57,6 +57,9 @@ def test_ep2_overlap_matches_no_overlap_exactly(tiny_plan, tmp_path):
     assert rep["world_size"] == 2 and rep["ep"] == 2
     assert len(rep["steps"]) == tiny_plan["training"]["train_iters"]
     assert rep["steady_state"]["window"] == tiny_plan["training"]["report_window"]
+    # the preflight ran (the cpu platform on this machine's stack) and found nothing
+    assert rep["preflight"]["mode"] == "error" and rep["preflight"]["findings"] == []
+    assert rep["entrypoint"] == "moeforge"
     assert rep["tokens_per_s"] > 0 and rep["peak_memory_bytes_max"] > 0
     assert rep["realised"]["moe_token_dispatcher_type"]["read_from"] == ["config", "modules"]
     assert rep["realised"]["_modules"]["moe_token_dispatcher_type"] == "alltoall"

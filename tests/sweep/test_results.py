@@ -27,7 +27,7 @@ SWEEP = """\
 
 
 def train_report(step_s: float, peaks: list[int]) -> dict:
-    """What moeforge.runtime.train writes (runtime/train.py)."""
+    """What moeforge.runtime.train writes (runtime/train/)."""
     return {"status": "ok", "world_size": 16, "layout": {"tp": 1, "pp": 1, "cp": 1, "ep": 16, "etp": 1, "dp": 16},
             "device": "cuda", "schedule_taken": "combined_1f1b",
             "steps": [{"step": i, "loss": 5.0, "time_s": 99.0 if i <= 2 else step_s} for i in range(1, 7)],
@@ -38,7 +38,7 @@ def train_report(step_s: float, peaks: list[int]) -> dict:
 
 
 def megatron_report(step_s: float, peaks: list[int]) -> dict:
-    """What moeforge.runtime.megatron writes (runtime/megatron.py): iterations resumed from 11, no schedule probe fields."""
+    """What moeforge.runtime.megatron writes (runtime/megatron/): iterations resumed from 11, no schedule probe fields."""
     rep = train_report(step_s, peaks)
     rep.update(entrypoint="megatron-lm", steps=[{"step": 10 + i, "loss": 5.0, "grad_norm": 1.0,
                                                  "time_s": 99.0 if i <= 2 else step_s} for i in range(1, 7)],

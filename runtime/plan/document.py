@@ -16,11 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import inputs
-from .errors import PlanError
+from ..errors import PlanError
 
 SCHEMA_PREFIX = "moeforge/plan/v1"
 # schemas/ beside runtime/: in a checkout, and in the installed `moeforge` package, which mirrors it.
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "plan.v1.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "plan.v1.json"
 # layout key -> TransformerConfig key that must agree with it
 LAYOUT_TO_CONFIG = {
     "tp": "tensor_model_parallel_size",
@@ -176,7 +176,7 @@ def check(raw, path: Path | str = "<plan>") -> Plan:
 
 
 def load(path: str | Path) -> Plan:
-    """Read (through the guarded reader, runtime/inputs.py) and check ``path``; every problem is a
+    """Read (through the guarded reader, runtime/plan/inputs.py) and check ``path``; every problem is a
     PlanError with the file named."""
     p = Path(path)
     raw = inputs.load_json(p)

@@ -14,8 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
-from . import inputs
-from .errors import CheckpointMismatch
+from ..plan import inputs
+from ..errors import CheckpointMismatch
 
 TRACKER = "latest_checkpointed_iteration.txt"
 # Megatron-LM arguments that fix the shapes of the saved tensors.

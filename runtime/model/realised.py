@@ -14,8 +14,8 @@ import enum
 
 import torch
 
-from .errors import RealisedMismatch
-from .plan import Plan
+from ..errors import RealisedMismatch
+from ..plan.document import Plan
 
 DISPATCHER_CLASSES = {
     "MoEAllGatherTokenDispatcher": "allgather",

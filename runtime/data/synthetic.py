@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import PlanError
+from ..errors import PlanError
 
 KINDS = ("synthetic", "learnable")
 

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import importlib.util
 
-from . import plan as plan_mod
+from ..plan import document as plan_mod
 
 NO_PARAMETERS = "holds no parameters, so the counts are those of the planned model"
 

@@ -15,8 +15,8 @@ import inspect
 
 import torch
 
-from .errors import ConfigRejected, PlanError, stage
-from .plan import Plan
+from ..errors import ConfigRejected, PlanError, stage
+from ..plan.document import Plan
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")

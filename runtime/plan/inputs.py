@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from .errors import PlanError
+from ..errors import PlanError
 
 MAX_FILE_BYTES = 16 << 20  # plan.json, megatron-lm.args, PREFIX.json (moeforge writes a few KB)
 MAX_DEPTH = 64             # nesting of JSON arrays/objects (a plan nests about six)

@@ -16,8 +16,8 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 
-from .errors import BackendMissing
-from .plan import Plan
+from ..errors import BackendMissing
+from .document import Plan
 
 
 @dataclass(frozen=True)
