@@ -192,7 +192,7 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
         raise CalibrationError(f"{path}: an alias refers to itself: rewrite it with `moeforge calibrate`") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "the document"
-        raise CalibrationError(f"{path}: {where}: {error.message} (schemas/calibration.v1.json): "
+        raise CalibrationError(f"{path}: {where}: {error.message} ({project.schema_shown('calibration')}): "
                                "rewrite it with `moeforge calibrate`")
     if expect_platform and doc["platform"] != expect_platform:
         raise CalibrationError(f"{path}: calibrates platform {doc['platform']!r}, not {expect_platform!r}: "
