@@ -118,10 +118,25 @@ def check_document(path: Path, kind: str) -> list[Diagnostic]:
     diags = validate.missing_schema(doc.data, doc.file)
     if diags or not isinstance(doc.data, dict):
         return diags or [Diagnostic("error", "E_NOT_A_MAPPING", f"a {kind} must be a mapping", doc.pos(()))]
-    diags = validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
+    schema = validate.document_schema(doc.data, kind) if kind in validate.KINDS else _declared_schema(doc, kind)
+    if isinstance(schema, list):
+        return schema
+    diags = validate.check(doc.data, schema, doc.pos)
     if kind == "platform" and not diags:
         diags += megatron_core_diagnostics(doc.data.get("software"), doc.pos(("software", "megatron_core")))
     return diags
+
+
+def _declared_schema(doc, kind: str):
+    """The schema file of a kind outside validate.KINDS (a calibration): the one it declares, or the
+    diagnostic at its `schema:` key when this moeforge has no such version."""
+    known = project.schema_name(kind)  # calibration.v1.json
+    declared = validate.declared_version(doc.data)
+    if declared and f"{declared[0]}.v{declared[1]}.json" == known:
+        return known
+    current = f"moeforge/{kind}/v{known[len(kind) + 2:-len('.json')]}"
+    return [Diagnostic("error", "E_SCHEMA_VERSION", f"this moeforge reads {current}, not {doc.data.get('schema')!r}",
+                       doc.pos(("schema",)), help=f"write schema: {current}, or upgrade moeforge")]
 
 
 def check_sweep(path: Path) -> list[Diagnostic]:

@@ -79,6 +79,14 @@ def test_check_validates_calibrations_platforms_and_models_by_their_schema_key(u
     assert "checked 3 document(s)" in out
 
 
+def test_a_calibration_of_an_unknown_version_is_one_located_error(user, capsys):
+    (user / "recipes" / "platforms" / "cpu.calibration.yaml").write_text("schema: moeforge/calibration/v9\n"
+                                                                        "platform: cpu\nruns: []\n")
+    rc, out = run(capsys, "check")
+    assert rc == 1 and "recipes/platforms/cpu.calibration.yaml:1:9: error[E_SCHEMA_VERSION]: this moeforge reads " \
+                       "moeforge/calibration/v1, not 'moeforge/calibration/v9'" in out, out
+
+
 def test_the_hook_and_the_ci_example_pass_every_document_under_recipes(user):
     hook = yaml.safe_load((user / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"][0]
     ours = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())[0]
