@@ -63,8 +63,10 @@ def axis(doc: dict) -> dict:
         ticks = [value(p["values"].get(varying[0])) for p in pts]
         xlabel = short[varying[0]]
     else:
-        ticks = ["\n".join(f"{short[k]}={value(p['values'].get(k))}" for k in varying) or p["id"] for p in pts]
-        xlabel = "point"
+        # values only, one line per knob in the order the axis label names them ('.': the recipe's own value)
+        ticks = ["\n".join(value(p["values"][k]) if k in p["values"] else "." for k in varying) or p["id"]
+                 for p in pts]
+        xlabel = " / ".join(short[k] for k in varying) or "point"
     return {"x": varying[0] if len(varying) == 1 else None, "xlabel": xlabel, "group": None, "ticks": ticks,
             "groups": [None], "slot": list(range(len(pts))), "in_group": [0] * len(pts)}
 
@@ -161,6 +163,7 @@ def figure(doc: dict, data: dict | None = None):
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(axis="y", alpha=0.3)
         ax.set_ylim(bottom=0)
+    axes[-1].set_xlim(-0.6, n - 0.4)  # every slot, a point without a bar at either end included
     axes[-1].set_xticks(range(n), ax_["ticks"], fontsize=9)
     note = data["panels"][-1]["note"]
     axes[-1].set_xlabel(ax_["xlabel"] + (f"\n{note}" if note else ""), loc="center", fontsize=9, color="black")
