@@ -106,14 +106,16 @@ def resolve_recipe(name: str, root: Path | None = None) -> Path:
     return _inside(candidate, base, Position(str(name)), "E_RECIPE_NOT_FOUND")
 
 
-def _only_builtin(name: str, root: Path) -> None:
+def _only_builtin(name: str, root: Path, pos: Position | None = None, code: str = "E_RECIPE_NOT_FOUND",
+                  key: str = "") -> None:
     """A bare id that the project lacks and the built-in catalogue has: refused, naming `builtin:ID` (one
-    spelling per catalogue, so a project's recipe never silently changes into a built-in one)."""
+    spelling per catalogue, so a project's recipe never silently changes into a built-in one). ``key``: the
+    document key that named it (`extends: `), for the fix."""
     if root.resolve() == BUILTIN_RECIPES.resolve() or not (BUILTIN_RECIPES / f"{name}.yaml").is_file():
         return
-    raise CompileError([error("E_RECIPE_NOT_FOUND", f"no {display_path(root / name, root)}.yaml in this project; "
-                              f"moeforge's built-in catalogue has {name}", Position(str(name)),
-                              help=f"write builtin:{name} for the built-in recipe")])
+    raise CompileError([error(code, f"no {display_path(root / name, root)}.yaml in this project; "
+                              f"moeforge's built-in catalogue has {name}", pos or Position(str(name)),
+                              help=f"write {key}builtin:{name} for the built-in recipe")])
 
 
 def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
@@ -244,6 +246,8 @@ def _extends_chain(recipe: Path, root: Path) -> list[Document]:
             target = BUILTIN_RECIPES / (parent if parent.endswith((".yaml", ".yml")) else f"{parent}.yaml")
         else:
             target = (path.parent / parent) if parent.endswith((".yaml", ".yml")) else base / f"{parent}.yaml"
+            if not target.is_file() and not parent.endswith((".yaml", ".yml")):
+                _only_builtin(parent, base, pos, "E_EXTENDS_NOT_FOUND", "extends: ")
         path = _inside(target, base, pos, "E_EXTENDS_NOT_FOUND")
     return chain
 

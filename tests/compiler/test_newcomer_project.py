@@ -116,6 +116,15 @@ def test_a_bare_id_only_built_in_names_builtin(user, capsys, command):
     assert "E_RECIPE_NOT_FOUND" in out and "help: write builtin:tiny-moe/cpu for the built-in recipe" in out
 
 
+def test_extends_of_a_bare_id_only_built_in_names_builtin(user, capsys):
+    (user / "recipes" / "mine").mkdir()
+    (user / "recipes" / "mine" / "x.yaml").write_text("schema: moeforge/recipe/v3\nrevision: 1\nname: x\n"
+                                                      "extends: tiny-moe/cpu\n")
+    rc, out = run(capsys, "check", "recipes/mine/x.yaml")
+    assert rc == 1 and "recipes/mine/x.yaml:4:10: error[E_EXTENDS_NOT_FOUND]" in out
+    assert "help: write extends: builtin:tiny-moe/cpu for the built-in recipe" in out
+
+
 def test_a_sweep_of_a_bare_id_only_built_in_is_one_error_at_its_recipe_line(user, capsys):
     _sweep(user, "bare", "tiny-moe/cpu")
     for argv in (("sweep", "check", "bare"), ("check", "recipes/sweeps/bare.yaml")):
