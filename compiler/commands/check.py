@@ -68,7 +68,8 @@ def document_files(paths) -> list:
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            out += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink()))
+            out += sorted(p for p in path.rglob("*")
+                          if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink()))
         elif not path.exists() and path.suffix not in (".yaml", ".yml"):
             try:  # an id (model/name, builtin:model/name), resolved as compile resolves it
                 out.append(resolve_recipe(str(name)))

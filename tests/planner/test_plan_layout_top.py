@@ -61,7 +61,8 @@ def test_top_lists_every_layout_within_memory(deepseek_b200):
 def test_text_marks_the_estimated_only_rows():
     rc, out, err = run("plan-layout", "deepseek-v3", "--platform", "b200", "--gpus", "256", "--top", "200")
     assert rc == 0, err
-    rows = [line.split()[0] for line in out.splitlines()[3:] if line[:1].isdigit() or line[:1] == "~" and line[1:2].isdigit()]
+    rows = [line.split()[0] for line in out.splitlines()[3:]
+            if line[:1].isdigit() or line[:1] == "~" and line[1:2].isdigit()]
     assert len(rows) == 200 and rows[-1] == "~200" and rows[0] == "1", rows
     assert f"past the {search.CONFIRM_BUDGET} compiles" in out and "~ estimated only" in out
 
