@@ -71,14 +71,36 @@ def build() -> Path:
     return root() / "build"
 
 
+def schema_name(kind: str) -> str:
+    """The schema file of a document kind: recipe.v3.json, ...; calibration.v1.json (a kind of its own)."""
+    if kind in KINDS:
+        return f"{kind}.v{KINDS[kind]}.json"
+    found = sorted(SCHEMAS.glob(f"{kind}.v*.json"))
+    if not found:
+        raise ValueError(f"no schema for documents of kind {kind!r}")
+    return found[-1].name
+
+
+def _own_schemas(top: Path, name: str) -> bool:
+    """moeforge's own checkout: its top-level schemas/ is the one this moeforge reads."""
+    own = top / "schemas" / name
+    return own.is_file() and own.resolve() == (SCHEMAS / name).resolve()
+
+
 def schema_ref(document: Path, kind: str) -> str:
     """The `$schema` path a document written at `document` names (see SCHEMA_DIR), relative to the document."""
-    name = f"{kind}.v{KINDS[kind]}.json"
+    name = schema_name(kind)
     folder = Path(document).absolute().parent
     top = find_root(folder)
-    own = top / "schemas" / name
-    target = own if own.is_file() and own.resolve() == (SCHEMAS / name).resolve() else install_schemas(top) / name
+    target = top / "schemas" / name if _own_schemas(top, name) else install_schemas(top) / name
     return os.path.relpath(target, folder)
+
+
+def schema_shown(kind: str) -> str:
+    """The schema of a kind as a message names it, relative to the project root: .moeforge/schemas/NAME in a
+    user's project (`init` writes it there), schemas/NAME in moeforge's checkout. Writes nothing."""
+    name = schema_name(kind)
+    return f"schemas/{name}" if _own_schemas(root(), name) else f"{SCHEMA_DIR}/{name}"
 
 
 def schema_files() -> dict[str, str]:

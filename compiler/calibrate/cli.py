@@ -199,7 +199,7 @@ def run(args, argv: list[str] = ()) -> int:
         raise Refused("\n".join([f"the fit is weak, so nothing was written: {'; '.join(weak)}", judge.fixes()]))
     out = Path(args.output) if args.output else _default_output(platform)
 
-    write_file_atomically(out, document.render(doc, command))
+    write_file_atomically(out, document.render(doc, command, out))
     calib.load(out, platform)  # what was written reads back through the schema
     print(f"wrote {out}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0

@@ -10,7 +10,7 @@ import hashlib
 import statistics
 from pathlib import Path
 
-from moeforge.compiler import __version__
+from moeforge.compiler import __version__, project
 from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.estimate.calibration import GIB, SCHEMA, TIME_CONSTANTS
 
@@ -66,10 +66,13 @@ def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_f
     return doc
 
 
-def render(doc: dict, command: str) -> str:
+def render(doc: dict, command: str, path=None) -> str:
+    """The document's text; ``path``: where it is written, which its `$schema` line is relative to (the
+    project's .moeforge/schemas/, or this checkout's schemas/)."""
     import yaml  # lazy: only writing the document needs PyYAML
 
-    head = ["# yaml-language-server: $schema=../../schemas/calibration.v1.json",
+    ref = project.schema_ref(path, "calibration") if path is not None else "../../schemas/calibration.v1.json"
+    head = [f"# yaml-language-server: $schema={ref}",
             f"# Written by `{command}`: the {doc['platform']} platform's constants fitted to the measured runs",
             "# below (docs/layout-model.md, section 10). plan-layout, explain, dryrun, results and diagnose use it.",
             "# Fit again rather than edit: the runs are named by content hash."]

@@ -191,7 +191,7 @@ def from_results(path: Path) -> list[Path]:
     out.  Falls back to walking the results file's folder."""
     doc = _json(path, "report", "results.json", "write it again with `moeforge results`")
     if not isinstance(doc, dict):
-        raise RunError(f"{path}: not a results.json (schemas/results.v1.json): write it again with `moeforge results`")
+        raise RunError(f"{path}: not a results.json ({project.schema_shown('results')}): write it again with `moeforge results`")
 
     def located(text: str) -> Path | None:
         for base in (Path(), project.root(), path.parent):

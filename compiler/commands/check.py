@@ -1,4 +1,9 @@
-"""`moeforge check`: validate and solve every recipe under the given paths, report all.
+"""`moeforge check`: validate every document under the given paths (recipes validated and solved; sweeps,
+calibrations, platforms and models by the schema their `schema:` key declares), report all.
+
+Each document is checked by the kind it declares, whatever directory it is in, so the pre-commit hook and
+the CI check (which pass any changed file under recipes/) cover sweeps and calibrations too; a sweep is
+checked by the same code as `moeforge sweep check` (compiler/sweep/workflow.check).
 
 A diagnostic found in several recipes (its position is in a base recipe they extend, or in a
 model or platform they share) is printed once, with the recipes it affects. --quiet prints errors
@@ -9,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
 
-from moeforge.compiler import project
+from moeforge.compiler import bounded, project
 from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
 from moeforge.compiler import driver
 from moeforge.compiler.commands.options import output_arguments
@@ -49,10 +56,53 @@ def recipe_ids(root) -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in recipe_files([root]))
 
 
+# `schema: moeforge/<kind>/v<N>` at the top level: read from the text, so a recipe is loaded once (by its compile)
+SCHEMA_KEY = re.compile(r"^schema:[ \t]*[\"']?moeforge/([a-z]+)/v\d+", re.MULTILINE)
+DOCUMENT_KINDS = ("recipe", "sweep", "calibration", "platform", "model")
+
+
+def document_files(paths) -> list:
+    """What `check` checks: every YAML file under a directory (sweeps, platforms, models and calibrations
+    included), a file as given, an id resolved as compile resolves it; an id that does not resolve is its
+    diagnostics (``(name, [Diagnostic])``), reported at the name."""
+    out = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*")
+                          if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink()))
+        elif not path.exists() and path.suffix not in (".yaml", ".yml"):
+            try:  # an id (model/name, builtin:model/name), resolved as compile resolves it
+                out.append(resolve_recipe(str(name)))
+            except CompileError as exc:
+                out.append((str(name), exc.diagnostics))
+        else:
+            out.append(path)
+    return out
+
+
+def declared_kind(path: Path) -> str:
+    """The document kind a file declares by its `schema:` key; else by its directory (recipes/platforms/,
+    models/, sweeps/), else a recipe (whose compile says the key is missing)."""
+    try:
+        match = SCHEMA_KEY.search(bounded.read_text(path, bounded.LIMITS["recipe"]))
+    except (bounded.Unreadable, OSError, UnicodeDecodeError):
+        match = None  # the recipe loader says what is wrong with the file, at the file
+    if match and match.group(1) in DOCUMENT_KINDS:
+        return match.group(1)
+    parent = path.resolve().parent.name
+    return parent[:-1] if parent in NON_RECIPE_DIRS else "recipe"
+
+
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
     try:
-        if path.resolve().parent.name in NON_RECIPE_DIRS:  # recipes/platforms/x.yaml, recipes/models/y.yaml
-            return check_document(path, path.resolve().parent.name[:-1])
+        kind = declared_kind(path)
+        if kind == "sweep":
+            return check_sweep(path)
+        if kind == "calibration":
+            return check_calibration(path)
+        if kind in ("platform", "model"):  # recipes/platforms/x.yaml, recipes/models/y.yaml
+            return check_document(path, kind)
         compiled = driver.compile(path, strict=strict, plan=False)
         return old_schema_notes(compiled.composed.documents) + compiled.diagnostics
     except CompileError as exc:
@@ -64,16 +114,74 @@ def check_one(path: Path, strict: bool) -> list[Diagnostic]:
 
 
 def check_document(path: Path, kind: str) -> list[Diagnostic]:
-    """A platform or model file on its own: its schema (schemas/platform.v1.json, model.v1.json) and,
-    for a platform, a supported megatron-core release."""
+    """A platform, model or calibration file on its own: its schema (schemas/<kind>.v1.json) and, for a
+    platform, a supported megatron-core release."""
     doc = load_file(path, display_path(path.resolve(), project.recipes()))
     diags = validate.missing_schema(doc.data, doc.file)
     if diags or not isinstance(doc.data, dict):
         return diags or [Diagnostic("error", "E_NOT_A_MAPPING", f"a {kind} must be a mapping", doc.pos(()))]
-    diags = validate.check(doc.data, validate.document_schema(doc.data, kind), doc.pos)
+    schema = validate.document_schema(doc.data, kind) if kind in validate.KINDS else _declared_schema(doc, kind)
+    if isinstance(schema, list):
+        return schema
+    diags = validate.check(doc.data, schema, doc.pos)
     if kind == "platform" and not diags:
         diags += megatron_core_diagnostics(doc.data.get("software"), doc.pos(("software", "megatron_core")))
     return diags
+
+
+def _declared_schema(doc, kind: str):
+    """The schema file of a kind outside validate.KINDS (a calibration): the one it declares, or the
+    diagnostic at its `schema:` key when this moeforge has no such version."""
+    known = project.schema_name(kind)  # calibration.v1.json
+    declared = validate.declared_version(doc.data)
+    if declared and f"{declared[0]}.v{declared[1]}.json" == known:
+        return known
+    current = f"moeforge/{kind}/v{known[len(kind) + 2:-len('.json')]}"
+    return [Diagnostic("error", "E_SCHEMA_VERSION", f"this moeforge reads {current}, not {doc.data.get('schema')!r}",
+                       doc.pos(("schema",)), help=f"write schema: {current}, or upgrade moeforge")]
+
+
+def check_sweep(path: Path) -> list[Diagnostic]:
+    """A sweep, as `moeforge sweep check` checks it: its document (knob paths with a did-you-mean) and its
+    recipe are errors; every point is compiled, and a point the rules refuse is a warning at the sweep line
+    that set the value, naming the points (sweep launch skips them; a sweep may try what the rules refuse,
+    as recipes/sweeps/tiny-overlap.yaml does); a sweep none of whose points can run is an error."""
+    from moeforge.compiler.sweep import workflow  # lazy: a check without sweeps does not load the sweep package
+
+    checked = workflow.check(str(path))  # CompileError: the document or its recipe, reported by check_one
+    diags = list(checked.sweep.notes)
+    refused: dict = {}
+    for c in checked.compiled:
+        diags += c.warnings
+        for d in c.errors:
+            refused.setdefault((d.code, d.message, d.pos), (d, []))[1].append(c.point.id)
+    for d, ids in refused.values():
+        many = len(ids) > 1
+        diags.append(replace(d, severity="warning", message=f"{d.message} (point{'s' if many else ''} "
+                             f"{', '.join(ids)} refused: sweep launch skips {'them' if many else 'it'})"))
+    if not checked.launchable:
+        diags.append(Diagnostic("error", "E_SWEEP_NOTHING_TO_RUN", "the rules refuse every point of the sweep",
+                                checked.sweep.doc.pos(("name",)) if checked.sweep.doc else Position(str(path)),
+                                help="`moeforge sweep check` lists each point's errors; change the axes or `set`"))
+    return validate.dedupe(diags)
+
+
+def check_calibration(path: Path) -> list[Diagnostic]:
+    """A calibration document: its schema, located (schemas/calibration.v1.json), then what the estimates
+    check when they read it (compiler/estimate/calibration.load: the platform it names, its file name)."""
+    from moeforge.compiler.estimate import calibration  # lazy: only a calibration document needs it
+
+    diags = check_document(path, "calibration")
+    if diags:
+        return diags
+    platform = path.name[:-len(calibration.SUFFIX)] if path.name.endswith(calibration.SUFFIX) else None
+    try:
+        calibration.load(path, platform)
+    except calibration.CalibrationError as exc:
+        return [Diagnostic("error", "E_CALIBRATION", str(exc).split(": ", 1)[-1],
+                           Position(display_path(path.resolve(), project.recipes())),
+                           help="rewrite it with `moeforge calibrate`")]
+    return []
 
 
 PARALLEL_FROM = 8  # below this many recipes a worker pool costs more than it saves
@@ -91,8 +199,11 @@ def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
 
 
 def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool = False) -> int:
-    files = recipe_files(paths)
+    files = document_files(paths)
     results = {}
+    for name, diags in [f for f in files if isinstance(f, tuple)]:
+        results[name] = diags
+    files = [f for f in files if not isinstance(f, tuple)]
     missing = [f for f in files if not f.exists()]
     for path in missing:
         why = "a symbolic link that leads nowhere (a loop, or a missing target)" if path.is_symlink() else \
@@ -102,6 +213,7 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
     present = [f for f in files if f.exists()]
     for path, diags in zip(present, _check_all(present, strict)):
         results[display_path(path.resolve(), project.recipes())] = diags
+    files = results  # every document named, found or not
     unique = merge_shared(results)
     counts = summary(unique)
     if fmt == "json":  # per recipe, as schemas/check-report.v1.json has it; the counts are of unique diagnostics
@@ -115,7 +227,7 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
             print(render_all(out, fmt))
         if fmt == "text":
             hidden = "" if advice or quiet or not counts["advice"] else " (shown with --advice)"
-            print(f"checked {len(files)} recipe(s): {counts['error']} error(s), {counts['warning']} warning(s), "
+            print(f"checked {len(files)} document(s): {counts['error']} error(s), {counts['warning']} warning(s), "
                   f"{counts['advice']} advice{hidden}")
     return 1 if counts["error"] else 0
 

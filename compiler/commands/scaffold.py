@@ -35,12 +35,13 @@ version = 1
 """
 
 PRE_COMMIT = """\
-# moeforge check on the recipes a commit changes (pre-commit install, once per clone).
+# moeforge check on the documents a commit changes under recipes/ (pre-commit install, once per clone):
+# recipes, sweeps, platforms, models and calibrations, each checked by its `schema:` key.
 repos:
   - repo: local
     hooks:
       - id: moeforge-check
-        name: moeforge check (schemas, rules, solver)
+        name: moeforge check (recipes, sweeps, calibrations, platforms, models)
         entry: moeforge check
         language: system
         files: ^recipes/.*\\.ya?ml$
@@ -48,8 +49,8 @@ repos:
 """
 
 WORKFLOW = """\
-# moeforge check on every recipe a pull request changes: each diagnostic becomes an annotation on
-# the recipe line that caused it; errors fail the job.
+# moeforge check on every document a pull request changes under recipes/ (recipes, sweeps, calibrations,
+# platforms, models): each diagnostic becomes an annotation on the line that caused it; errors fail the job.
 name: moeforge
 on:
   pull_request:
@@ -68,7 +69,7 @@ jobs:
           python-version: "3.11"
       - name: Install the compiler only (no torch, no megatron)
         run: pip install moeforge
-      - name: Check the changed recipes (all of them on a push)
+      - name: Check the changed documents (all of them on a push)
         run: |
           if [ "$GITHUB_EVENT_NAME" = pull_request ]; then
             files=$(git diff --name-only --diff-filter=d "origin/$GITHUB_BASE_REF"...HEAD -- 'recipes/*.yaml' 'recipes/*.yml')
@@ -76,6 +77,13 @@ jobs:
           else
             moeforge check --format github
           fi
+"""
+
+GITIGNORE = """\
+# moeforge's outputs: what compile, sweep launch and results write (build/<recipe>/, build/sweeps/NAME/),
+# and the lock file a compile holds beside the build directory it replaces (.<name>.lock)
+build/
+.*.lock
 """
 
 README = {
@@ -113,6 +121,7 @@ def init(root: Path) -> list[str]:
              **{root / SCHEMA_DIR / name: text for name, text in schema_files().items()},
              root / "recipes" / "platforms" / "README.md": README["platforms"],
              root / "recipes" / "models" / "README.md": README["models"],
+             root / ".gitignore": GITIGNORE,
              root / ".pre-commit-config.yaml": PRE_COMMIT,
              root / ".github" / "workflows" / "moeforge.yml": WORKFLOW}
     return _write(files, root)
@@ -316,7 +325,7 @@ def new_sweep(root: Path, name: str, recipe: str) -> list[str]:
         text = props[key].get("description", "") + (f" [{allowed}]" if allowed and allowed != "object" else "")
         return _wrap(text, "")
 
-    lines = [f"# yaml-language-server: $schema=../../schemas/sweep.v{KINDS['sweep']}.json",
+    lines = [f"# yaml-language-server: $schema={schema_ref(path, 'sweep')}",
              f"# Sweep {name}: moeforge sweep check {_rel(path, root)}, then moeforge sweep launch {name}, then",
              f"# moeforge results build/sweeps/{name}. Knob paths are the recipe's, as --set takes them.",
              *about("schema"), f"schema: moeforge/sweep/v{KINDS['sweep']}",

@@ -221,8 +221,8 @@ def load(path: Path | str, expect_platform: str | None = None) -> Calibration:
         raise CalibrationError(f"{path}: an alias refers to itself: rewrite it with `moeforge calibrate`") from None
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "the document"
-        raise CalibrationError(printable(f"{path}: {where}: {error.message[:300]} (schemas/calibration.v1.json): "
-                                         "rewrite it with `moeforge calibrate`"))
+        raise CalibrationError(printable(f"{path}: {where}: {error.message[:300]} "
+                                         f"({project.schema_shown('calibration')}): rewrite it with `moeforge calibrate`"))
     _check_numbers(path, doc)
     if expect_platform and doc["platform"] != expect_platform:
         raise CalibrationError(printable(f"{path}: calibrates platform {doc['platform']!r}, not {expect_platform!r}: "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from moeforge.compiler import project
 from moeforge.compiler.knobs.layout import Layout, num_microbatches
 from moeforge.compiler.estimate import comm
 from moeforge.compiler.estimate.flops import KEYS, chunk_flops, model_flops_per_token
@@ -56,10 +57,19 @@ def performance(plan: dict, cal: calib.Calibration | None = None) -> dict:
     if missing:
         name = platform.get("name", "?")
         raise PerformanceError(f"platform {name!r} has no performance.{missing[0]}: add a performance block "
-                               f"to recipes/platforms/{name}.yaml (fields: {', '.join(PERFORMANCE_FIELDS)}; "
-                               "see schemas/platform.v1.json), or calibrate it from measured runs "
+                               f"to {_platform_file(name)} (fields: {', '.join(PERFORMANCE_FIELDS)}; "
+                               f"see {project.schema_shown('platform')}), or calibrate it from measured runs "
                                "(moeforge calibrate --assume)")
     return perf
+
+
+def _platform_file(name: str) -> str:
+    """The platform file a user edits: the project's recipes/platforms/NAME.yaml; for a built-in platform, a
+    copy of it there (the built-in catalogue is moeforge's, not the project's)."""
+    if (project.recipes() / "platforms" / f"{name}.yaml").is_file():
+        return f"recipes/platforms/{name}.yaml"
+    return (f"a copy of builtin:recipes/platforms/{name}.yaml at recipes/platforms/{name}.yaml (a project's "
+            "platform wins over the built-in one)")
 
 
 @dataclass

@@ -3,8 +3,11 @@ the full breakdown of one candidate (--explain) so a user can redo the arithmeti
 from __future__ import annotations
 
 import json
+import math
 
-from moeforge.compiler.planner.search import GIB, Evaluated, Result
+from moeforge.compiler.planner.search import CONFIRM_BUDGET, GIB, Evaluated, Result
+
+SIGNIFICANT = 6   # digits of a step time in JSON: a 10 ms step of a small model keeps its ranking
 
 
 def record(ev: Evaluated, capacity_gb: float | None) -> dict:
@@ -20,7 +23,7 @@ def record(ev: Evaluated, capacity_gb: float | None) -> dict:
            "recompute": {"granularity": c.recompute, "modules": list(c.modules)},
            "memory_gb": round(ev.mem.total / GIB, 2) if ev.mem else None,
            "capacity_gb": capacity_gb,
-           "step_time_s": round(ev.time.total_s, 4) if ev.time else None,
+           "step_time_s": float(f"{ev.time.total_s:.{SIGNIFICANT}g}") if ev.time else None,
            "tokens_per_s_per_gpu": round(ev.time.tokens_per_s_per_gpu, 1) if ev.time else None,
            "mfu": round(ev.time.mfu, 4) if ev.time else None,
            "dominant": ev.time.dominant if ev.time else None,
@@ -33,7 +36,8 @@ def as_json(result: Result) -> str:
     s = result.setting
     return json.dumps({"model": s.model, "platform": s.platform, "gpus": s.gpus, "seq_length": s.seq,
                        "global_batch_size": s.gbs, "considered": result.considered, "kept": result.kept,
-                       "candidates": [record(e, cap) for e in result.ranked + result.rejected]}, indent=2)
+                       "candidates": [record(e, cap) for e in result.ranked + result.unconfirmed + result.rejected]},
+                      indent=2)
 
 
 def _mem(ev: Evaluated, cap: float | None) -> str:
@@ -49,30 +53,50 @@ CALIBRATION_NOTE = ("step times: docs/layout-model.md, calibrated on H100 alltoa
                     "Megatron-Bridge's tuned runs (HybridEP, CUDA graphs) measured up to 1.5x faster (section 6)")
 
 
+def decimals(values) -> int:
+    """Decimals for a column of step times: three significant digits of the smallest, more (up to 6) while
+    two different times would print alike, so that a small model's rows rank (0.0123 s, not 0.01 s)."""
+    values = sorted({v for v in values if v and math.isfinite(v) and v > 0})
+    if not values:
+        return 2
+    d = min(6, max(2, 2 - math.floor(math.log10(values[0]))))
+    while d < 6 and len({f"{v:.{d}f}" for v in values}) < len(values):
+        d += 1
+    return d
+
+
 def table(result: Result) -> str:
     s, cap = result.setting, result.setting.capacity_gb
     nodes = f"{s.nodes} node{'s' if s.nodes > 1 else ''}"
+    more = (f", {len(result.unconfirmed)} more estimated only (~: past the {CONFIRM_BUDGET} compiles the rules "
+            f"confirm per search)" if result.unconfirmed else "")
     head = (f"{s.model} on {s.gpus} x {s.platform} ({nodes}), seq {s.seq}, GBS {s.gbs}: "
             f"{result.considered} candidates estimated, {result.kept} within memory, "
-            f"{len(result.ranked)} confirmed by the rules")
+            f"{len(result.ranked)} confirmed by the rules{more}")
     cols = ("#", "layout", "pipeline split", "dispatcher", "overlap", "recompute", "memory GB (headroom)", "step s",
             "tok/s/GPU", "MFU", "dominant")
-    rows = [(cols, None)] + [(_row(str(i), ev, cap), None) for i, ev in enumerate(result.ranked, 1)]
-    rows += [(_row("x", ev, cap), "     rejected: " + "; ".join(ev.reasons[:2])) for ev in result.rejected]
+    listed = result.ranked + result.unconfirmed + result.rejected
+    d = decimals(ev.time.total_s for ev in listed if ev.time)
+    rows = [(cols, None)] + [(_row(str(i), ev, cap, d), None) for i, ev in enumerate(result.ranked, 1)]
+    rows += [(_row(f"~{i}", ev, cap, d), None) for i, ev in enumerate(result.unconfirmed, len(result.ranked) + 1)]
+    rows += [(_row("x", ev, cap, d), "     rejected: " + "; ".join(ev.reasons[:2])) for ev in result.rejected]
     widths = [max(len(r[i]) for r, _ in rows) for i in range(len(cols))]
     lines = [head, ""]
     for r, note in rows:
         lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
         if note:
             lines.append(note)
+    if result.unconfirmed:
+        lines += ["", "~ estimated only, not yet compiled through the rules: confirm one with "
+                      "`moeforge plan-layout --evaluate RECIPE` or `moeforge check`"]
     return "\n".join(lines + ["", CALIBRATION_NOTE])
 
 
-def _row(num: str, ev: Evaluated, cap) -> tuple:
+def _row(num: str, ev: Evaluated, cap, d: int = 2) -> tuple:
     c, t = ev.cand, ev.time
     return (num, c.describe(), c.split_text(), " = ".join([c.dispatcher_text()] + ev.equivalent), c.overlap_text(),
             c.recompute_text(), _mem(ev, cap),
-            f"{t.total_s:.2f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
+            f"{t.total_s:.{d}f}" if t else "-", f"{t.tokens_per_s_per_gpu:.0f}" if t else "-",
             f"{t.mfu:.1%}" if t else "-", t.dominant if t else "-")
 
 

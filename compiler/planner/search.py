@@ -67,6 +67,9 @@ class Result:
     kept: int               # of those, within memory
     estimated: list = field(default_factory=list)   # every candidate within memory, fastest estimate first
     compiles: int = 0       # pipeline compiles spent (the baseline and the confirmations)
+    # within memory, past the confirmation budget: estimated only (not compiled through the rules), fastest
+    # first, so that --top N lists the N best of everything within memory, not only of what was confirmed
+    unconfirmed: list = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------ documents
@@ -294,9 +297,13 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
             if bar is not None:
                 bar.close()
         ranked, priced = [], {}
-        for ev in kept:
+        rest = []   # past the confirmation budget: listed as estimated only
+        for i, ev in enumerate(kept):
             twin = _dispatcher_twin(ev, ranked, priced)
-            if (len(ranked) >= top and twin is None) or comp.count >= CONFIRM_BUDGET:
+            if len(ranked) >= top and twin is None:
+                break
+            if comp.count >= CONFIRM_BUDGET:
+                rest = kept[i:]
                 break
             estimate = (ev.step_s, ev.mem.total)
             try:
@@ -314,7 +321,8 @@ def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progres
             priced[id(ev)] = estimate
             (ranked if ev.feasible else rejected).append(ev)
         ranked.sort(key=lambda e: (e.step_s, e.cand.key()))
-        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count)
+        return Result(s, ranked, rejected if keep_rejected else [], considered, len(kept), kept, comp.count,
+                      _estimated_only(rest, top - len(ranked)))
     finally:
         comp.close()
 
@@ -334,6 +342,22 @@ def _document_errors(comp: Compiler, template: dict) -> str:
         where = f"{d.pos}: " if d.pos is not None and d.pos.file in places else ""
         out.append(f"{where}{d.code}: {d.message}" + (f" (help: {d.help})" if d.help else ""))
     return "; ".join(out) or str(exc)
+
+
+def _estimated_only(rest: list, room: int) -> list:
+    """Up to ``room`` of the analytic candidates the confirmation budget did not reach, fastest first, a
+    dispatcher priced like a listed row's named on that row (as _dispatcher_twin does for confirmed rows)."""
+    out, rows = [], {}
+    for ev in rest:
+        key = (replace(ev.cand, dispatcher="", backend=None), ev.step_s, ev.mem.total)
+        if key in rows:
+            rows[key].equivalent.append(ev.cand.dispatcher_text())
+            continue
+        if len(out) >= room:
+            break
+        rows[key] = ev
+        out.append(ev)
+    return out
 
 
 def _dispatcher_twin(ev: Evaluated, ranked: list, priced: dict) -> Evaluated | None:

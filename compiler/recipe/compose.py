@@ -73,7 +73,7 @@ def _base_of(real: Path, root: Path) -> Path:
 
 
 RECIPE_NOT_FOUND_HELP = ("give a recipe file, a directory of recipes, or a recipe id (MODEL/NAME under recipes/, "
-                         "e.g. tiny-moe/cpu)")
+                         "or builtin:MODEL/NAME for one of moeforge's, e.g. builtin:tiny-moe/cpu)")
 
 
 def resolve_recipe(name: str, root: Path | None = None) -> Path:
@@ -92,12 +92,30 @@ def resolve_recipe(name: str, root: Path | None = None) -> Path:
                                       help="name a recipe file (recipes/MODEL/PLATFORM.yaml) or its id "
                                            "(MODEL/PLATFORM, e.g. qwen3-30b-a3b/h100-bf16)")])
         candidate = root / f"{name}.yaml"
+        if not candidate.is_file():
+            _only_builtin(name, root)
     elif not candidate.is_absolute() and not candidate.exists():
         if not (root / name).exists():  # neither from here nor under recipes/: name it as it was given
             raise CompileError([error("E_RECIPE_NOT_FOUND", f"no such file: {name}", Position(str(name)),
                                       help=RECIPE_NOT_FOUND_HELP)])
         candidate = root / name
-    return _inside(candidate, root, Position(str(name)), "E_RECIPE_NOT_FOUND")
+    try:  # a file of the built-in catalogue (what `builtin:ID` resolved to, given again) stays inside it
+        base = _base_of(candidate.resolve(), root)
+    except (OSError, RuntimeError):
+        base = root
+    return _inside(candidate, base, Position(str(name)), "E_RECIPE_NOT_FOUND")
+
+
+def _only_builtin(name: str, root: Path, pos: Position | None = None, code: str = "E_RECIPE_NOT_FOUND",
+                  key: str = "") -> None:
+    """A bare id that the project lacks and the built-in catalogue has: refused, naming `builtin:ID` (one
+    spelling per catalogue, so a project's recipe never silently changes into a built-in one). ``key``: the
+    document key that named it (`extends: `), for the fix."""
+    if root.resolve() == BUILTIN_RECIPES.resolve() or not (BUILTIN_RECIPES / f"{name}.yaml").is_file():
+        return
+    raise CompileError([error(code, f"no {display_path(root / name, root)}.yaml in this project; "
+                              f"moeforge's built-in catalogue has {name}", pos or Position(str(name)),
+                              help=f"write {key}builtin:{name} for the built-in recipe")])
 
 
 def _inside(path: Path, root: Path, pos: Position, code: str) -> Path:
@@ -236,6 +254,8 @@ def _extends_chain(recipe: Path, root: Path, given: Document | None = None) -> l
             target = BUILTIN_RECIPES / (parent if parent.endswith((".yaml", ".yml")) else f"{parent}.yaml")
         else:
             target = (path.parent / parent) if parent.endswith((".yaml", ".yml")) else base / f"{parent}.yaml"
+            if not target.is_file() and not parent.endswith((".yaml", ".yml")):
+                _only_builtin(parent, base, pos, "E_EXTENDS_NOT_FOUND", "extends: ")
         path = _inside(target, base, pos, "E_EXTENDS_NOT_FOUND")
     return chain
 

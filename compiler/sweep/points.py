@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from moeforge.compiler import driver
 from moeforge.compiler.diagnostics import CompileError, Note, Position, error
+from moeforge.compiler.recipe.compose import resolve_recipe
 from moeforge.compiler.sweep.document import Knob, Sweep
 
 MAX_POINTS = 1000
@@ -109,7 +110,19 @@ def compile_point(sweep: Sweep, point: Point) -> Compiled:
 
 
 def compile_all(sweep: Sweep, points: list[Point]) -> list[Compiled]:
+    """Every point compiled; CompileError at the `recipe:` line when the base recipe does not resolve (one
+    error for the sweep, not the same one per point)."""
+    check_recipe(sweep)
     return [compile_point(sweep, p) for p in points]
+
+
+def check_recipe(sweep: Sweep) -> None:
+    """The sweep's base recipe resolves as every command resolves an id (compose.resolve_recipe)."""
+    try:
+        resolve_recipe(sweep.recipe)
+    except CompileError as exc:
+        where = sweep.doc.pos(("recipe",)) if sweep.doc is not None else Position(sweep.file)
+        raise CompileError([replace(d, pos=where) for d in exc.diagnostics]) from None
 
 
 def _located(d, where: dict):

@@ -21,7 +21,7 @@ from moeforge.compiler import __version__
 from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.recipe.validate import validator
-from moeforge.compiler.sweep import estimates, inputs, plots, slurm, status
+from moeforge.compiler.sweep import cost, estimates, inputs, plots, slurm, status
 from moeforge.compiler.sweep.builds import MANIFEST, relative
 from moeforge.compiler.sweep.report import num, short_names, shown, table, value
 from moeforge.compiler.files import write_file_atomically
@@ -290,7 +290,7 @@ def to_text(doc: dict) -> str:
     short = short_names(swept)
     base = doc["baseline"]
     headers = ["point", *[short[k] for k in swept], "status", "step ms (spread)", "tok/s/GPU", "est.", "TFLOP/s/GPU",
-               "peak MiB (max rank)", "est. alloc MiB", "GPU-h"] + (["vs " + base] if base else [])
+               "peak MiB (max rank)", "est. alloc MiB", "steady GPU-h", "start-up GPU-h"] + (["vs " + base] if base else [])
     body = []
     for p in doc["points"]:
         m, e, rel = p["measured"] or {}, p["estimate"] or {}, p["relative"] or {}
@@ -305,7 +305,8 @@ def to_text(doc: dict) -> str:
                  num(est_tok, ".0f") + (f" (x{ratio_:.2f})" if ratio_ else ""),
                  num(m.get("model_tflops_per_s_per_gpu"), ".4f"),
                  num(m["peak_memory_bytes_max"] / MIB, ".0f") if m.get("peak_memory_bytes_max") else "-",
-                 num(e["allocated_bytes"] / MIB, ".1f") if e.get("allocated_bytes") else "-", num(p["gpu_hours"], ".4f")]
+                 num(e["allocated_bytes"] / MIB, ".1f") if e.get("allocated_bytes") else "-",
+                 num(cost.steady_gpu_hours(p), ".3g"), num(cost.startup_gpu_hours(p), ".3g")]  # the knob's cost apart
         if base:
             cells.append(f"step x{rel['step_time']:.2f}, tok/s x{rel['tokens_per_s_per_gpu']:.2f}" if rel else "-")
         body.append(cells)

@@ -298,7 +298,7 @@ def test_check_takes_ids_as_compile_does_and_names_a_file_that_is_no_recipe(monk
     """`check tiny-moe/cpu` checks recipes/tiny-moe/cpu.yaml (compile's spelling); `check README.md` says the file is
     not a recipe instead of looking for recipes/README.md.yaml; a name that is neither says what to give."""
     monkeypatch.chdir(ROOT)
-    assert run("check", "tiny-moe/cpu")[:2] == (0, "checked 1 recipe(s): 0 error(s), 0 warning(s), 0 advice\n")
+    assert run("check", "tiny-moe/cpu")[:2] == (0, "checked 1 document(s): 0 error(s), 0 warning(s), 0 advice\n")
     rc, out, _ = run("check", "README.md")
     assert rc == 1 and "'README.md' is a file but not a recipe" in out and "recipes/README.md.yaml" not in out
     rc, out, _ = run("check", "nosuch/x")

@@ -308,7 +308,7 @@ def test_a_directory_check_goes_on_past_a_bad_file(fresh_sandbox, moeforge_cli, 
     write(fresh_sandbox, "hostile/b-alias.yaml", H.TINY + "x: &a [*a]\n")
     write(fresh_sandbox, "hostile/c-good.yaml", H.TINY)
     proc = moeforge_cli(fresh_sandbox, "check", "recipes/hostile")
-    assert proc.returncode == 1 and "checked 3 recipe(s): 1 error(s)" in proc.stdout
+    assert proc.returncode == 1 and "checked 3 document(s): 1 error(s)" in proc.stdout
     assert "recipes/hostile/b-alias.yaml:32:4: error[E_YAML_RECURSIVE_ALIAS]" in proc.stdout
 
     from moeforge.compiler import driver, project

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,14 +59,32 @@ def test_status_of_a_cluster_never_started(tmp_path):
     assert proc.returncode == 3
 
 
+def world_readable_copy() -> Path:
+    """cluster.sh and cluster_net.sh copied to a fresh 0755 directory in /var/tmp (1777): an unprivileged
+    user reads the copy whatever the checkout's parents are (a clone in a 0700 home or `mktemp -d`)."""
+    directory = Path(tempfile.mkdtemp(prefix="moeforge-cluster-sh-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    for script in (CLUSTER_SH, CLUSTER_NET_SH):
+        shutil.copy(script, directory / script.name)
+        (directory / script.name).chmod(0o644)
+    return directory
+
+
 def test_refuses_non_root():
+    """The refusal itself, not a permission error: `nobody` runs a copy it can read, from /, with a
+    private directory of its own, so the test does not depend on where the checkout lives."""
     if os.geteuid() != 0 or not shutil.which("runuser"):
         pytest.skip("needs root to switch to an unprivileged user")
-    proc = subprocess.run(
-        ["runuser", "-u", "nobody", "--", "bash", str(CLUSTER_SH), "start"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert proc.returncode == 77
+    directory = world_readable_copy()
+    try:
+        env = {**os.environ, "MOEFORGE_SLURM_DIR": str(directory / "slurm")}
+        proc = subprocess.run(
+            ["runuser", "-u", "nobody", "--", "bash", str(directory / CLUSTER_SH.name), "start"],
+            cwd="/", env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(directory)
+    assert proc.returncode == 77, proc.stderr
     assert "must run as root" in proc.stderr
 
 

@@ -140,7 +140,9 @@ def test_sweep_check_prints_located_errors_and_exits_1(proj, cli, capsys):
 def test_new_sweep_scaffolds_a_document_that_checks(proj, cli, capsys):
     assert cli("new", "sweep", "mbs", "builtin:tiny-moe/cpu") == 0
     text = (proj / "recipes" / "sweeps" / "mbs.yaml").read_text()
-    assert text.startswith("# yaml-language-server: $schema=../../schemas/sweep.v1.json")
+    first = text.splitlines()[0]  # the project's copy of the schema (issue 48: not this checkout's schemas/)
+    assert first == "# yaml-language-server: $schema=../../.moeforge/schemas/sweep.v1.json"
+    assert (proj / "recipes" / "sweeps" / first.split("=", 1)[1]).resolve().is_file()
     assert "# runs of each point" in text  # every key commented from the schema
     s = document.load("mbs")
     assert s.recipe == "builtin:tiny-moe/cpu" and s.axes[0][0] == ("training", "micro_batch_size")
