@@ -321,8 +321,22 @@ def unescape_heredoc(text: str) -> str:
     return re.sub(r"\\(\r?\n|[$`\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
 
 
+_ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+           "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
 def ansi_c(text: str) -> str:
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError:
-        return text
+    """$'...' as bash reads it: \\e (ESC), \\n, octal, \\xHH, \\uHHHH, \\UHHHHHHHH, \\cX; any other backslash stays."""
+    def one(m: re.Match) -> str:
+        code = m.group(1)
+        if code in _ANSI_C:
+            return _ANSI_C[code]
+        if code[0] == "c" and len(code) == 2:
+            return chr(ord(code[1].upper()) & 0x1f)
+        if code[0] in "xuU":
+            value = int(code[1:], 16)
+        else:
+            value = int(code, 8) & 0xff
+        return "\ufffd" if 0xD800 <= value < 0xE000 else chr(value) if value < 0x110000 else m.group(0)
+    return re.sub(r"\\([abeEfnrtv\\'\"?]|c.|[0-7]{1,3}|x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8})",
+                  one, text, flags=re.S)

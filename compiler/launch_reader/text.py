@@ -277,6 +277,31 @@ def platform_docs(root: Path) -> dict[str, dict]:
     return out
 
 
+def _gpus(text: str) -> tuple[list[str], bool]:
+    """The GPU products a text names, and whether it names an NVL72 domain."""
+    upper = text.upper()
+    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
+    found = []
+    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
+        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
+            found.append(product)
+            upper = upper.replace(product, "")
+    return found, nvl72
+
+
+def _code_and_comments(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """The text without its `#` comments (a `#` at a line's start or after a blank, as bash and args files read
+    it), and the comments with their line numbers."""
+    code, comments = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        m = re.search(r"(^|\s)#", line)
+        if m and not line.lstrip().startswith("#!"):
+            comments.append((number, line[m.end():]))
+            line = line[:m.start()]
+        code.append(line)
+    return "\n".join(code), comments
+
+
 def guess_platform(text: str, dests: dict, platforms: dict, per_node: str | None = None) -> tuple[str | None, str]:
     """The platform the launch names through GPU facts and flags, else (None, why not). ``per_node``: the
     launcher's --nproc_per_node, which tells CPU platforms apart (ranks per node)."""
@@ -288,17 +313,21 @@ def guess_platform(text: str, dests: dict, platforms: dict, per_node: str | None
             return cpu[0], "--distributed-backend gloo: a CPU run" + (f" of {per_node} ranks per node" if per_node else "")
         if cpu:
             return None, f"a CPU run, and several CPU platforms fit ({', '.join(cpu)})"
-    upper = text.upper()
-    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
-    found = []
-    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
-        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
-            found.append(product)
-            upper = upper.replace(product, "")
+    code, comments = _code_and_comments(text)
+    where = "the launch names"
+    found, nvl72 = _gpus(code)
+    if not found:  # only a comment says it: a guess, said as one, with the line it came from
+        found, said_nvl72 = _gpus("\n".join(c for _, c in comments))
+        nvl72 = nvl72 or said_nvl72
+        line = next((n for n, c in comments if _gpus(c)[0]), None)
+        where = f"a comment on line {line} names"
     candidates = [n for n, d in platforms.items() if d.get("gpu") and K.gpu_product(d["gpu"].get("name")) in found
                   and (not nvl72 or int(d.get("nvlink_domain") or 0) >= 72)]
     if len(candidates) == 1:
-        return candidates[0], f"the launch names {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
+        said = f"{where} {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
+        if where != "the launch names":
+            said += " (no command or variable does; pass --platform NAME if it is not this one)"
+        return candidates[0], said
     if candidates:
         return None, f"several platforms fit ({', '.join(candidates)})"
     return None, "no GPU named in the launch" if not found else f"no platform has a {', '.join(found)}"
