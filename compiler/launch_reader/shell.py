@@ -26,13 +26,18 @@ from moeforge.compiler.launch_reader import shell_eval as E
 STRING_RUNNERS = ("bash", "sh", "zsh", "dash")
 MAX_DEPTH = 8         # nested `source` / `bash -c` / function calls
 MAX_LOOP = 256        # iterations of a `for` loop over known words
-# characters one variable, one array or one command's words may hold: a launch's come to kilobytes; a script that
-# doubles an array forty times (A=("${A[@]}" "${A[@]}")) grew until the kernel killed the import at 22 GB
-MAX_EXPANDED = 1 << 22
+MAX_EXPANDED = E.MAX_EXPANDED  # characters one variable, one array or one command's words may hold
+# Statements run in one read, calls and loops included: a launch runs hundreds; `f(){ f;f;f;f;f;f;f;f;f;f; }; f`
+# runs 10**8 within MAX_DEPTH, and exhausted memory (Python aborted) before this budget
+MAX_STEPS = 100_000
+# Levels of syntax one text may nest (`$(` in `$(`, `${X:-${Y:-...}}`, blocks in blocks): each costs the evaluator a
+# few Python frames; 200 nested `$(` reached RecursionError. Launch scripts nest under 20.
+MAX_NESTING = 100
 
 
 class TooLarge(ValueError):
-    """A variable, an array or a command past MAX_EXPANDED characters: not a launch anyone runs."""
+    """A variable, an array or a command past MAX_EXPANDED characters, or a script past MAX_STEPS statements or
+    MAX_NESTING levels: not a launch anyone runs (one located line: import and lint-config report it, exit 2)."""
 QUIET = {"echo", "printf", "mkdir", "cd", "set", "shopt", "trap", "ulimit", "umask", "sleep", "wait", "true", ":",
          "rm", "cp", "mv", "ln", "touch", "chmod", "cat", "tee", "date", "hostname", "nvidia-smi", "pwd", "pip",
          "module", "ml", "conda", "nvidia-smi", "git", "ls", "env", "printenv", "exec", "return", "shift"}
@@ -81,23 +86,32 @@ class _Reader(E.Words):
         self.functions: dict[str, tuple] = {}
         self.positional: list[str] = []
         self.depth = 0
+        self.steps = 0
         super().__init__()
 
     # ------------------------------------------------------------------ texts and statements
 
     def run_text(self, text: str, where: str, line0: int, depth: int) -> None:
         if depth > MAX_DEPTH:
-            self.note(line0, where, "nesting deeper than {MAX_DEPTH} levels: not read")
+            self.note(line0, where, f"nesting deeper than {MAX_DEPTH} levels: not read")
             return
-        src = text.encode("utf-8")
+        src = text.encode("utf-8", "surrogatepass")
         tree = E.parser().parse(src)
         ctx = E.Ctx(src, where, line0)
+        deep = _deepest(tree.root_node, MAX_NESTING)
+        if deep is not None:
+            raise TooLarge(f"{where}:{ctx.line(deep)}: constructs nested more than {MAX_NESTING} levels deep (`$(` "
+                           "inside `$(`, `${X:-${Y:-...}}`): not a launch moeforge can read; flatten it")
         self.depth = depth
         for node in tree.root_node.named_children:
             self.statement(node, ctx)
 
     def statement(self, node, ctx) -> bool | None:
         """Run one statement; its exit status when known (True: success), None when not."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise TooLarge(f"{ctx.where}:{ctx.line(node)}: the script runs more than {MAX_STEPS} statements (a "
+                           "function that calls itself, or loops): not a launch moeforge can read")
         t = node.type
         if t in ("comment", "heredoc_body"):
             return True
@@ -408,6 +422,18 @@ def _bounded(value, what: str, node, ctx):
         raise TooLarge(f"{ctx.where}:{ctx.line(node)}: {what} expands to more than {MAX_EXPANDED} characters (a "
                        "script that grows a variable or an array in a loop is not a launch moeforge can read)")
     return value
+
+
+def _deepest(root, limit: int):
+    """The first node more than `limit` levels below `root`, else None (iterative: the check that keeps the
+    recursive evaluator within Python's stack cannot itself recurse)."""
+    stack = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return node
+        stack.extend((child, depth + 1) for child in node.children)
+    return None
 
 
 def _cond_body(node) -> tuple[list, list]:
