@@ -420,9 +420,9 @@ def cmd_migrate(args) -> int:
         if args.check:
             if changed:
                 stale.append(name)
-                print(f"{name}: would be migrated")
+                print(printable(f"{name}: would be migrated"))
         else:
-            print(f"{name}: {'migrated' if changed else 'already current'}")
+            print(printable(f"{name}: {'migrated' if changed else 'already current'}"))
     if diags:
         raise CompileError(diags)
     if args.check:

@@ -271,5 +271,5 @@ def command_main(prog: str, parser, run, argv, errors: tuple) -> int:
         return run(args)
     except errors as exc:
         for line in str(exc).split("\n"):
-            print(f"{prog}: error: {line}", file=sys.stderr)
+            print(printable(f"{prog}: error: {line}"), file=sys.stderr)
         return 1
