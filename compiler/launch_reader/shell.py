@@ -313,7 +313,7 @@ class _Reader(E.Words):
             name_node = name_node.child_by_field_name("name")
         name = self.text(name_node, ctx)
         if name not in self.state.vars and name not in self.state.arrays and value is not None \
-                and re.search(rf"\$\{{?{name}\b", self.text(value, ctx)):
+                and re.search(rf"\$\{{?{re.escape(name)}\b", self.text(value, ctx)):
             self.state.vars[name] = ""  # X="$X more": the script's own accumulator, empty before its first use
         if value is not None and value.type == "array":
             words = self.words_of(value.named_children, ctx, keep_unknown=True)

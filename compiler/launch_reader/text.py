@@ -236,6 +236,8 @@ def knob_value(k: K.Knob, raw):
             return raw
         else:
             raise ValueError(f"one value expected, got {len(raw)}")
+    if k.field == "split":
+        return split_value(raw)
     if k.kind in ("int", "opt_int"):
         f = float(raw)
         if not f.is_integer():
@@ -249,6 +251,21 @@ def knob_value(k: K.Knob, raw):
             raise ValueError(f"not one of {', '.join(str(d) for d in k.domain)}")
         return value
     return raw
+
+
+def split_value(raw) -> str:
+    """--split as megatron-core reads it (datasets/blended_megatron_dataset_config.py parse_and_normalize_split:
+    re.findall("[.0-9]+"), each a float, at most three, padded with 0): `"--split '99,1,0'"` kept in a bash array
+    reaches Megatron-LM with its quotes (bash removes no quotes after expansion) and trains on 99,1,0."""
+    numbers = re.findall(r"[.0-9]+", str(raw))
+    try:
+        [float(n) for n in numbers]
+    except ValueError:
+        raise ValueError(f"{raw!r}: megatron-core reads the numbers in it ({', '.join(numbers)}) as floats") from None
+    if not 1 <= len(numbers) <= 3:
+        raise ValueError(f"{raw!r}: megatron-core reads 1 to 3 numbers (train, valid, test weights) in it, "
+                         f"found {len(numbers)}")
+    return ",".join(numbers)
 
 
 def read_source(name: str) -> tuple[str | None, str | None]:

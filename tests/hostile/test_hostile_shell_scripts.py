@@ -116,3 +116,10 @@ def test_through_the_cli_one_line_and_exit_2(tmp_path, command, body):
 def test_read_script_raises_only_too_large():
     with pytest.raises(TooLarge):
         read_script("A=" + "${X:-" * 300 + "x" + "}" * 300 + "\n")
+
+
+@pytest.mark.parametrize("text", ["*A=${X:-", "A+(=${A}", "[A=$A"])
+def test_an_odd_assignment_name_is_not_read_as_a_regex(text):
+    """Found by tests/fuzz/test_fuzz_shell_reader.py: a name tree-sitter-bash takes from `*A=` went into a regex
+    unescaped (re.error: multiple repeat, an internal error)."""
+    read_script(text)

@@ -13,6 +13,7 @@ import yaml
 
 from moeforge.compiler import project
 from moeforge.compiler.importer.hf import config_file as C
+from moeforge.compiler.knobs import table as K
 from moeforge.compiler.importer.hf.reader import read
 from moeforge.compiler.launch_reader.kinds import hf_config_path
 from moeforge.compiler.launch_reader.text import ImportError_, platform_docs, read_source
@@ -75,6 +76,12 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
                               "no torch_dtype") + "; the recipe trains in bf16 (precision.dtype)")
         imp.recipe = {"schema": "moeforge/recipe/v3", "revision": 1, "name": base, "platform": platform,
                       "model": base, "precision": {"dtype": dtype}, "moe": {"router": {"dtype": "fp32"}}}
+        positions = model.get("architecture", {}).get("max_position_embeddings")
+        seq = K.BY_PATH["training.seq_length"].default
+        if positions is not None and positions < seq:  # Megatron-LM refuses seq_length > max_position_embeddings
+            imp.recipe["training"] = {"seq_length": positions}
+            imp.notes.append(f"training.seq_length {positions}: the model's max_position_embeddings (moeforge's "
+                             f"default {seq} is longer, and Megatron-LM refuses a sequence longer than the positions)")
         imp.platform = platform
     return imp
 
