@@ -61,7 +61,9 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
     for path, (value, _) in _ordered(got.fields):
         section, _, key = path.rpartition(".")
         (model.setdefault(section, {}) if section else model)[key] = value
-    imp = HfImport(base, fam.name, model, {p: s for p, (_, s) in got.fields.items()}, notes + got.notes,
+    policy = (f"router dtype {fam.router_dtype[0]} (moe.router.dtype in the recipe): " if fam.router_dtype[0]
+              else "router dtype: the training dtype: ") + fam.router_dtype[1]
+    imp = HfImport(base, fam.name, model, {p: s for p, (_, s) in got.fields.items()}, notes + got.notes + [policy],
                    got.unread, origin)
     if platform is not None:
         root = project.recipes() if root is None else root
@@ -75,7 +77,9 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
             imp.notes.append((f"torch_dtype {json.dumps(stated)}: not a training dtype" if stated else
                               "no torch_dtype") + "; the recipe trains in bf16 (precision.dtype)")
         imp.recipe = {"schema": "moeforge/recipe/v3", "revision": 1, "name": base, "platform": platform,
-                      "model": base, "precision": {"dtype": dtype}, "moe": {"router": {"dtype": "fp32"}}}
+                      "model": base, "precision": {"dtype": dtype}}
+        if fam.router_dtype[0] is not None:  # the family's policy (families.py), said in the model document too
+            imp.recipe["moe"] = {"router": {"dtype": fam.router_dtype[0]}}
         positions = model.get("architecture", {}).get("max_position_embeddings")
         seq = K.BY_PATH["training.seq_length"].default
         if positions is not None and positions < seq:  # Megatron-LM refuses seq_length > max_position_embeddings
@@ -148,7 +152,7 @@ def render_recipe(imp: HfImport, source: str, path: Path) -> str:
     head = [comment(f"yaml-language-server: $schema={project.schema_ref(path, 'recipe')}"),
             comment(f"The model imported by `moeforge import` from {source}, on {imp.platform}. What is not stated here is"),
             "# megatron-core's default or the solver's choice: one node, no model parallelism. precision.dtype is",
-            "# config.json's torch_dtype; the router runs in FP32, as Megatron-Bridge's conversions run it.",
+            "# config.json's torch_dtype; the router's dtype is the family's policy (the model document says why).",
             f"# next: moeforge plan-layout {imp.name} --platform {imp.platform} --gpus N  (a layout that fits N GPUs;",
             "#       --emit FILE writes it as a recipe), or set resources.nodes and parallelism here."]
     return "\n".join(head) + "\n" + yaml.safe_dump(imp.recipe, sort_keys=False, default_flow_style=None, width=100)
