@@ -10,14 +10,13 @@ what bash would (tree-sitter-bash parses it) and names what it cannot.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import shlex
 from pathlib import Path
 
 import yaml
 
-from moeforge.compiler.bounded import LIMITS, Unreadable, read_text
+from moeforge.compiler.bounded import LIMITS, Unreadable, parse_json, read_text
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.launch_reader import kinds
 from moeforge.compiler.diagnostics import CompileError
@@ -85,9 +84,9 @@ def args_file_words(text: str) -> tuple[list[str], dict, str | None]:
         s = line.strip()
         m = re.match(r"^# not written: ([A-Za-z_][\w{}]*)=(.*?): ", s)
         if m:
-            try:
-                notes[m.group(1)] = json.loads(m.group(2))
-            except json.JSONDecodeError:
+            try:  # the bounded reader: a note nested 100000 levels was a RecursionError, 1e400 an infinity
+                notes[m.group(1)] = parse_json(m.group(2))
+            except Unreadable:
                 pass
             continue
         m = re.match(r"^# Megatron-LM pretrain_gpt.py arguments for (\S+?):", s)

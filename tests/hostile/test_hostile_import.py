@@ -102,3 +102,16 @@ def test_an_import_whose_recipe_does_not_compile_exits_1(root, tmp_path, capsys)
     rc, out, path = _import(root, tmp_path, text, "--platform", "h100", capsys=capsys)
     assert rc == 1 and "compile: refused (1 error(s))" in out, out
     assert path.is_file() and f"next: edit {path}" in out
+
+
+def test_an_args_file_note_nested_past_any_limit_is_skipped(root, tmp_path, capsys):
+    """moeforge's args files carry `# not written: NAME=JSON: why` notes; one nested 100000 levels was read by
+    json.loads into a RecursionError. It is read through the bounded reader: an unreadable note is skipped."""
+    args = tmp_path / "x.args"
+    args.write_text("# not written: x=" + "[" * 100000 + ": why\n--num-layers 2\n--hidden-size 64\n"
+                    "--num-attention-heads 4\n--vocab-size 128\n--num-experts 4\n--seq-length 32\n"
+                    "--max-position-embeddings 32\n")
+    rc = main(["import", str(args), "--root", str(root), "--platform", "h100", "--name", "a"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "internal error" not in out.out + out.err
