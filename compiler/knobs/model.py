@@ -87,6 +87,9 @@ MODEL_KNOBS: tuple[Knob, ...] = (
     _moe("router_group_topk", "opt_int", None),
     _moe("router_topk_scaling_factor", "float", None),
     _moe("shared_expert_gate", "bool", False),
+    # Llama-4 (Llama4TextMoe): each expert's input is multiplied by its router score, not its output; megatron-core
+    # (moe/experts.py) takes top-1 routing only
+    _moe("apply_probs_on_input", "bool", False),
     # --- GPTModel arguments -------------------------------------------------------------
     # Megatron-LM builds the model with --padded-vocab-size when given, else pads the tokenizer's vocab to
     # make_vocab_size_divisible_by x TP (core/tokenizers/utils/build_tokenizer.py _set_padded_vocab_size):

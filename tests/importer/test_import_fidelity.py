@@ -102,3 +102,20 @@ def test_a_quoted_split_in_an_array_is_read_as_megatron_core_reads_it(root, elem
 def test_a_split_megatron_core_cannot_read_is_refused(root):
     imp = importer.import_text(BASE + "--seq-length 32 --data-path /d/x --split 1,2,3,4\n", "l.sh", "h100", root)
     assert any("1 to 3 numbers" in why for _, why in imp.unmapped), imp.unmapped
+
+
+def test_a_model_document_states_moe_apply_probs_on_input(root, tmp_path, capsys):
+    """Llama-4's Llama4TextMoe multiplies each expert's input by its router score: megatron-core's
+    moe_apply_probs_on_input, which no model document field stated (Llama-4 was refused for it). The field is
+    model.moe.apply_probs_on_input, top-1 only as megatron-core's experts assert; Llama-4 itself stays refused
+    for what megatron-core has no way to build (chunked attention, attention temperature tuning)."""
+    assert _hf(root, tmp_path, QWEN3, "p") == 0
+    sets = ["model.moe.apply_probs_on_input=true"]
+    with pytest.raises(CompileError, match="MOE_PROBS_ON_INPUT_NEEDS_TOP1"):
+        _plan(root, "imported/p", sets)
+    plan = _plan(root, "imported/p", sets + ["model.moe.router_topk=1", "model.moe.router_pre_softmax=true"])
+    assert plan["transformer_config"]["moe_apply_probs_on_input"] is True
+    llama4 = CONFIGS / "classes" / "llama4-scout.json"
+    with pytest.raises(importer.ImportError_) as exc:
+        import_config(llama4.read_text(), str(llama4), "l4", None, root)
+    assert "moe_apply_probs_on_input" not in str(exc.value) and "chunked attention" in str(exc.value)

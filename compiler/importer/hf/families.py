@@ -155,9 +155,12 @@ FAMILIES: tuple[Family, ...] = (
                    ("use_qk_norm", "true", "L2-normalised q and k (use_qk_norm, Llama4TextL2Norm): no model "
                                            "document field states megatron-core's qk_l2_norm"),
                    ("attn_temperature_tuning", "true", "attention temperature tuning (attn_temperature_tuning: "
-                                                       "query scaling by position): megatron-core has none"),
-                   ("", "always", "Llama4TextMoe multiplies each expert's input by its router score: no model "
-                                  "document field states megatron-core's moe_apply_probs_on_input"))),
+                                                       "query scaling by position): megatron-core has none")),
+           # megatron-core's moe_apply_probs_on_input, the model document's moe.apply_probs_on_input: read, but the
+           # refusals above stand (no runtime builds the rest of Llama-4's attention)
+           constants=(("moe.apply_probs_on_input", True,
+                       "Llama4TextMoe multiplies each expert's input by its router score (megatron-core "
+                       "moe_apply_probs_on_input)"),)),
 )
 
 BY_MODEL_TYPE = {t: f for f in FAMILIES for t in f.model_types}
