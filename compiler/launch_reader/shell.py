@@ -185,9 +185,12 @@ class _Reader(E.Words):
     def and_or(self, node, ctx) -> bool | None:
         """`a && b`, `a || b`: b runs when a's status says so; a command's status is success unless it is a
         test; an unknown status leaves b unread (named)."""
-        children = node.children
-        status = self.statement(children[0], ctx)
-        for op, right in zip(children[1::2], children[2::2]):
+        pairs = []  # tree-sitter-bash nests `a && b && c` to the left: ((a && b) && c), read here as one chain
+        while node.type == "list" and len(node.children) >= 3:
+            pairs[:0] = list(zip(node.children[1::2], node.children[2::2]))
+            node = node.children[0]
+        status = self.statement(node, ctx)
+        for op, right in pairs:
             if status is None:
                 if self.matters(right):
                     self.note_node(right, ctx, f"`{self.text(right, ctx)[:60]}` after `{op.type}` of an unknown "
@@ -432,7 +435,8 @@ def _deepest(root, limit: int):
         node, depth = stack.pop()
         if depth > limit:
             return node
-        stack.extend((child, depth + 1) for child in node.children)
+        # a chain `a && b && ...` nests to the left without nesting anything: and_or reads it as one level
+        stack.extend((child, depth + (not (child.type == node.type == "list"))) for child in node.children)
     return None
 
 

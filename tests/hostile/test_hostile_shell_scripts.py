@@ -123,3 +123,11 @@ def test_an_odd_assignment_name_is_not_read_as_a_regex(text):
     """Found by tests/fuzz/test_fuzz_shell_reader.py: a name tree-sitter-bash takes from `*A=` went into a regex
     unescaped (re.error: multiple repeat, an internal error)."""
     read_script(text)
+
+
+def test_a_long_and_or_chain_is_one_level_not_deep_nesting():
+    """tree-sitter-bash nests `a && b && c` to the left; a chain of 2000 was a RecursionError before the nesting
+    budget, and 120 would have been refused by it: the reader walks the chain as bash does, left to right."""
+    s = read_script("A=1 && " * 2000 + "B=2 || C=3 && D=4\nfalse && E=1 || F=2\n")
+    assert s.vars["A"] == "1" and s.vars["B"] == "2" and s.vars["D"] == "4" and s.vars["F"] == "2"
+    assert "C" not in s.vars and "E" not in s.vars
