@@ -127,6 +127,9 @@ class Diagnostic:
 # drive the terminal (clear it, retitle it), a CR or a newline would start a line that is not ours.
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
 _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+# lone surrogates (JSON's "\\ud800") cannot be encoded for a terminal, and they, U+FFFE and U+FFFF are characters
+# YAML refuses even in a comment
+_ESCAPES.update({c: f"\\u{c:04x}" for c in (*range(0xD800, 0xE000), 0xFFFE, 0xFFFF)})
 
 
 def printable(line: str) -> str:
@@ -140,6 +143,13 @@ def printable(line: str) -> str:
     if body.startswith("::"):
         line = line[: len(line) - len(body)] + "\\" + body
     return line
+
+
+def yaml_comment(text: str) -> str:
+    """One YAML comment line holding `text` as data: line breaks (newline, CR, NEL, U+2028/9) and other control
+    characters escaped by printable, so nothing after them is read as YAML (an imported flag value with a
+    newline once wrote `checkpoint: {save: ...}` into a recipe)."""
+    return "# " + printable(text)
 
 
 def _pos_json(pos: Position | None) -> dict | None:
@@ -269,5 +279,5 @@ def command_main(prog: str, parser, run, argv, errors: tuple) -> int:
         return run(args)
     except errors as exc:
         for line in str(exc).split("\n"):
-            print(f"{prog}: error: {line}", file=sys.stderr)
+            print(printable(f"{prog}: error: {line}"), file=sys.stderr)
         return 1

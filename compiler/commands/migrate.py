@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeforge.compiler.bounded import Unreadable
-from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.diagnostics import CompileError, Position, error, printable
 from moeforge.compiler.recipe.load import load_file
 from moeforge.compiler.recipe.migrate import migrate_file
 
@@ -31,9 +31,9 @@ def run(args) -> int:
         if args.check:
             if changed:
                 stale.append(name)
-                print(f"{name}: would be migrated")
+                print(printable(f"{name}: would be migrated"))
         else:
-            print(f"{name}: {'migrated' if changed else 'already current'}")
+            print(printable(f"{name}: {'migrated' if changed else 'already current'}"))
     if diags:
         raise CompileError(diags)
     if args.check:

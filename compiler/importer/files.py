@@ -9,7 +9,7 @@ import yaml
 
 from moeforge.compiler import driver
 from moeforge.compiler import project
-from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError, printable, yaml_comment as comment
 from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler.importer import hf
 from moeforge.compiler.importer.launch import Imported, import_text
@@ -18,15 +18,18 @@ from moeforge.compiler.launch_reader.text import ImportError_, read_source
 
 
 def render(imp: Imported, doc: dict, kind: str, source: str, path: Path) -> str:
-    head = [f"# yaml-language-server: $schema={project.schema_ref(path, kind)}",
-            f"# Imported by `moeforge import` from {source} ({imp.kind}).",
+    """The document with its header: every comment line goes through `comment`, so no text from the launch can
+    end a comment and start YAML (a flag value with a newline once wrote `checkpoint: {save: ...}` into a recipe)."""
+    head = [f"yaml-language-server: $schema={project.schema_ref(path, kind)}",
+            f"Imported by `moeforge import` from {source} ({imp.kind}).",
             ]
     if kind == "recipe":
-        head.append(f"# platform {imp.platform}: {imp.platform_reason}")
-        head += [f"# note: {d}" for d in imp.notes]
+        head.append(f"platform {imp.platform}: {imp.platform_reason}")
+        head += [f"note: {d}" for d in imp.notes]
         if imp.unmapped:
-            head.append(f"# Not imported ({len(imp.unmapped)}):")
-            head += [f"#   {text}  -- {why}" for text, why in imp.unmapped]
+            head.append(f"Not imported ({len(imp.unmapped)}):")
+            head += [f"  {text}  -- {why}" for text, why in imp.unmapped]
+    head = [comment(h) for h in head]
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
     return "\n".join(head) + "\n" + body
 
@@ -58,7 +61,7 @@ def main(args) -> int:
         return hf.main(args)
     text, why = read_source(source)
     if why:
-        print(why, file=sys.stderr)
+        print(printable(why), file=sys.stderr)
         return 2
     if kinds.detect(text, source) == "hf-config":  # compiler/launch_reader/kinds.py: one table of input kinds
         return hf.main(args, text)
@@ -67,22 +70,23 @@ def main(args) -> int:
         imp = import_text(text, source, args.platform, root, args.name)
         recipe_path, model_path = write(imp, root, Path(source).name, args.force)
     except ImportError_ as exc:
-        print(f"{source}: error: {exc}", file=sys.stderr)
+        print(printable(f"{source}: error: {exc}"), file=sys.stderr)
         return 2
     refused = compile_verdict(recipe_path, root)
     if refused:  # said in the recipe itself too, where the next reader looks
         imp.notes.append(f"moeforge compile refuses this recipe as imported: {refused[0]}")
         write(imp, root, Path(source).name, force=True)
-    print(f"{source}: {imp.kind}, platform {imp.platform} ({imp.platform_reason})")
-    print(f"wrote {recipe_path}\nwrote {model_path}")
-    for d in imp.notes:
-        print(f"note: {d}")
-    for text_, why in imp.unmapped:
-        print(f"not imported: {text_}  ({why})")
-    if refused:
-        print(f"compile: refused ({len(refused)} error(s)); first: {refused[0]}")
-    else:
-        print("compile: ok")
+    out = [f"{source}: {imp.kind}, platform {imp.platform} ({imp.platform_reason})",
+           f"wrote {recipe_path}", f"wrote {model_path}"]
+    out += [f"note: {d}" for d in imp.notes]
+    out += [f"not imported: {text_}  ({why})" for text_, why in imp.unmapped]
     rid = recipe_path.resolve().relative_to(root.resolve()).with_suffix("")
-    print(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve() else f"  (recipes root {root})"))
-    return 0
+    elsewhere = "" if root.resolve() == project.recipes().resolve() else f"  (recipes root {root})"
+    if refused:  # the files are written (for editing), but the import did not produce a recipe that compiles
+        out.append(f"compile: refused ({len(refused)} error(s)); first: {refused[0]}")
+        out.append(f"next: edit {recipe_path} (or {model_path}), then moeforge compile {rid}{elsewhere}")
+    else:
+        out += ["compile: ok", f"next: moeforge compile {rid}{elsewhere}"]
+    for line in out:  # every line holds text from the launch: escaped for a terminal and a CI log
+        print(printable(line))
+    return 1 if refused else 0

@@ -227,6 +227,10 @@ MODEL_KNOBS: tuple[Knob, ...] = (
         form=Form(minimum=1)),
     _moe("router_topk_scaling_factor", "float", None),
     _moe("shared_expert_gate", "bool", False),
+    _moe("apply_probs_on_input", "bool", False,
+        form=Form(description="Multiply each expert's input by its router score instead of its output (Llama-4's "
+                              "Llama4TextMoe). megatron-core TransformerConfig.moe_apply_probs_on_input (default "
+                              "false); top-1 routing only (megatron/core/transformer/moe/experts.py).")),
     # --- GPTModel arguments -------------------------------------------------------------
     # Megatron-LM builds the model with --padded-vocab-size when given, else pads the tokenizer's vocab to
     # make_vocab_size_divisible_by x TP (core/tokenizers/utils/build_tokenizer.py _set_padded_vocab_size):

@@ -26,13 +26,18 @@ from moeforge.compiler.launch_reader import shell_eval as E
 STRING_RUNNERS = ("bash", "sh", "zsh", "dash")
 MAX_DEPTH = 8         # nested `source` / `bash -c` / function calls
 MAX_LOOP = 256        # iterations of a `for` loop over known words
-# characters one variable, one array or one command's words may hold: a launch's come to kilobytes; a script that
-# doubles an array forty times (A=("${A[@]}" "${A[@]}")) grew until the kernel killed the import at 22 GB
-MAX_EXPANDED = 1 << 22
+MAX_EXPANDED = E.MAX_EXPANDED  # characters one variable, one array or one command's words may hold
+# Statements run in one read, calls and loops included: a launch runs hundreds; `f(){ f;f;f;f;f;f;f;f;f;f; }; f`
+# runs 10**8 within MAX_DEPTH, and exhausted memory (Python aborted) before this budget
+MAX_STEPS = 100_000
+# Levels of syntax one text may nest (`$(` in `$(`, `${X:-${Y:-...}}`, blocks in blocks): each costs the evaluator a
+# few Python frames; 200 nested `$(` reached RecursionError. Launch scripts nest under 20.
+MAX_NESTING = 100
 
 
 class TooLarge(ValueError):
-    """A variable, an array or a command past MAX_EXPANDED characters: not a launch anyone runs."""
+    """A variable, an array or a command past MAX_EXPANDED characters, or a script past MAX_STEPS statements or
+    MAX_NESTING levels: not a launch anyone runs (one located line: import and lint-config report it, exit 2)."""
 QUIET = {"echo", "printf", "mkdir", "cd", "set", "shopt", "trap", "ulimit", "umask", "sleep", "wait", "true", ":",
          "rm", "cp", "mv", "ln", "touch", "chmod", "cat", "tee", "date", "hostname", "nvidia-smi", "pwd", "pip",
          "module", "ml", "conda", "nvidia-smi", "git", "ls", "env", "printenv", "exec", "return", "shift"}
@@ -81,6 +86,7 @@ class _Reader(E.Words):
         self.functions: dict[str, tuple] = {}
         self.positional: list[str] = []
         self.depth = 0
+        self.steps = 0
         super().__init__()
 
     # ------------------------------------------------------------------ texts and statements
@@ -88,17 +94,25 @@ class _Reader(E.Words):
     def run_text(self, text: str, where: str, line0: int, depth: int) -> None:
         """Run a script's (or an eval / bash -c string's) statements; past MAX_DEPTH nesting a note, not a recursion."""
         if depth > MAX_DEPTH:
-            self.note(line0, where, "nesting deeper than {MAX_DEPTH} levels: not read")
+            self.note(line0, where, f"nesting deeper than {MAX_DEPTH} levels: not read")
             return
-        src = text.encode("utf-8")
+        src = text.encode("utf-8", "surrogatepass")
         tree = E.parser().parse(src)
         ctx = E.Ctx(src, where, line0)
+        deep = _deepest(tree.root_node, MAX_NESTING)
+        if deep is not None:
+            raise TooLarge(f"{where}:{ctx.line(deep)}: constructs nested more than {MAX_NESTING} levels deep (`$(` "
+                           "inside `$(`, `${X:-${Y:-...}}`): not a launch moeforge can read; flatten it")
         self.depth = depth
         for node in tree.root_node.named_children:
             self.statement(node, ctx)
 
     def statement(self, node, ctx) -> bool | None:
         """Run one statement; its exit status when known (True: success), None when not."""
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise TooLarge(f"{ctx.where}:{ctx.line(node)}: the script runs more than {MAX_STEPS} statements (a "
+                           "function that calls itself, or loops): not a launch moeforge can read")
         t = node.type
         if t in ("comment", "heredoc_body"):
             return True
@@ -173,9 +187,12 @@ class _Reader(E.Words):
     def and_or(self, node, ctx) -> bool | None:
         """`a && b`, `a || b`: b runs when a's status says so; a command's status is success unless it is a
         test; an unknown status leaves b unread (named)."""
-        children = node.children
-        status = self.statement(children[0], ctx)
-        for op, right in zip(children[1::2], children[2::2]):
+        pairs = []  # tree-sitter-bash nests `a && b && c` to the left: ((a && b) && c), read here as one chain
+        while node.type == "list" and len(node.children) >= 3:
+            pairs[:0] = list(zip(node.children[1::2], node.children[2::2]))
+            node = node.children[0]
+        status = self.statement(node, ctx)
+        for op, right in pairs:
             if status is None:
                 if self.matters(right):
                     self.note_node(right, ctx, f"`{self.text(right, ctx)[:60]}` after `{op.type}` of an unknown "
@@ -308,7 +325,7 @@ class _Reader(E.Words):
             name_node = name_node.child_by_field_name("name")
         name = self.text(name_node, ctx)
         if name not in self.state.vars and name not in self.state.arrays and value is not None \
-                and re.search(rf"\$\{{?{name}\b", self.text(value, ctx)):
+                and re.search(rf"\$\{{?{re.escape(name)}\b", self.text(value, ctx)):
             self.state.vars[name] = ""  # X="$X more": the script's own accumulator, empty before its first use
         if value is not None and value.type == "array":
             words = self.words_of(value.named_children, ctx, keep_unknown=True)
@@ -420,6 +437,19 @@ def _bounded(value, what: str, node, ctx):
         raise TooLarge(f"{ctx.where}:{ctx.line(node)}: {what} expands to more than {MAX_EXPANDED} characters (a "
                        "script that grows a variable or an array in a loop is not a launch moeforge can read)")
     return value
+
+
+def _deepest(root, limit: int):
+    """The first node more than `limit` levels below `root`, else None (iterative: the check that keeps the
+    recursive evaluator within Python's stack cannot itself recurse)."""
+    stack = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return node
+        # a chain `a && b && ...` nests to the left without nesting anything: and_or reads it as one level
+        stack.extend((child, depth + (not (child.type == node.type == "list"))) for child in node.children)
+    return None
 
 
 def _cond_body(node) -> tuple[list, list]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from moeforge.compiler.launch_reader.shell_ops import (UNSET, Ctx, Fields, Operators, ansi_c, parser, remove_pattern,
-                                              substitute_pattern, test_words, to_int, unescape_dq,
-                                              unescape_heredoc, unescape_word)
+from moeforge.compiler.launch_reader.shell_ops import (MAX_EXPANDED, UNSET, Ctx, Fields, Operators, Unevaluated, ansi_c, parser,
+                                                       remove_pattern, substitute_pattern, test_words, to_int,
+                                                       unescape_dq, unescape_heredoc, unescape_word)
 
 __all__ = ["Ctx", "Words", "parser", "test_words", "to_int"]  # what shell.py reads here
 
@@ -29,6 +29,8 @@ UNSET_READINGS = {
 class Words(Operators):
     """Expansion of words; the statements' reader (shell.py) subclasses it and supplies `state`, `positional`,
     `path` and `name`."""
+
+    max_expanded = MAX_EXPANDED
 
     def __init__(self):
         self.reported: dict = {}
@@ -302,16 +304,20 @@ class Words(Operators):
             return None
         if value is UNSET:
             value = ""
-        if op in ("#", "##", "%", "%%"):
-            pattern = operand()
-            return None if pattern is None else remove_pattern(value, pattern, op)
-        if op in ("/", "//", "/#", "/%"):
-            slash = [i for i, n in enumerate(operands) if not n.is_named and n.type == "/"]
-            pattern = operand(operands[:slash[0]] if slash else operands)
-            repl = operand(operands[slash[0] + 1:]) if slash else ""
-            if pattern is None or repl is None:
-                return None
-            return substitute_pattern(value, pattern, repl, op)
+        try:
+            if op in ("#", "##", "%", "%%"):
+                pattern = operand()
+                return None if pattern is None else remove_pattern(value, pattern, op)
+            if op in ("/", "//", "/#", "/%"):
+                slash = [i for i, n in enumerate(operands) if not n.is_named and n.type == "/"]
+                pattern = operand(operands[:slash[0]] if slash else operands)
+                repl = operand(operands[slash[0] + 1:]) if slash else ""
+                if pattern is None or repl is None:
+                    return None
+                return substitute_pattern(value, pattern, repl, op, self.max_expanded)
+        except Unevaluated as exc:
+            self.note_node(node, ctx, raw[:60], f"{exc}: not evaluated, kept as written")
+            return None
         if op == ":":
             numbers = [n for n in operands if n.is_named]
             parts = [self.arith_node(n, ctx) for n in numbers]

@@ -13,6 +13,26 @@ import re
 from dataclasses import dataclass
 
 UNSET = object()     # a variable the script never set
+# characters one variable, one array or one command's words may hold: a launch's come to kilobytes; a script that
+# doubles an array forty times (A=("${A[@]}" "${A[@]}")) grew until the kernel killed the import at 22 GB
+MAX_EXPANDED = 1 << 22
+ARITH_NESTING = 32   # a variable's value read as arithmetic, naming another: bash stops at 1024 levels
+# Glob work: a pattern removal or substitution tries each cut of the value, each an fnmatch over up to its length;
+# past this many characters with a glob pattern the value is not evaluated (a note), as a literal pattern is
+# (str.replace, linear). `A=${A//x/$A}` thirty times hung in the cubic loop before any size limit could see it.
+GLOB_VALUE_MAX = 4096
+# `[[ $A =~ RE ]]`: Python's backtracking matcher takes exponential time on a repetition of something that can match
+# in more than one way (^(a+)+$, ^(a|aa)*$ on 40 `a`s and a `!`), and n**(k+1) on k variable repetitions; RE is
+# evaluated only without a repetition or an alternation inside a repetition, without back-references, with at
+# most REGEX_VARIABLE variable repetitions (REGEX_UNBOUNDED of them unbounded), on a value of at most
+# REGEX_VALUE_MAX characters: at most a few million steps. Launch scripts match GPU names, versions and numbers.
+REGEX_VALUE_MAX = 128
+REGEX_VARIABLE = 3
+REGEX_UNBOUNDED = 2
+
+
+class Unevaluated(Exception):
+    """Work past a budget: the expression is not evaluated (the caller keeps it as written and notes it)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,10 +136,14 @@ class Operators:
             return self.arith_node(inner[0], ctx) if len(inner) == 1 else None
         if t == "unary_expression":
             op, operand = node.children[0].type, node.named_children[-1]
-            v = self.arith_node(operand, ctx)
-            if v is None:
+            if op not in ("-", "+", "!", "~"):
                 return None
-            return {"-": -v, "+": v, "!": int(not v), "~": ~v}.get(op)
+            if operand.type == "binary_expression":
+                # tree-sitter-bash reads `-3 - 1` as -(3 - 1); in bash (C) a unary operator binds tighter than any
+                # binary one, so it applies to the leftmost operand
+                return self._unary_leftmost(op, operand, ctx)
+            v = self.arith_node(operand, ctx)
+            return None if v is None else _unary_arith(op, v)
         if t == "binary_expression":
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
             op = node.child_by_field_name("operator")
@@ -133,7 +157,29 @@ class Operators:
             return None if v is None or len(branches) != 2 else self.arith_node(branches[0 if v else 1], ctx)
         return None
 
+    def _unary_leftmost(self, op: str, node, ctx) -> int | None:
+        if node.type != "binary_expression":
+            v = self.arith_node(node, ctx)
+            return None if v is None else _unary_arith(op, v)
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        operator = node.child_by_field_name("operator")
+        a = self._unary_leftmost(op, left, ctx) if left is not None else None
+        c = self.arith_node(right, ctx) if right is not None else None
+        return None if a is None or c is None or operator is None else _binary(operator.type, a, c)
+
     def _arith_value(self, value, ctx) -> int | None:
+        """A variable's value read as arithmetic, as bash reads it again as an expression (A=B, B=A nests forever:
+        past ARITH_NESTING levels it is unknown, as bash stops with "expression recursion level exceeded")."""
+        depth = getattr(self, "_arith_depth", 0)
+        if depth > ARITH_NESTING:
+            return None
+        self._arith_depth = depth + 1
+        try:
+            return self._arith_value_of(value, ctx)
+        finally:
+            self._arith_depth = depth
+
+    def _arith_value_of(self, value, ctx) -> int | None:
         if value is None or isinstance(value, list):
             return None
         text = str(value).strip()
@@ -189,7 +235,11 @@ class Operators:
                 return c if a is not None else (c if c == (o in ("||", "-o")) else None)
             a, c = self.word(left, ctx), self.word(right, ctx)
             glob = double and right.type in ("extglob_pattern", "word", "concatenation") and o in ("==", "!=", "=")
-            return _binary_test(o, a, c, glob)
+            try:
+                return _binary_test(o, a, c, glob)
+            except Unevaluated as exc:
+                self.note_node(node, ctx, self.text(node, ctx)[:60], f"{exc}: not evaluated")
+                return None
         word = self.word(node, ctx)
         return None if word is None else word != ""
 
@@ -206,7 +256,10 @@ def test_words(words: list[str]) -> bool | None:
         if words[0] == "!":
             v = test_words(words[1:])
             return None if v is None else not v
-        return _binary_test(words[1], words[0], words[2], False)
+        try:
+            return _binary_test(words[1], words[0], words[2], False)
+        except Unevaluated:
+            return None
     return None
 
 
@@ -228,10 +281,7 @@ def _binary_test(op: str, a: str | None, c: str | None, glob: bool) -> bool | No
     if op == "!=":
         return not fnmatch.fnmatchcase(a, c) if glob else a != c
     if op == "=~":
-        try:
-            return re.search(c, a) is not None
-        except re.error:
-            return None
+        return regex_search(c, a)
     if op in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
         x, y = to_int(a), to_int(c)
         if x is None or y is None:
@@ -243,38 +293,69 @@ def _binary_test(op: str, a: str | None, c: str | None, glob: bool) -> bool | No
 
 
 def _binary(op: str, a: int, c: int) -> int | None:
+    """C's operators on bash's 64-bit signed integers: every result wraps as bash's does, so no operand grows past
+    64 bits (`$(( 9 ** 999999999 ))` took Python's unbounded integers until it hung); a shift counts modulo 64."""
     if op in ("/", "%") and c == 0:
         return None
     if op == "/":
-        return abs(a) // abs(c) * (1 if (a >= 0) == (c >= 0) else -1)  # C division: toward zero
+        return _wrap(abs(a) // abs(c) * (1 if (a >= 0) == (c >= 0) else -1))  # C division: toward zero
     if op == "%":
-        return a - c * _binary("/", a, c)
-    ops = {"+": lambda: a + c, "-": lambda: a - c, "*": lambda: a * c, "**": lambda: a ** c if c >= 0 else None,
-           "<<": lambda: a << c, ">>": lambda: a >> c, "&": lambda: a & c, "|": lambda: a | c, "^": lambda: a ^ c,
-           "<": lambda: int(a < c), "<=": lambda: int(a <= c), ">": lambda: int(a > c), ">=": lambda: int(a >= c),
-           "==": lambda: int(a == c), "!=": lambda: int(a != c), "&&": lambda: int(bool(a and c)),
-           "||": lambda: int(bool(a or c))}
-    return ops[op]() if op in ops else None
+        return _wrap(a - c * _binary("/", a, c))
+    ops = {"+": lambda: a + c, "-": lambda: a - c, "*": lambda: a * c,
+           "**": lambda: pow(a, c, 1 << 64) if c >= 0 else None,
+           "<<": lambda: a << (c & 63), ">>": lambda: a >> (c & 63), "&": lambda: a & c, "|": lambda: a | c,
+           "^": lambda: a ^ c, "<": lambda: int(a < c), "<=": lambda: int(a <= c), ">": lambda: int(a > c),
+           ">=": lambda: int(a >= c), "==": lambda: int(a == c), "!=": lambda: int(a != c),
+           "&&": lambda: int(bool(a and c)), "||": lambda: int(bool(a or c))}
+    if op not in ops:
+        return None
+    value = ops[op]()
+    return None if value is None else _wrap(value)
+
+
+def _unary_arith(op: str, v: int) -> int:
+    return _wrap({"-": -v, "+": v, "!": int(not v), "~": ~v}[op])
+
+
+def _wrap(value: int) -> int:
+    """An integer as bash's intmax_t holds it (two's complement, 64 bits)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value
 
 
 def _arith_number(text: str) -> int | None:
+    """A number as bash reads one in arithmetic (BASE#DIGITS, 0x.., 0.. octal, decimal), wrapped to 64 bits; one
+    longer than any 64-bit number's digits is refused (None) before Python converts it."""
     text = text.strip()
+    if len(text) > 80:
+        return None
     m = re.fullmatch(r"(\d+)#([0-9A-Za-z@_]+)", text)
     if m:
         try:
-            return int(m.group(2), int(m.group(1)))
+            return _wrap(int(m.group(2), int(m.group(1))))
         except ValueError:
             return None
     if re.fullmatch(r"0[0-7]+", text):
-        return int(text, 8)
+        return _wrap(int(text, 8))
     try:
-        return int(text, 0)
+        return _wrap(int(text, 0))
     except ValueError:
         return None
 
 
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[\\")
+
+
 def remove_pattern(value: str, pattern: str, op: str) -> str:
-    """${X#p} ${X##p} ${X%p} ${X%%p}: the shortest / longest prefix / suffix matching the glob removed."""
+    """${X#p} ${X##p} ${X%p} ${X%%p}: the shortest / longest prefix / suffix matching the glob removed
+    (Unevaluated: a glob over a value past GLOB_VALUE_MAX)."""
+    if not _is_glob(pattern):
+        if op.startswith("#"):
+            return value[len(pattern):] if value.startswith(pattern) else value
+        return value[:len(value) - len(pattern)] if value.endswith(pattern) else value
+    if len(value) > GLOB_VALUE_MAX:
+        raise Unevaluated(f"a glob over {len(value)} characters (more than {GLOB_VALUE_MAX})")
     n = len(value)
     if op.startswith("#"):
         cuts = range(n + 1) if op == "#" else range(n, -1, -1)
@@ -289,9 +370,22 @@ def remove_pattern(value: str, pattern: str, op: str) -> str:
     return value
 
 
-def substitute_pattern(value: str, pattern: str, repl: str, op: str) -> str:
-    """${X/p/r} (first), ${X//p/r} (all), ${X/#p/r} (prefix), ${X/%p/r} (suffix); the longest match of the glob."""
+def substitute_pattern(value: str, pattern: str, repl: str, op: str, limit: int) -> str:
+    """${X/p/r} (first), ${X//p/r} (all), ${X/#p/r} (prefix), ${X/%p/r} (suffix); the longest match of the glob.
+    A literal pattern is str.replace (linear; its result's size is known before it is built: past `limit`
+    characters, Unevaluated); a glob over a value past GLOB_VALUE_MAX characters is Unevaluated."""
     n = len(value)
+    if not _is_glob(pattern) and pattern:
+        if op == "/#":
+            return repl + value[len(pattern):] if value.startswith(pattern) else value
+        if op == "/%":
+            return value[:n - len(pattern)] + repl if value.endswith(pattern) else value
+        count = 1 if op == "/" else value.count(pattern)
+        if n + count * (len(repl) - len(pattern)) > limit:
+            raise Unevaluated(f"a substitution whose result is more than {limit} characters")
+        return value.replace(pattern, repl, 1 if op == "/" else -1)
+    if n > GLOB_VALUE_MAX:
+        raise Unevaluated(f"a glob over {n} characters (more than {GLOB_VALUE_MAX})")
     if op == "/#":
         for i in range(n, -1, -1):
             if fnmatch.fnmatchcase(value[:i], pattern):
@@ -302,11 +396,14 @@ def substitute_pattern(value: str, pattern: str, repl: str, op: str) -> str:
             if fnmatch.fnmatchcase(value[i:], pattern):
                 return value[:i] + repl
         return value
-    out, i, done = [], 0, False
+    out, i, done, size = [], 0, False, 0
     while i <= n:
         hit = None if done else next((j for j in range(n, i, -1) if fnmatch.fnmatchcase(value[i:j], pattern)), None)
         if hit is not None:
             out.append(repl)
+            size += len(repl)
+            if size > limit:
+                raise Unevaluated(f"a substitution whose result is more than {limit} characters")
             i = hit
             done = op == "/"
             continue
@@ -314,6 +411,50 @@ def substitute_pattern(value: str, pattern: str, repl: str, op: str) -> str:
             out.append(value[i])
         i += 1
     return "".join(out)
+
+
+def regex_search(pattern: str, value: str) -> bool | None:
+    """`[[ value =~ pattern ]]` with Python's re, only where its work is bounded (REGEX_VALUE_MAX); None when the
+    regex is not valid; Unevaluated when matching could take more than about n^2 steps."""
+    import re._parser as sre  # lazy: only a script with =~ needs the regex's structure
+
+    try:
+        tree = sre.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    if len(value) > REGEX_VALUE_MAX:
+        raise Unevaluated(f"a regular expression over {len(value)} characters (more than {REGEX_VALUE_MAX})")
+    unbounded = variable = 0
+    stack = [(tree, False)]
+    while stack:
+        items, inside = stack.pop()
+        for op, arg in items:
+            if op is sre.GROUPREF or op is sre.GROUPREF_EXISTS:
+                raise Unevaluated("a regular expression with a back-reference")
+            if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)):
+                lo, hi, sub = arg
+                if inside:
+                    raise Unevaluated("a regular expression with a repetition inside a repetition (its matching can "
+                                      "take exponential time)")
+                variable += lo != hi
+                unbounded += hi == sre.MAXREPEAT
+                stack.append((sub, hi > 1))
+            elif op is sre.SUBPATTERN:
+                stack.append((arg[-1], inside))
+            elif op is sre.BRANCH:
+                if inside:
+                    raise Unevaluated("a regular expression with an alternation inside a repetition (its matching "
+                                      "can take exponential time)")
+                stack.extend((branch, inside) for branch in arg[1])
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                stack.append((arg[1], inside))
+    if unbounded > REGEX_UNBOUNDED or variable > REGEX_VARIABLE:
+        raise Unevaluated(f"a regular expression with {variable} repetitions (at most {REGEX_VARIABLE}, "
+                          f"{REGEX_UNBOUNDED} unbounded, are evaluated)")
+    try:
+        return re.search(pattern, value) is not None
+    except (re.error, RecursionError, OverflowError):
+        return None
 
 
 def unescape_word(text: str) -> str:
@@ -332,9 +473,22 @@ def unescape_heredoc(text: str) -> str:
     return re.sub(r"\\(\r?\n|[$`\\])", lambda m: "" if "\n" in m.group(1) else m.group(1), text)
 
 
+_ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+           "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
 def ansi_c(text: str) -> str:
-    """A $'...' string's escapes decoded as bash would; text that does not decode is kept as written."""
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError:
-        return text
+    """$'...' as bash reads it: \\e (ESC), \\n, octal, \\xHH, \\uHHHH, \\UHHHHHHHH, \\cX; any other backslash stays."""
+    def one(m: re.Match) -> str:
+        code = m.group(1)
+        if code in _ANSI_C:
+            return _ANSI_C[code]
+        if code[0] == "c" and len(code) == 2:
+            return chr(ord(code[1].upper()) & 0x1f)
+        if code[0] in "xuU":
+            value = int(code[1:], 16)
+        else:
+            value = int(code, 8) & 0xff
+        return "\ufffd" if 0xD800 <= value < 0xE000 else chr(value) if value < 0x110000 else m.group(0)
+    return re.sub(r"\\([abeEfnrtv\\'\"?]|c.|[0-7]{1,3}|x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8})",
+                  one, text, flags=re.S)

@@ -10,14 +10,13 @@ what bash would (tree-sitter-bash parses it) and names what it cannot.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import shlex
 from pathlib import Path
 
 import yaml
 
-from moeforge.compiler.bounded import LIMITS, Unreadable, read_text
+from moeforge.compiler.bounded import LIMITS, Unreadable, parse_json, read_text
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.launch_reader import kinds
 from moeforge.compiler.diagnostics import CompileError
@@ -85,9 +84,9 @@ def args_file_words(text: str) -> tuple[list[str], dict, str | None]:
         s = line.strip()
         m = re.match(r"^# not written: ([A-Za-z_][\w{}]*)=(.*?): ", s)
         if m:
-            try:
-                notes[m.group(1)] = json.loads(m.group(2))
-            except json.JSONDecodeError:
+            try:  # the bounded reader: a note nested 100000 levels was a RecursionError, 1e400 an infinity
+                notes[m.group(1)] = parse_json(m.group(2))
+            except Unreadable:
                 pass
             continue
         m = re.match(r"^# Megatron-LM pretrain_gpt.py arguments for (\S+?):", s)
@@ -236,6 +235,8 @@ def knob_value(k: K.Knob, raw):
             return raw
         else:
             raise ValueError(f"one value expected, got {len(raw)}")
+    if k.field == "split":
+        return split_value(raw)
     if k.kind in ("int", "opt_int"):
         f = float(raw)
         if not f.is_integer():
@@ -249,6 +250,21 @@ def knob_value(k: K.Knob, raw):
             raise ValueError(f"not one of {', '.join(str(d) for d in k.domain)}")
         return value
     return raw
+
+
+def split_value(raw) -> str:
+    """--split as megatron-core reads it (datasets/blended_megatron_dataset_config.py parse_and_normalize_split:
+    re.findall("[.0-9]+"), each a float, at most three, padded with 0): `"--split '99,1,0'"` kept in a bash array
+    reaches Megatron-LM with its quotes (bash removes no quotes after expansion) and trains on 99,1,0."""
+    numbers = re.findall(r"[.0-9]+", str(raw))
+    try:
+        [float(n) for n in numbers]
+    except ValueError:
+        raise ValueError(f"{raw!r}: megatron-core reads the numbers in it ({', '.join(numbers)}) as floats") from None
+    if not 1 <= len(numbers) <= 3:
+        raise ValueError(f"{raw!r}: megatron-core reads 1 to 3 numbers (train, valid, test weights) in it, "
+                         f"found {len(numbers)}")
+    return ",".join(numbers)
 
 
 def read_source(name: str) -> tuple[str | None, str | None]:
@@ -277,6 +293,31 @@ def platform_docs(root: Path) -> dict[str, dict]:
     return out
 
 
+def _gpus(text: str) -> tuple[list[str], bool]:
+    """The GPU products a text names, and whether it names an NVL72 domain."""
+    upper = text.upper()
+    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
+    found = []
+    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
+        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
+            found.append(product)
+            upper = upper.replace(product, "")
+    return found, nvl72
+
+
+def _code_and_comments(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """The text without its `#` comments (a `#` at a line's start or after a blank, as bash and args files read
+    it), and the comments with their line numbers."""
+    code, comments = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        m = re.search(r"(^|\s)#", line)
+        if m and not line.lstrip().startswith("#!"):
+            comments.append((number, line[m.end():]))
+            line = line[:m.start()]
+        code.append(line)
+    return "\n".join(code), comments
+
+
 def guess_platform(text: str, dests: dict, platforms: dict, per_node: str | None = None) -> tuple[str | None, str]:
     """The platform the launch names through GPU facts and flags, else (None, why not). ``per_node``: the
     launcher's --nproc_per_node, which tells CPU platforms apart (ranks per node)."""
@@ -288,17 +329,21 @@ def guess_platform(text: str, dests: dict, platforms: dict, per_node: str | None
             return cpu[0], "--distributed-backend gloo: a CPU run" + (f" of {per_node} ranks per node" if per_node else "")
         if cpu:
             return None, f"a CPU run, and several CPU platforms fit ({', '.join(cpu)})"
-    upper = text.upper()
-    nvl72 = bool(re.search(r"NVL72|USE_MNNVL=1|NVLINK_DOMAIN_SIZE=72", upper))
-    found = []
-    for product in ("GB300", "GB200", "B300", "B200", "H200", "H100", "A100"):
-        if re.search(rf"(?<![A-Z0-9]){product}(?![0-9])", upper):
-            found.append(product)
-            upper = upper.replace(product, "")
+    code, comments = _code_and_comments(text)
+    where = "the launch names"
+    found, nvl72 = _gpus(code)
+    if not found:  # only a comment says it: a guess, said as one, with the line it came from
+        found, said_nvl72 = _gpus("\n".join(c for _, c in comments))
+        nvl72 = nvl72 or said_nvl72
+        line = next((n for n, c in comments if _gpus(c)[0]), None)
+        where = f"a comment on line {line} names"
     candidates = [n for n, d in platforms.items() if d.get("gpu") and K.gpu_product(d["gpu"].get("name")) in found
                   and (not nvl72 or int(d.get("nvlink_domain") or 0) >= 72)]
     if len(candidates) == 1:
-        return candidates[0], f"the launch names {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
+        said = f"{where} {', '.join(found)}" + (" and an NVL72 domain" if nvl72 else "")
+        if where != "the launch names":
+            said += " (no command or variable does; pass --platform NAME if it is not this one)"
+        return candidates[0], said
     if candidates:
         return None, f"several platforms fit ({', '.join(candidates)})"
     return None, "no GPU named in the launch" if not found else f"no platform has a {', '.join(found)}"

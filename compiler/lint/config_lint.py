@@ -51,7 +51,7 @@ import sys
 from dataclasses import replace
 
 from moeforge.compiler.knobs import table as K
-from moeforge.compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from_rule
+from moeforge.compiler.diagnostics import Diagnostic, Note, Position, fill, finding, from_rule, printable
 from moeforge.compiler.launch_reader.text import read_source
 from moeforge.compiler.rules import CATALOGUE, Rule
 from moeforge.compiler.rules.expr import UNKNOWN, evaluate
@@ -207,7 +207,8 @@ def render_text(findings: list[Diagnostic], name: str, cfg: Config | None = None
             lines.append(f"  help: {f.fix}")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_ORDER}
     lines.append(f"{name}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['advice']} advice")
-    return "\n".join(lines)
+    # each line holds the config's own keys and values: escaped for a terminal and a CI log, one line each
+    return "\n".join(printable(line) for line in lines)
 
 
 def main_lint_config(argv) -> int:
@@ -229,13 +230,13 @@ def main_lint_config(argv) -> int:
     name = args.file
     text, why = read_source(name)
     if why:
-        print(why, file=sys.stderr)
+        print(printable(why), file=sys.stderr)
         return 2
     try:
         data, lines = parse(text, name)
         cfg, findings = lint_config(data, args.strict, lines, args.frontend)
     except UnusableInput as exc:
-        print(f"{name}: error: unusable input: {exc}", file=sys.stderr)
+        print(printable(f"{name}: error: unusable input: {exc}"), file=sys.stderr)
         return 2
     findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
     code = 1 if any(f.severity == "error" for f in findings) else 0

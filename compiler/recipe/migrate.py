@@ -269,6 +269,9 @@ def _replace(path: Path, text: str) -> None:
     import tempfile  # lazy: only a migration writes a file
 
     st = os.stat(path)
+    if st.st_nlink > 1:
+        _rewrite_linked(path, text)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".migrate.tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -279,6 +282,35 @@ def _replace(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _rewrite_linked(path: Path, text: str) -> None:
+    """A file with other hard links, rewritten in place: replacing it (os.replace) would give this name a new
+    inode and leave every other link with the old version. The whole text is first written and synced beside it
+    (a full disk fails there, the file untouched; the temporary is removed either way); an error while writing in
+    place puts the old bytes back."""
+    import tempfile  # lazy: only a migration writes a file
+
+    data, old = text.encode("utf-8"), path.read_bytes()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".migrate.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    try:
+        with open(path, "r+b") as fh:
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        with open(path, "r+b") as fh:
+            fh.write(old)
+            fh.truncate()
         raise
 
 

@@ -73,6 +73,13 @@ RULES = (
          message="top-1 routing with softmax scores needs the softmax before the top-k", source=TC,
          fix="set model.moe.router_pre_softmax: true (or router_score_function: sigmoid)",
          megatron_message="Please use --moe-router-pre-softmax when topk is 1."),
+    # asserted where the experts' forward runs (SequentialMLP, TEGroupedMLP, GroupedMLP), after every check passed
+    Rule(id="MOE_PROBS_ON_INPUT_NEEDS_TOP1", severity="error", when=F("moe_apply_probs_on_input").is_(True),
+         require=F("moe_router_topk") == 1,
+         message="multiplying each expert's input by its router score (moe.apply_probs_on_input) takes top-1 routing",
+         source="megatron-core transformer/moe/experts.py (0.16-0.19), at the experts' first forward",
+         fix="set model.moe.router_topk: 1, or model.moe.apply_probs_on_input: false",
+         megatron_message="`moe_apply_probs_on_input` only works with `moe_router_topk`=1."),
     Rule(id="MLA_NO_ATTENTION_OUTPUT_GATE", severity="error", when=MLA, require=F("attention_output_gate").is_(False),
          message="multi-latent attention has no output gate", source=MLA_TC,
          fix="set model.architecture.attention_output_gate: false (or multi_latent_attention: false)",

@@ -42,6 +42,7 @@ def build(r: Resolved) -> dict:
 
 
 def _build(r: Resolved) -> dict:
+    _check_positions(r)
     env, data = r.env, r.composed.data
     platform, model = data["platform"], data["model"]
     mcore = env["megatron_core"]
@@ -156,7 +157,9 @@ def megatron_view(env: dict, model: dict, mcore: int) -> dict[str, dict]:
     dtype = "bfloat16" if env["bf16"] else "float16" if env["fp16"] else "float32"
     tc["params_dtype"] = tc["pipeline_dtype"] = dtype
     tc["batch_p2p_comm"] = not env.get("overlap_p2p_comm", False)
-    out["model"]["max_sequence_length"] = max(arch.get("max_position_embeddings") or 0, env["seq_length"])
+    # the model document's positions, else the sequence length (Megatron-LM's default); _check_positions refuses
+    # a sequence longer than the positions, as Megatron-LM does
+    out["model"]["max_sequence_length"] = arch.get("max_position_embeddings") or env["seq_length"]
     out["model"]["share_embeddings_and_output_weights"] = not arch.get("untie_embeddings_and_output_weights", True)
     if tc.get("multi_latent_attention"):  # MLA builds its rotary embedding from the config, not GPTModel's arguments
         tc.update({k: out["model"][k] for k in ("rotary_base", "rotary_percent") if k in out["model"]})
@@ -206,6 +209,24 @@ def io_sections(env: dict) -> dict[str, dict]:
         data["blend"] = [{"weight": e["weight"], "path": e["path"]} for e in data["blend"]]
     data["env_vars"] = env_vars([env.get(f) for f in ("data_paths", "data_blend", "data_cache_path")])
     return out
+
+
+def _check_positions(r: Resolved) -> None:
+    """A sequence longer than the model document's max_position_embeddings is refused, as Megatron-LM's
+    validate_args refuses it (it was silently raised to the sequence length: --max-position-embeddings then
+    states a model other than the document's)."""
+    composed = r.composed
+    positions = (composed.data["model"].get("architecture") or {}).get("max_position_embeddings")
+    seq = r.env.get("seq_length")
+    if positions is not None and seq is not None and positions < seq:
+        raise CompileError([error(
+            "E_SEQ_PAST_MAX_POSITIONS", f"training.seq_length {seq} is longer than the model's "
+            f"architecture.max_position_embeddings {positions}: Megatron-LM's validate_args asserts "
+            "max_position_embeddings >= seq_length (megatron/training/arguments.py, 0.19)",
+            composed.pos(("training", "seq_length")),
+            help=f"set training.seq_length to at most {positions}, or raise model.architecture.max_position_embeddings "
+                 f"(at {composed.pos(('model', 'architecture', 'max_position_embeddings'))}) if the model is meant "
+                 "to train on longer sequences")])
 
 
 def _existing(tc: dict, mcore: int) -> dict:

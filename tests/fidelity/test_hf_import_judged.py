@@ -81,7 +81,7 @@ REFUSAL_EVIDENCE = {
                      ("softmax", "e_score_correction_bias", "interleaved RoPE")),
     "llama4": (lambda facts: facts["nope_layers"] and facts["chunked_attention_layers"] and facts["l2_qk_norm"]
                and facts["attn_temperature_tuning"],
-               ("chunked attention", "NoPE layers", "L2-normalised", "temperature", "moe_apply_probs_on_input")),
+               ("chunked attention", "NoPE layers", "L2-normalised", "temperature")),
 }
 
 

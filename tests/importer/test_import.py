@@ -87,7 +87,7 @@ def test_launch_script_imports_compiles_and_lints(script, root, capsys):
     rc = main(["import", str(source), "--root", str(root), "--force"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert f"platform {platform} (the launch names" in out
+    assert f"platform {platform} (a comment on line 2 names {platform.upper()} (no command or variable does" in out
     name = f"{source.stem}-imported"
     recipe_path = root / "imported" / f"{name}.yaml"
     text = recipe_path.read_text()

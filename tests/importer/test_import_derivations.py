@@ -156,7 +156,7 @@ def test_an_unknown_vocabulary_names_the_key_to_set(tmp_path, root, capsys):
     # the import compiles what it wrote, and says (on screen and in the recipe) that compile refuses it
     script = tmp_path / "hub.sh"
     script.write_text(text)
-    assert main(["import", str(script), "--root", str(root), "--platform", "h100", "--force"]) == 0
+    assert main(["import", str(script), "--root", str(root), "--platform", "h100", "--force"]) == 1  # written, refused
     out = capsys.readouterr().out
     assert "compile: refused (1 error(s)); first: " in out and "'vocab_size' is a required property" in out
     header = (root / "imported/hub-imported.yaml").read_text()

@@ -509,6 +509,8 @@ CASES = {
     "ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS": (c(moe_router_group_topk=16, moe_router_num_groups=8),
                                              c(moe_router_group_topk=8, moe_router_num_groups=8)),
     "ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX": (c(moe_router_topk=1), c(moe_router_topk=1, moe_router_pre_softmax=True)),
+    "MOE_PROBS_ON_INPUT_NEEDS_TOP1": (c(moe_apply_probs_on_input=True),
+                                      c(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True)),
     "MLA_NO_ATTENTION_OUTPUT_GATE": (c(MLA, attention_output_gate=True), MLA),
     "MLA_ROPE_FUSION_NEEDS_YARN": (c(MLA, rope_type="rope", apply_rope_fusion=True),
                                    c(MLA, rope_type="yarn", apply_rope_fusion=True)),

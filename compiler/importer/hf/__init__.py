@@ -5,7 +5,7 @@ RoPE) and moe.py (experts, router) the one reader they share, over keys.py (each
 and class default); config_file.py what a config.json is (multimodal, custom code, quantized); document.py the files
 and the command. The import's file-kind dispatch calls `config_path`, `detect` and `main`.
 
-May import: moeforge.compiler.recipe, moeforge.compiler.targets, moeforge.compiler.launch_reader, moeforge.compiler.project, moeforge.compiler.resources.
+May import: moeforge.compiler.diagnostics, moeforge.compiler.knobs, moeforge.compiler.recipe, moeforge.compiler.targets, moeforge.compiler.launch_reader, moeforge.compiler.project, moeforge.compiler.resources.
 families.py imports nothing of moeforge (the fidelity judges read it under .venv312), so this __init__ imports the
 rest inside each function (`# lazy:`): importing moeforge.compiler.importer.hf.families must not load the compiler.
 """

@@ -4,8 +4,10 @@ configuration class, else the architecture), and its quantization_config. Each p
 from __future__ import annotations
 
 import json
+import re
 
 from moeforge.compiler.bounded import Unreadable, parse_json
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.importer.hf import families as F
 from moeforge.compiler.importer.hf.keys import HfRefused
 from moeforge.compiler.launch_reader.text import ImportError_
@@ -29,7 +31,34 @@ def load(text: str) -> dict:
         raise BadJson(f"invalid JSON ({exc.detail}); expected a Hugging Face config.json", exc.where) from None
     if not isinstance(data, dict):
         raise ImportError_(f"expected a JSON object (a Hugging Face config.json), got a {type(data).__name__}")
+    check_characters(data)
     return data
+
+
+# C0/C1 controls, DEL, line separators, lone surrogates, U+FFFE/F: no config.json key or name holds one, a terminal
+# obeys some, and YAML refuses them even in a comment (PyYAML's ReaderError was once an internal error here)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def check_characters(data) -> None:
+    """Every key and string value free of control characters, else one line naming the key path (iterative: the
+    bounded reader has capped the nesting already)."""
+    stack = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            where = f"{path}.{key}" if isinstance(key, str) and path else (f"{path}[{key}]" if path or not
+                                                                           isinstance(key, str) else key)
+            if isinstance(key, str) and _CONTROL.search(key):
+                raise ImportError_(f"key {printable(json.dumps(where, ensure_ascii=True))}: holds a control "
+                                   "character (a terminal escape, a line break); a config.json key is a name: "
+                                   "remove it")
+            if isinstance(value, str) and _CONTROL.search(value):
+                raise ImportError_(f"{printable(where)}: the value {json.dumps(value[:60], ensure_ascii=True)} holds "
+                                   "a control character (a terminal escape, a line break): remove it")
+            if isinstance(value, (dict, list)):
+                stack.append((value, where))
 
 
 def language_model(data: dict) -> tuple[dict, str, list[str]]:

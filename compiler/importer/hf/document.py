@@ -13,12 +13,14 @@ import yaml
 
 from moeforge.compiler import project
 from moeforge.compiler.importer.hf import config_file as C
+from moeforge.compiler.knobs import table as K
 from moeforge.compiler.importer.hf.reader import read
 from moeforge.compiler.launch_reader.kinds import hf_config_path
 from moeforge.compiler.launch_reader.text import ImportError_, platform_docs, read_source
 from moeforge.compiler.recipe.compose import NAME
 from moeforge.compiler.resources import SCHEMAS
 from moeforge.compiler.files import write_file_atomically
+from moeforge.compiler.diagnostics import printable, yaml_comment as comment
 
 COMMENT_COLUMN = 34
 
@@ -59,7 +61,9 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
     for path, (value, _) in _ordered(got.fields):
         section, _, key = path.rpartition(".")
         (model.setdefault(section, {}) if section else model)[key] = value
-    imp = HfImport(base, fam.name, model, {p: s for p, (_, s) in got.fields.items()}, notes + got.notes,
+    policy = (f"router dtype {fam.router_dtype[0]} (moe.router.dtype in the recipe): " if fam.router_dtype[0]
+              else "router dtype: the training dtype: ") + fam.router_dtype[1]
+    imp = HfImport(base, fam.name, model, {p: s for p, (_, s) in got.fields.items()}, notes + got.notes + [policy],
                    got.unread, origin)
     if platform is not None:
         root = project.recipes() if root is None else root
@@ -73,7 +77,15 @@ def import_config(text: str, source: str, name: str | None = None, platform: str
             imp.notes.append((f"torch_dtype {json.dumps(stated)}: not a training dtype" if stated else
                               "no torch_dtype") + "; the recipe trains in bf16 (precision.dtype)")
         imp.recipe = {"schema": "moeforge/recipe/v3", "revision": 1, "name": base, "platform": platform,
-                      "model": base, "precision": {"dtype": dtype}, "moe": {"router": {"dtype": "fp32"}}}
+                      "model": base, "precision": {"dtype": dtype}}
+        if fam.router_dtype[0] is not None:  # the family's policy (families.py), said in the model document too
+            imp.recipe["moe"] = {"router": {"dtype": fam.router_dtype[0]}}
+        positions = model.get("architecture", {}).get("max_position_embeddings")
+        seq = K.BY_PATH["training.seq_length"].default
+        if positions is not None and positions < seq:  # Megatron-LM refuses seq_length > max_position_embeddings
+            imp.recipe["training"] = {"seq_length": positions}
+            imp.notes.append(f"training.seq_length {positions}: the model's max_position_embeddings (moeforge's "
+                             f"default {seq} is longer, and Megatron-LM refuses a sequence longer than the positions)")
         imp.platform = platform
     return imp
 
@@ -112,13 +124,13 @@ def _scalar(value) -> str:
 
 
 def render_model(imp: HfImport, source: str, path: Path) -> str:
-    lines = [f"# yaml-language-server: $schema={project.schema_ref(path, 'model')}",
-             f"# Imported by `moeforge import` from {source}: Hugging Face {imp.origin}, read as {imp.family}.",
+    lines = [comment(f"yaml-language-server: $schema={project.schema_ref(path, 'model')}"),
+             comment(f"Imported by `moeforge import` from {source}: Hugging Face {imp.origin}, read as {imp.family}."),
              "# Each value's comment names the config.json key it came from (or the modelling code that fixes it)."]
-    lines += [f"# note: {n}" for n in imp.notes]
+    lines += [comment(f"note: {n}") for n in imp.notes]
     if imp.unread:
-        lines.append(f"# Not read ({len(imp.unread)}): " + ", ".join(f"{k}={json.dumps(v)[:60]}"
-                                                                     for k, v in sorted(imp.unread.items())))
+        lines.append(comment(f"Not read ({len(imp.unread)}): " + ", ".join(f"{k}={json.dumps(v)[:60]}"
+                                                                          for k, v in sorted(imp.unread.items()))))
     for key, value in imp.model.items():
         if isinstance(value, dict):
             lines.append(f"{key}:")
@@ -133,14 +145,14 @@ def render_model(imp: HfImport, source: str, path: Path) -> str:
 
 
 def _line(text: str, source: str | None) -> str:
-    return f"{text.ljust(COMMENT_COLUMN - 1)} # {source}" if source else text
+    return f"{text.ljust(COMMENT_COLUMN - 1)} {comment(source)}" if source else text
 
 
 def render_recipe(imp: HfImport, source: str, path: Path) -> str:
-    head = [f"# yaml-language-server: $schema={project.schema_ref(path, 'recipe')}",
-            f"# The model imported by `moeforge import` from {source}, on {imp.platform}. What is not stated here is",
+    head = [comment(f"yaml-language-server: $schema={project.schema_ref(path, 'recipe')}"),
+            comment(f"The model imported by `moeforge import` from {source}, on {imp.platform}. What is not stated here is"),
             "# megatron-core's default or the solver's choice: one node, no model parallelism. precision.dtype is",
-            "# config.json's torch_dtype; the router runs in FP32, as Megatron-Bridge's conversions run it.",
+            "# config.json's torch_dtype; the router's dtype is the family's policy (the model document says why).",
             f"# next: moeforge plan-layout {imp.name} --platform {imp.platform} --gpus N  (a layout that fits N GPUs;",
             "#       --emit FILE writes it as a recipe), or set resources.nodes and parallelism here."]
     return "\n".join(head) + "\n" + yaml.safe_dump(imp.recipe, sort_keys=False, default_flow_style=None, width=100)
@@ -168,7 +180,7 @@ def main(args, text: str | None = None) -> int:
     if text is None:
         text, why = read_source(str(path) if path else source)
         if why:
-            print(why, file=sys.stderr)
+            print(printable(why), file=sys.stderr)
             return 2
     root = Path(args.root) if args.root else project.recipes()
     try:
@@ -176,21 +188,21 @@ def main(args, text: str | None = None) -> int:
         written = write(imp, root, shown, args.force)
     except ImportError_ as exc:
         where = f"{shown}:{exc.location}" if isinstance(exc, C.BadJson) else shown
-        print(f"{where}: error: {exc}", file=sys.stderr)
+        print(printable(f"{where}: error: {exc}"), file=sys.stderr)
         return 2
-    print(f"{shown}: Hugging Face {imp.origin}, read as {imp.family}")
-    for p in written:
-        print(f"wrote {p}")
-    for note in imp.notes:
-        print(f"note: {note}")
+    out = [f"{shown}: Hugging Face {imp.origin}, read as {imp.family}"] + [f"wrote {p}" for p in written]
+    out += [f"note: {note}" for note in imp.notes]
     if imp.unread:
-        print(f"not read: {', '.join(sorted(imp.unread))} (no model document field; listed in the file)")
+        out.append(f"not read: {', '.join(sorted(imp.unread))} (no model document field; listed in the file)")
     if imp.recipe is not None:
         rid = f"imported/{imp.name}"
-        print(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve()
-                                                  else f"  (recipes root {root})")
-              + f"; moeforge plan-layout {imp.name} --platform {imp.platform} --gpus N for a layout")
-    else:
-        print(f"next: moeforge plan-layout {imp.name} --platform PLATFORM --gpus N (a layout for N GPUs), or "
-              f"moeforge import {source} --platform PLATFORM to write a recipe beside the model")
+        out.append(f"next: moeforge compile {rid}" + ("" if root.resolve() == project.recipes().resolve()
+                                                      else f"  (recipes root {root})")
+                   + f"; moeforge plan-layout {imp.name} --platform {imp.platform} --gpus N for a layout")
+    else:  # the model file now exists: writing the recipe beside it rewrites it (--force), with the same content
+        again = f" --name {imp.name}" if args.name else ""
+        out.append(f"next: moeforge plan-layout {imp.name} --platform PLATFORM --gpus N (a layout for N GPUs), or "
+                   f"moeforge import {source}{again} --platform PLATFORM --force to write a recipe beside the model")
+    for line in out:  # names and keys from config.json: escaped for a terminal and a CI log
+        print(printable(line))
     return 0

@@ -57,6 +57,10 @@ class Family:
     # (load-balancing type and why, the key of its coefficient, the coefficient when config.json and the class have
     # none and why): config.json states a coefficient at most; the loss is the training's choice
     balancing: tuple = ("aux_loss", "transformers' load_balancing_loss_func", "router_aux_loss_coef", None, "")
+    # the router's dtype, Megatron-Bridge's policy for the family (value for the recipe's moe.router.dtype, or None:
+    # megatron-core's default, the training dtype; and why), said in the model document and applied by the recipe
+    router_dtype: tuple = (None, "Megatron-Bridge's conversion of this family leaves moe_router_dtype unset: the "
+                                 "router runs in the training dtype (megatron-core's default)")
     refuse: tuple = ()           # (key or "", predicate, message): what moeforge's runtime cannot build
     inert: tuple = ()            # (key, why it changes nothing moeforge builds): read, and said in a note
 
@@ -71,6 +75,11 @@ MLA_INERT = (("head_dim", "the RoPE part of an MLA head (qk_rope_head_dim): mega
                          "qk_head_dim, qk_pos_emb_head_dim and v_head_dim"),
              ("qk_head_dim", "qk_nope_head_dim + qk_rope_head_dim"))
 SIGMOID = ("sigmoid", "the router scores experts with a sigmoid")
+
+
+def _fp32_router(bridge: str) -> tuple:
+    return ("fp32", f"Megatron-Bridge's {bridge} sets moe_router_dtype fp32 for this family (its router's scores, "
+                    "top-k and load-balancing statistics over many experts are computed in FP32, not BF16)")
 
 FAMILIES: tuple[Family, ...] = (
     Family("mixtral", ("mixtral",), "MixtralConfig", ("MixtralForCausalLM",), "modelling",
@@ -87,6 +96,7 @@ FAMILIES: tuple[Family, ...] = (
                                                   "(use_sliding_window true): no model document field states it"),)),
     Family("qwen3-next", ("qwen3_next",), "Qwen3NextConfig", ("Qwen3NextForCausalLM",), "bridge",
            features=frozenset({"gated_delta_net", "shared_gate"}),
+           router_dtype=_fp32_router("Qwen3NextBridge (models/qwen/qwen3_next_bridge.py)"),
            balancing=("global_aux_loss", "Megatron-Bridge Qwen3NextBridge: global-batch load balancing",
                       "router_aux_loss_coef", None, ""),
            constants=QWEN_ATTENTION + (
@@ -95,10 +105,12 @@ FAMILIES: tuple[Family, ...] = (
                 "Qwen3NextAttention: a sigmoid gate from q_proj's second half on the attention output"))),
     Family("deepseek-v2", ("deepseek_v2",), "DeepseekV2Config", ("DeepseekV2ForCausalLM",), "bridge",
            features=frozenset({"mla"}), inert=MLA_INERT,
+           router_dtype=_fp32_router("DeepSeekV2Bridge (models/deepseek/deepseek_v2_bridge.py)"),
            balancing=("seq_aux_loss", "DeepSeek-V2's sequence-wise balance loss (seq_aux)", "aux_loss_alpha", None, ""),
            score=("softmax", "DeepseekV2Moe: softmax over all experts"), constants=MLA),
     Family("deepseek-v3", ("deepseek_v3",), "DeepseekV3Config", ("DeepseekV3ForCausalLM",), "bridge",
-           features=frozenset({"mla", "expert_bias"}),
+           features=frozenset({"mla", "expert_bias"}),  # Kimi-K2 too (model_type kimi_k2: KimiK2Bridge, the same)
+           router_dtype=_fp32_router("DeepSeekV3Bridge (models/deepseek/deepseek_v3_bridge.py; KimiK2Bridge too)"),
            inert=MLA_INERT + (("rope_interleave", "RoPE on interleaved channel pairs, as megatron-core's MLA "
                                                   "applies it (rope_utils: mla_rotary_interleaved)"),),
            refuse=(("rope_interleave", "false", "RoPE on the channel halves (rope_interleave false): megatron-core's "
@@ -119,6 +131,7 @@ FAMILIES: tuple[Family, ...] = (
                ("architecture.softmax_type", "learnable", "GptOssAttention.sinks: a learned logit per head"))),
     Family("glm4-moe", ("glm4_moe",), "Glm4MoeConfig", ("Glm4MoeForCausalLM",), "bridge",
            features=frozenset({"expert_bias"}), score=SIGMOID,
+           router_dtype=_fp32_router("GLM45Bridge (models/glm/glm45_bridge.py)"),
            balancing=("seq_aux_loss", "Megatron-Bridge GLM45Bridge: sequence-wise balance loss beside the expert bias",
                       None, 0.001, "Megatron-Bridge GLM45Bridge (config.json states none)")),
     Family("qwen3-vl-moe", ("qwen3_vl_moe_text",), "Qwen3VLMoeTextConfig", ("Qwen3VLMoeForConditionalGeneration",),
@@ -142,9 +155,12 @@ FAMILIES: tuple[Family, ...] = (
                    ("use_qk_norm", "true", "L2-normalised q and k (use_qk_norm, Llama4TextL2Norm): no model "
                                            "document field states megatron-core's qk_l2_norm"),
                    ("attn_temperature_tuning", "true", "attention temperature tuning (attn_temperature_tuning: "
-                                                       "query scaling by position): megatron-core has none"),
-                   ("", "always", "Llama4TextMoe multiplies each expert's input by its router score: no model "
-                                  "document field states megatron-core's moe_apply_probs_on_input"))),
+                                                       "query scaling by position): megatron-core has none")),
+           # megatron-core's moe_apply_probs_on_input, the model document's moe.apply_probs_on_input: read, but the
+           # refusals above stand (no runtime builds the rest of Llama-4's attention)
+           constants=(("moe.apply_probs_on_input", True,
+                       "Llama4TextMoe multiplies each expert's input by its router score (megatron-core "
+                       "moe_apply_probs_on_input)"),)),
 )
 
 BY_MODEL_TYPE = {t: f for f in FAMILIES for t in f.model_types}

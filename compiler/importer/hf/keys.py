@@ -4,6 +4,7 @@ leaves out (compiler/data/hf_class_defaults.json)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -21,11 +22,12 @@ KINDS = {
                      "num_key_value_heads", "head_dim", "max_position_embeddings", "q_lora_rank", "kv_lora_rank",
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "full_attention_interval",
                      "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                     "linear_num_value_heads", "sliding_window", "moe_intermediate_size",
-                     "shared_expert_intermediate_size", "moe_layer_freq", "decoder_sparse_step", "n_group",
-                     "topk_group", "original_max_position_embeddings", *F.EXPERTS, *F.TOPK), "count"),
-    **dict.fromkeys(("n_shared_experts", "moe_num_shared_experts", "num_nextn_predict_layers", "mtp_num_hidden_layers",
-                     "first_k_dense_replace"), "index"),
+                     "linear_num_value_heads", "sliding_window", "moe_intermediate_size", "moe_layer_freq",
+                     "decoder_sparse_step", "n_group", "topk_group", "original_max_position_embeddings", *F.EXPERTS,
+                     *F.TOPK), "count"),
+    # shared_expert_intermediate_size 0: no shared expert (Qwen3-Coder-480B-A35B; Bridge converts it so)
+    **dict.fromkeys(("shared_expert_intermediate_size", "n_shared_experts", "moe_num_shared_experts",
+                     "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace"), "index"),
     **dict.fromkeys(("rms_norm_eps", "attention_dropout", "initializer_range", "swiglu_limit", "router_aux_loss_coef",
                      "aux_loss_alpha", "routed_scaling_factor", "rope_theta", "partial_rotary_factor", "factor",
                      "beta_fast", "beta_slow", "mscale", "mscale_all_dim"), "number"),
@@ -34,6 +36,22 @@ KINDS = {
     **dict.fromkeys(("hidden_act", "scoring_func", "topk_method", "rope_type", "type"), "name"),
     "mlp_only_layers": "indices",
 }
+
+
+# The largest value each count may hold: far past any published model (DeepSeek-V3: 61 layers, 256 experts, hidden
+# 7168, vocabulary 129280; Llama 4: 202048 tokens, 10M positions), and small enough that a reader that loops over
+# layers, or a model document that lists them, stays small (num_hidden_layers 10**12 once ran 36 s and exhausted
+# memory). Everything else counted is a width or a size: at most 2**24.
+LAYERS_MAX = 4096
+COUNT_MAX = {**dict.fromkeys(("num_hidden_layers", "first_k_dense_replace", "num_nextn_predict_layers",
+                              "mtp_num_hidden_layers", "moe_layer_freq", "decoder_sparse_step",
+                              "full_attention_interval"), LAYERS_MAX),
+             **dict.fromkeys(F.EXPERTS + F.TOPK + ("n_shared_experts", "moe_num_shared_experts", "n_group",
+                                                   "topk_group"), 1 << 16),
+             **dict.fromkeys(("max_position_embeddings", "original_max_position_embeddings", "sliding_window"),
+                             1 << 30)}
+SIZE_MAX = 1 << 24
+NUMBER_MAX = 1e12   # rope_theta reaches 1e8 (Llama 4: 5e5; some long-context models 1e9); no ratio or epsilon is near
 
 
 class HfRefused(ImportError_):
@@ -116,10 +134,11 @@ def typed(value, key: str, src: str):
         return value
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind in ("count", "index"):
-        if number and int(value) == value and int(value) >= (kind == "count"):
+        top = COUNT_MAX.get(key, SIZE_MAX)
+        if number and _finite(value) and int(value) == value and (kind == "count") <= int(value) <= top:
             return int(value)
-        expected = "an integer" + (" >= 1" if kind == "count" else " >= 0")
-    elif kind == "number" and number:
+        expected = "an integer from " + ("1" if kind == "count" else "0") + f" to {top}"
+    elif kind == "number" and number and _finite(value) and abs(value) <= NUMBER_MAX:
         return value
     elif kind == "flag" and isinstance(value, bool):
         return value
@@ -129,6 +148,11 @@ def typed(value, key: str, src: str):
                                                                for v in value):
         return value
     else:
-        expected = {"number": "a number", "flag": "true or false", "name": "a string",
+        expected = {"number": f"a finite number of magnitude at most {NUMBER_MAX:g}", "flag": "true or false", "name": "a string",
                     "indices": "a list of layer numbers"}[kind]
     raise ImportError_(f"{src}: expected {expected}, got {json.dumps(value)}")
+
+
+def _finite(value) -> bool:
+    """An int is finite however large (math.isfinite of 10**4000 raises OverflowError); a float unless inf/nan."""
+    return isinstance(value, int) or math.isfinite(value)

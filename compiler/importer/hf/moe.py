@@ -19,6 +19,8 @@ def moe(keys: Keys, out: Read) -> None:
     count, csrc = get("n_shared_experts", "moe_num_shared_experts", default=None)
     if shared:
         put("moe.shared_expert_intermediate_size", shared, src)
+    elif shared == 0:  # Qwen3-Coder-480B-A35B; Megatron-Bridge's Qwen3MoE provider builds no shared expert either
+        put("moe.shared_expert_intermediate_size", None, f"{src} 0: no shared expert")
     elif count:
         put("moe.shared_expert_intermediate_size", count * width, f"{csrc} {count} x {wsrc} {width}")
     else:
