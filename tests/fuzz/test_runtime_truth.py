@@ -12,7 +12,7 @@ hundreds more.
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, example, given, note
+from hypothesis import assume, event, example, given, note
 from hypothesis import strategies as st
 
 import fuzzlib
@@ -99,9 +99,31 @@ CORPUS = [
 ]
 
 
+# What the property found: (rule that now refuses it, overrides, what megatron-core 0.16.1 did without the rule).
+FOUND = [
+    ("ROUTER_TOPK_AT_MOST_NUM_EXPERTS", WORLD1 + ["model.moe.router_topk=8"], "selected index k out of range"),
+    ("ROUTER_TOPK_AT_MOST_NUM_EXPERTS", ["model.moe.num_experts=2", "model.moe.router_topk=3"],
+     "selected index k out of range"),
+    # expert TP 2 at EP 2 on four ranks: the alltoall dispatcher gathers uneven token counts, which gloo cannot
+    ("GLOO_ALLTOALL_NO_EXPERT_TP", ["platform.gpus_per_node=4", "parallelism.ep=2", "parallelism.etp=2",
+                                    "moe.overlap.ep_comm=false", "model.architecture.num_layers=1"],
+     "ProcessGroupGloo::allgather: invalid tensor size"),
+    # four experts in two groups, one group picked: two experts to choose four from
+    ("ROUTER_GROUP_TOPK_REACHES_TOPK", WORLD1 + ["model.moe.router_num_groups=2", "model.moe.router_group_topk=1",
+                                                 "model.moe.router_topk=4"], "selected index k out of range"),
+    # two of four one-expert groups, three experts wanted: the third is a masked (-inf) score, NaN under sigmoid
+    ("ROUTER_GROUP_TOPK_REACHES_TOPK", WORLD1 + ["model.moe.router_num_groups=4", "model.moe.router_group_topk=2",
+                                                 "model.moe.router_topk=3", "model.moe.router_score_function=sigmoid"],
+     "found NaN"),
+]
+
+
 def check_compiled_runs(overrides: list[str], tmp_path_factory) -> None:
-    plan, refused = truthlib.compile_plan(overrides)
+    plan, refused = truthlib.compile_plan(overrides, explain=False)
+    if refused is not None:
+        event("refused: " + ", ".join(sorted({d.code for d in refused.diagnostics})[:3]))
     assume(plan is not None)
+    event(f"compiled, world size {plan['layout']['world_size']}")
     note(f"layout: {plan['layout']}")
     step = truthlib.train_one_step(plan, tmp_path_factory.mktemp("step"))
     assert step.ok, (f"compiles but does not train (a missing rule?): --set {' --set '.join(overrides)}\n"
@@ -117,7 +139,41 @@ def test_the_corpus_compiles_and_trains(overrides, tmp_path_factory):
     assert step.report["steps"][0]["loss"] > 0
 
 
-@fuzzlib.fuzz_settings(weight=0.2)
+@fuzzlib.fuzz_settings(weight=0.2 if fuzzlib.PROFILE == "ci" else 0.5)
 @given(overrides=configurations())
+@example(overrides=FOUND[0][1])
+@example(overrides=FOUND[2][1])
+@example(overrides=FOUND[3][1])
 def test_what_compiles_trains_one_step(overrides, tmp_path_factory):
     check_compiled_runs(overrides, tmp_path_factory)
+
+
+@pytest.mark.parametrize("rule_id,overrides,failure", FOUND, ids=[f"{f[0]}-{i}" for i, f in enumerate(FOUND)])
+def test_what_the_property_found_is_refused_and_really_fails_without_the_rule(rule_id, overrides, failure,
+                                                                               tmp_path, monkeypatch):
+    _, refused = truthlib.compile_plan(overrides)
+    assert refused is not None and rule_id in [d.code for d in refused.diagnostics]
+    [diag] = [d for d in refused.diagnostics if d.code == rule_id]
+    assert "megatron-core" in diag.source and ".py" in diag.source and diag.help
+    # the reproducer still reproduces: with the rule taken out, megatron-core fails as it did when found
+    from moeforge.compiler import driver
+
+    monkeypatch.setattr(driver, "RULES", tuple(r for r in driver.RULES if r.id != rule_id))
+    plan, refused = truthlib.compile_plan(overrides)
+    assert plan is not None, [(d.code, d.help) for d in refused.diagnostics]
+    step = truthlib.train_one_step(plan, tmp_path)
+    assert not step.ok and failure in step.output, step.output[-3000:]
+
+
+@pytest.mark.parametrize("rule_id,overrides,failure", [FOUND[0], FOUND[2], FOUND[3]], ids=["topk", "etp", "groups"])
+def test_each_fix_offered_for_a_found_configuration_compiles_and_trains(rule_id, overrides, failure,
+                                                                         tmp_path_factory):
+    _, refused = truthlib.compile_plan(overrides)
+    [diag] = refused.diagnostics
+    assert diag.fixes
+    for path, value in diag.fixes:
+        fixed = overrides + [f"{path}={_yaml(value)}"]
+        plan, still = truthlib.compile_plan(fixed)
+        assert plan is not None, (fixed, [(d.code, d.help) for d in still.diagnostics])
+        step = truthlib.train_one_step(plan, tmp_path_factory.mktemp("fixed"))
+        assert step.ok, (fixed, step.output[-3000:])

@@ -48,13 +48,14 @@ def warm() -> None:
     importlib.import_module("megatron.core.models.gpt")
 
 
-def compile_plan(overrides: list[str], root: Path | None = None):
-    """(plan dict, None), or (None, CompileError) when the compiler refuses the overrides on tiny-moe/cpu."""
+def compile_plan(overrides: list[str], root: Path | None = None, explain: bool = True):
+    """(plan dict, None), or (None, CompileError) when the compiler refuses the overrides on tiny-moe/cpu;
+    explain=False skips the minimal pins and fixes of a refusal (most of its cost; the rule ids stay)."""
     from moeforge.compiler.diagnostics import CompileError
     from moeforge.compiler.driver import compile as compile_recipe
 
     try:
-        return compile_recipe("tiny-moe/cpu", overrides, root).plan, None
+        return compile_recipe("tiny-moe/cpu", overrides, root, explain_errors=explain).plan, None
     except CompileError as err:
         return None, err
 

@@ -165,6 +165,8 @@ CASES = {
         c(NO_EPO, overlap_dispatch_backward_with_experts_wgrad=True)),
     # --- dispatcher
     "FLEX_NEEDS_BACKEND": (c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=None), FLEX_DEEPEP),
+    "GLOO_ALLTOALL_NO_EXPERT_TP": (c(distributed_backend="gloo", expert_tensor_parallel_size=2),
+                                   c(distributed_backend="gloo", expert_tensor_parallel_size=1)),
     "FLEX_NEEDS_TP_X_EP": (c(FLEX_DEEPEP, NO_EPO, expert_model_parallel_size=1), FLEX_DEEPEP),
     "NVLINK_EP_GROUP_SPANS_DOMAINS": (
         c(NVL72, world_size=256, num_nodes=64, expert_model_parallel_size=128, num_moe_experts=128),
@@ -508,6 +510,9 @@ CASES = {
                                            c(moe_router_group_topk=2, moe_router_num_groups=8)),
     "ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS": (c(moe_router_group_topk=16, moe_router_num_groups=8),
                                              c(moe_router_group_topk=8, moe_router_num_groups=8)),
+    "ROUTER_TOPK_AT_MOST_NUM_EXPERTS": (c(num_moe_experts=8, moe_router_topk=9), c(num_moe_experts=8, moe_router_topk=8)),
+    "ROUTER_GROUP_TOPK_REACHES_TOPK": (c(moe_router_topk=16, moe_router_num_groups=8, moe_router_group_topk=1),
+                                       c(moe_router_topk=16, moe_router_num_groups=8, moe_router_group_topk=2)),
     "ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX": (c(moe_router_topk=1), c(moe_router_topk=1, moe_router_pre_softmax=True)),
     "MLA_NO_ATTENTION_OUTPUT_GATE": (c(MLA, attention_output_gate=True), MLA),
     "MLA_ROPE_FUSION_NEEDS_YARN": (c(MLA, rope_type="rope", apply_rope_fusion=True),
