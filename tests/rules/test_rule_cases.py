@@ -504,6 +504,8 @@ CASES = {
     "LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES": (c(context_parallel_size=2, cp_comm_type="a2a+p2p"),
                                                    c(context_parallel_size=2, cp_comm_type="a2a")),
     # --- the model document's own consistency
+    "EP_OVERLAP_ONE_LOCAL_EXPERT_ALLTOALL": (c(V("0.16.1"), num_moe_experts=8),
+                                             c(V("0.16.1"), num_moe_experts=16)),
     "ROUTER_GROUP_TOPK_NEEDS_NUM_GROUPS": (c(moe_router_group_topk=2),
                                            c(moe_router_group_topk=2, moe_router_num_groups=8)),
     "ROUTER_EXPERTS_DIVISIBLE_BY_GROUPS": (c(moe_router_group_topk=2, moe_router_num_groups=6),
