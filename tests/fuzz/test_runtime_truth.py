@@ -94,7 +94,7 @@ def _yaml(value) -> str:
 WORLD1 = ["platform.gpus_per_node=1", "parallelism.ep=1", "moe.overlap.ep_comm=false"]
 
 # Configurations each worth keeping in the fixed corpus (the layouts and routing the property found
-# interesting); FOUND's reproducers are refused now, so they are checked by test_found_* instead.
+# interesting); FOUND's reproducers are refused now: test_what_the_property_found_* checks them.
 CORPUS = [
     [],  # tiny-moe/cpu itself: EP=2, alltoall, EP overlap
     WORLD1 + ["model.moe.router_topk=4"],  # top-k equal to the experts: the boundary the first rule draws
@@ -176,10 +176,8 @@ def test_what_the_property_found_is_refused_and_really_fails_without_the_rule(ru
     assert not step.ok and failure in step.output, step.output[-3000:]
 
 
-@pytest.mark.parametrize("rule_id,overrides,failure", [FOUND[0], FOUND[2], FOUND[3], FOUND[4]],
-                         ids=["topk", "etp", "ep-overlap", "groups"])
-def test_each_fix_offered_for_a_found_configuration_compiles_and_trains(rule_id, overrides, failure,
-                                                                         tmp_path_factory):
+@pytest.mark.parametrize("overrides", [FOUND[i][1] for i in (0, 2, 3, 4)], ids=["topk", "etp", "ep-overlap", "groups"])
+def test_each_fix_offered_for_a_found_configuration_compiles_and_trains(overrides, tmp_path_factory):
     _, refused = truthlib.compile_plan(overrides)
     [diag] = refused.diagnostics
     assert diag.fixes
