@@ -15,6 +15,8 @@ ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 LM_CONFIG = "Megatron-LM megatron/training/argument_utils.py core_transformer_config_from_args"
 SPECS = "megatron-core models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec"
 MTP_LAYER = "megatron-core transformer/multi_token_prediction.py MultiTokenPredictionLayer.__init__"
+TOPK = "megatron-core transformer/moe/moe_utils.py topk_routing_with_score_function"
+GROUP_LIMITED = "megatron-core transformer/moe/moe_utils.py group_limited_topk"
 VARIANT_SPECS = "megatron-core models/gpt/experimental_attention_variant_module_specs.py get_linear_attention_pattern"
 
 GROUPS, GROUP_TOPK = F("moe_router_num_groups"), F("moe_router_group_topk")
@@ -66,6 +68,22 @@ RULES = (
          source="megatron-core transformer/moe/router.py TopKRouter.sinkhorn_load_balancing, at the router's first "
                 "forward", fix="set model.moe.aux_loss_coeff: 0, or another model.moe.router_load_balancing_type",
          megatron_message="Sinkhorn routing does not support aux loss."),
+    # Found by tests/fuzz/test_runtime_truth.py (compiled, then failed at the router's first forward): megatron-core
+    # checks neither; torch.topk raises "selected index k out of range" (RuntimeError), every rank at step 1.
+    Rule(id="ROUTER_TOPK_AT_MOST_NUM_EXPERTS", severity="error", when=IsSet(F("num_moe_experts"))
+         & (F("num_moe_experts") > 0), require=F("moe_router_topk") <= F("num_moe_experts"),
+         message="a token cannot be routed to more experts than there are (router_topk above num_experts)",
+         source=f"{TOPK} (torch.topk(scores, k=topk) at line 697 of 0.16.1), at the router's first forward step",
+         fix="set model.moe.router_topk <= model.moe.num_experts", megatron_message=None, origin="moeforge"),
+    Rule(id="ROUTER_GROUP_TOPK_REACHES_TOPK", severity="error",
+         when=GROUP_ROUTING & IsSet(GROUPS) & (GROUPS > 0) & IsSet(F("num_moe_experts")),
+         require=F("moe_router_topk") * GROUPS <= GROUP_TOPK * F("num_moe_experts"),
+         message="group-limited routing picks router_topk experts among router_group_topk groups of "
+                 "num_experts / router_num_groups experts each: there are fewer than router_topk to pick from",
+         source=f"{GROUP_LIMITED} (scores.view(...).topk(topk // group_topk) at line 554, torch.topk(masked_scores, "
+                "k=topk) at line 568 of 0.16.1), at the router's first forward step",
+         fix="raise model.moe.router_group_topk (to router_topk x router_num_groups / num_experts or more), or "
+             "lower model.moe.router_topk", megatron_message=None, origin="moeforge"),
     # softmax over a single selected logit is constant: its gradient is zero
     Rule(id="ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX", severity="error",
          when=(F("moe_router_topk") == 1) & (F("moe_router_score_function") == "softmax")

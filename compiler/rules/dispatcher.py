@@ -28,6 +28,7 @@ HYBRIDEP = FLEX & (BACKEND == "hybridep")
 NCCLEP = FLEX & (BACKEND == "ncclep")
 ON_GPU = F("device") == "cuda"
 EP, NVL = F("expert_model_parallel_size"), F("nvlink_domain")
+ETP = F("expert_tensor_parallel_size")
 RANKS = F("hybridep_ranks_per_nvlink_domain")
 SMS = F("moe_flex_dispatcher_num_sms")
 DEEPEP_GPU = Or(F("gpu_major").isin(8, 9), F("gpu_product").isin("B200", "B300"))
@@ -224,4 +225,16 @@ RULES = (
          fix="use moe_token_dispatcher_type: alltoall",
          megatron_message="Token dispatcher type: {moe_token_dispatcher_type} does not support variable sequence "
                           "length, please use alltoall dispatcher instead.", lint_only=True),
+    # Found by tests/fuzz/test_runtime_truth.py: with expert TP the alltoall dispatcher gathers each rank's tokens over
+    # the expert-TP group with uneven split sizes (dispatch_postprocess -> _gather_along_first_dim's list all_gather);
+    # NCCL takes uneven sizes, gloo raises "ProcessGroupGloo::allgather: invalid tensor size" at the first MoE layer.
+    Rule(id="GLOO_ALLTOALL_NO_EXPERT_TP", severity="error",
+         when=(F("distributed_backend") == "gloo") & (DISP == "alltoall"),
+         require=Or(IsSet(ETP) & (ETP == 1), Not(IsSet(ETP)) & (F("tensor_model_parallel_size") == 1)),
+         message="over gloo the alltoall dispatcher cannot gather uneven token counts across expert-TP ranks "
+                 "(expert tensor parallelism above 1)",
+         source="megatron-core tensor_parallel/mappings.py _gather_along_first_dim (torch.distributed.all_gather "
+                "of uneven splits, line 150 of 0.16.1), from transformer/moe/token_dispatcher.py "
+                "MoEAlltoAllTokenDispatcher.dispatch_postprocess (line 696), at the first MoE layer's forward",
+         fix="set parallelism.etp: 1, or moe.dispatcher: allgather", megatron_message=None, origin="moeforge"),
 )

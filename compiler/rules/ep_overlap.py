@@ -143,4 +143,22 @@ RULES = (
          fix="set moe.overlap.ep_comm: true, or moe.overlap.early_attn_memory_release: false",
          megatron_message="overlap_moe_expert_parallel_comm must be enabled when enabling "
                           "ep_overlap_early_attn_memory_release"),
+    # Found by tests/fuzz/test_runtime_truth.py (EP 2, two experts, alltoall, bf16 on megatron-core 0.16.1): the
+    # combined-1F1B "mlp" node frees its input after the forward, but with one local expert the alltoall dispatcher's
+    # dispatch_postprocess is the identity, so that input is what the expert's fc1 saved for backward ("The tensor
+    # has a non-zero number of elements, but its data is not allocated yet" in the first backward). 0.17.0's
+    # should_free_input keeps it (num_local_experts > 1 or a non-alltoall dispatcher); 0.19.2 trains it (measured).
+    Rule(id="EP_OVERLAP_ONE_LOCAL_EXPERT_ALLTOALL", severity="error",
+         when=EP_OVERLAP & (F("moe_token_dispatcher_type") == "alltoall") & Not(IsSet(F("fp8")))
+         & Not(IsSet(F("fp4"))) & Or(IsSet(F("expert_tensor_parallel_size")) & (F("expert_tensor_parallel_size") == 1),
+                                      Not(IsSet(F("expert_tensor_parallel_size")))
+                                      & (F("tensor_model_parallel_size") == 1)),
+         require=F("num_moe_experts") > F("expert_model_parallel_size"),
+         message="with megatron-core < 0.17, EP overlap under the alltoall dispatcher frees the expert input that "
+                 "backward needs when each rank holds one expert (num_experts equal to EP)",
+         source="megatron-core 0.16.1 models/gpt/fine_grained_callables.py should_free_input (\"mlp\": not "
+                "enable_hybridep, line 74) and pipeline_parallel/utils.py ScheduleNode.forward "
+                "(input.untyped_storage().resize_(0), line 238); fixed in 0.17.0",
+         fix=f"use more experts than parallelism.ep, megatron-core >= 0.17, {OFF}", megatron_message=None,
+         origin="moeforge", versions=(("megatron_core", "<0.17.0"),)),
 )

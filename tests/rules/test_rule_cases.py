@@ -165,6 +165,8 @@ CASES = {
         c(NO_EPO, overlap_dispatch_backward_with_experts_wgrad=True)),
     # --- dispatcher
     "FLEX_NEEDS_BACKEND": (c(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=None), FLEX_DEEPEP),
+    "GLOO_ALLTOALL_NO_EXPERT_TP": (c(distributed_backend="gloo", expert_tensor_parallel_size=2),
+                                   c(distributed_backend="gloo", expert_tensor_parallel_size=1)),
     "FLEX_NEEDS_TP_X_EP": (c(FLEX_DEEPEP, NO_EPO, expert_model_parallel_size=1), FLEX_DEEPEP),
     "NVLINK_EP_GROUP_SPANS_DOMAINS": (
         c(NVL72, world_size=256, num_nodes=64, expert_model_parallel_size=128, num_moe_experts=128),
@@ -502,12 +504,17 @@ CASES = {
     "LAYOUT_CP_A2A_P2P_NEEDS_HIERARCHICAL_SIZES": (c(context_parallel_size=2, cp_comm_type="a2a+p2p"),
                                                    c(context_parallel_size=2, cp_comm_type="a2a")),
     # --- the model document's own consistency
+    "EP_OVERLAP_ONE_LOCAL_EXPERT_ALLTOALL": (c(V("0.16.1"), num_moe_experts=8),
+                                             c(V("0.16.1"), num_moe_experts=16)),
     "ROUTER_GROUP_TOPK_NEEDS_NUM_GROUPS": (c(moe_router_group_topk=2),
                                            c(moe_router_group_topk=2, moe_router_num_groups=8)),
     "ROUTER_EXPERTS_DIVISIBLE_BY_GROUPS": (c(moe_router_group_topk=2, moe_router_num_groups=6),
                                            c(moe_router_group_topk=2, moe_router_num_groups=8)),
     "ROUTER_GROUP_TOPK_AT_MOST_NUM_GROUPS": (c(moe_router_group_topk=16, moe_router_num_groups=8),
                                              c(moe_router_group_topk=8, moe_router_num_groups=8)),
+    "ROUTER_TOPK_AT_MOST_NUM_EXPERTS": (c(num_moe_experts=8, moe_router_topk=9), c(num_moe_experts=8, moe_router_topk=8)),
+    "ROUTER_GROUP_TOPK_REACHES_TOPK": (c(moe_router_topk=16, moe_router_num_groups=8, moe_router_group_topk=1),
+                                       c(moe_router_topk=16, moe_router_num_groups=8, moe_router_group_topk=2)),
     "ROUTER_TOP1_SOFTMAX_NEEDS_PRE_SOFTMAX": (c(moe_router_topk=1), c(moe_router_topk=1, moe_router_pre_softmax=True)),
     "MOE_PROBS_ON_INPUT_NEEDS_TOP1": (c(moe_apply_probs_on_input=True),
                                       c(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True)),
