@@ -27,6 +27,7 @@ from moeforge.compiler.resources import BUILTIN_RECIPES
 
 
 def parser() -> argparse.ArgumentParser:
+    """The calibrate flags, kept apart from main so `moeforge calibrate --help` and the tests read one parser."""
     p = argparse.ArgumentParser(
         prog="moeforge calibrate",
         description="Fit a platform's step-time and memory constants (docs/layout-model.md, section 10) to measured "
@@ -64,6 +65,7 @@ class Refused(Exception):
 
 
 def main(argv) -> int:
+    """Entry for `moeforge calibrate`: its refusals end as located messages with exit 2, never a traceback."""
     argv = list(argv)
     return command_main("moeforge calibrate", parser(), lambda args: run(args, argv), argv,
                         (Refused, RunError, LogError, calib.CalibrationError))
@@ -119,6 +121,7 @@ def _missing(platform: str, missing: list[str]) -> str:
 
 
 def gather(args) -> tuple[list, list[str]]:
+    """The runs to fit: the report files given, plus each --log pair, a log already read as a report counted once."""
     runs, skipped = R.collect(args.runs)
     for log, source in args.log:
         plan, label = R.plan_for(source, args.overrides, args.platform)
@@ -137,6 +140,7 @@ def _need_scipy() -> None:
 
 
 def run(args, argv: list[str] = ()) -> int:
+    """Fit one platform's constants and write its calibration file; refuses runs of mixed platforms or none usable."""
     _need_scipy()
     if not args.runs and not args.log:
         raise Refused("no runs: give report.json files or directories, or --log LOG SOURCE")

@@ -27,6 +27,7 @@ def _r(x, digits=6):
 
 def build(platform: str, platform_file: Path | None, runs: list, time_fit, mem_fit, assumed: dict,
           weak: list[str] = ()) -> dict:
+    """The calibration document, rounded and sorted so that refitting the same runs rewrites it unchanged."""
     doc = {"schema": SCHEMA, "platform": platform,
            "platform_sha256": hashlib.sha256(platform_file.read_bytes()).hexdigest() if platform_file else None,
            "made_by": f"moeforge {__version__}"}

@@ -50,6 +50,7 @@ class TimeFit:
 
     @staticmethod
     def error(est: list, measured: list) -> list:
+        """Relative error per run (estimate / measured - 1); None where a run has no estimate."""
         return [None if e is None else e / m - 1 for e, m in zip(est, measured)]
 
 
@@ -68,14 +69,17 @@ class Model:
         return value if value is not None else calib.TIME_CONSTANTS[name].fixed
 
     def cal(self, values: dict) -> calib.Calibration:
+        """A calibration holding the fitted values over the platform's constants, the form steptime.estimate takes."""
         return calib.Calibration(self.platform, time={**self.base, **values}, assumed=self.assumed)
 
     def times(self, values: dict, indices=None) -> list[float]:
+        """Estimated step seconds of the runs (all, or those indexed) under trial constants: the residual's input."""
         c = self.cal(values)
         idx = range(len(self.runs)) if indices is None else indices
         return [steptime.estimate(self.runs[i].plan, self.lays[i], self.facts[i], calibration=c).total_s for i in idx]
 
     def time_of(self, plan: dict, values: dict, facts: dict | None = None) -> float:
+        """One plan's estimated step seconds under trial constants, for a plan outside the fitted runs."""
         return steptime.estimate(plan, facts=facts, calibration=self.cal(values)).total_s
 
 

@@ -114,6 +114,7 @@ class Log:
         return best or None
 
     def global_batch_size(self) -> int | None:
+        """The batch every logged iteration agrees on; None when the log shows none or several (no run to calibrate)."""
         sizes = {it.values.get("global_batch_size") for it in self.iterations} - {None}
         return sizes.pop() if len(sizes) == 1 else None
 
@@ -162,6 +163,7 @@ def _check(log: Log, it: Iteration, number: int) -> None:
 
 
 def parse_memory(line: str) -> tuple[int, str, dict] | None:
+    """A `[Rank N] ... memory (MB) | ...` line as (rank, stage, bytes by label); refuses an MB value out of range."""
     m = _MEMORY.search(line)
     if not m:
         return None

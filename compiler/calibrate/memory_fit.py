@@ -82,6 +82,7 @@ def problems(runs, fix_scale: bool) -> list[str]:
 
 
 def fit_memory(runs, fix_scale: bool = False, loo: bool = True) -> MemoryFit:
+    """Bounded linear least squares of the measured peaks on the memory model's terms, with leave-one-out errors."""
     import numpy as np  # lazy: numpy and scipy only when a fit runs (`moeforge calibrate`)
     from scipy.optimize import lsq_linear  # lazy: as above
 

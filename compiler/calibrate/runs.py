@@ -63,6 +63,7 @@ class Run:
 
     @property
     def platform(self) -> str:
+        """The platform the run was compiled for: calibration fits one platform at a time."""
         return self.plan["platform"]["name"]
 
 
