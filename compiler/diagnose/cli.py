@@ -21,6 +21,7 @@ from moeforge.compiler.estimate import memory, steptime
 
 
 def parser() -> argparse.ArgumentParser:
+    """The diagnose flags, kept apart from main so `--help` and the tests read one parser."""
     p = argparse.ArgumentParser(prog="moeforge diagnose",
                                 description="Attribute a run's step to the four walls (memory, communication, host "
                                             "overhead, compute), name the dominant one, and list the domain documents' "
@@ -38,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
+    """Entry for `moeforge diagnose`: unreadable runs, traces and calibrations end as messages with exit 2."""
     return command_main("moeforge diagnose", parser(), run, argv,
                         (RunError, TraceError, calib.CalibrationError, steptime.PerformanceError))
 
@@ -97,6 +99,7 @@ def reports(path: Path, repeat: int | None = None) -> list[Path]:
 
 
 def run(args) -> int:
+    """Diagnose each report found (every repeat of a sweep point) and print them as text or one JSON document."""
     found = reports(Path(args.run), args.repeat)
     out = [diagnose(p, args.trace, args.calibration) for p in found]
     if args.format == "json":
@@ -107,6 +110,7 @@ def run(args) -> int:
 
 
 def text(d: dict) -> str:
+    """The terminal report: walls with their shares, the dominant one and why, then each fix with its estimate."""
     lines = [f"{d['run']}: {d['step_s'] * 1e3:.1f} ms per step"
              + (f", peak {d['peak_memory_bytes'] / memory.GIB:.3f} GiB per rank" if d["peak_memory_bytes"] else ""),
              f"  walls from the {d['source']}", f"  {d['calibration_note']}", ""]

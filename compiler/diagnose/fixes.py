@@ -58,6 +58,7 @@ def _pp_layout(plan: dict) -> list[str] | None:
 
 
 def candidates(wall: str, plan: dict) -> list[tuple[str, list[str]]]:
+    """The domain documents' fixes for a wall, as (label, --set values), only those that apply to this plan."""
     tc, lay, tr = plan["transformer_config"], plan["layout"], plan["training"]
     out: list[tuple[str, list[str]]] = []
     fp8 = ("FP8", ["precision.fp8=e4m3", "precision.fp8_recipe=" +

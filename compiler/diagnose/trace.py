@@ -80,6 +80,7 @@ def _inside(union: list, t: float) -> bool:
 
 
 def is_comm(name: str) -> bool:
+    """Whether a trace event is communication (NCCL/gloo kernel or c10d op), by its name's markers."""
     low = name.lower()
     return any(m in low for m in COMM_MARKS)
 
@@ -140,6 +141,7 @@ def _events(path: Path, doc) -> list[dict]:
 
 
 def split(path: Path | str) -> TraceSplit:
+    """One trace's step split into exposed communication, compute and host gaps, averaged over its profiled steps."""
     path = Path(path)
     try:
         doc = bounded.read_json(path, bounded.LIMITS["trace"])

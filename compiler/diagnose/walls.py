@@ -42,6 +42,7 @@ class Walls:
 
 
 def capacity_bytes(plan: dict) -> int | None:
+    """Bytes a rank may use: the platform's memory budget, else the GPU's memory; None when neither is stated."""
     plat = plan.get("platform") or {}
     gb = plat.get("memory_budget_gb") or (plat.get("gpu") or {}).get("memory_gb")
     return int(gb * memory.GIB) if gb else None
@@ -92,6 +93,7 @@ def memory_facts(plan: dict, peak: int | None, cal: Calibration | None) -> tuple
 
 
 def attribute(report: dict, plan: dict, step_s: float, cal: Calibration | None, split=None) -> Walls:
+    """Split the measured step over the walls, from the trace when there is one, else from the step-time estimate."""
     peak = report.get("peak_memory_bytes_max") or report.get("peak_memory_bytes_rank0")
     bound, mem_lines, recomputed = memory_facts(plan, peak, cal)
     numbers = {"memory": mem_lines}
