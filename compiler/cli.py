@@ -55,6 +55,7 @@ def parser(only: str | None = ALL):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Dispatch argv to a command after the global --root; returns the exit code (0 ok, 1 found problems, 2 bad use)."""
     if argv is None and in_main_thread():
         import signal  # lazy: only a real CLI run (main thread) resets SIGPIPE
 

@@ -121,10 +121,12 @@ def schema() -> dict:
 
 
 def text() -> str:
+    """The schema file's exact text, one place for both writing it and `--check`."""
     return json.dumps(schema(), indent=2) + "\n"
 
 
 def main(argv=None) -> int:
+    """Write schemas/model.v1.json (`make schemas`), or with --check exit 1 when it differs from the knob table."""
     args = sys.argv[1:] if argv is None else argv
     wanted = text()
     if "--check" in args:

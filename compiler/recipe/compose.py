@@ -37,6 +37,7 @@ class Composed:
     files: dict = field(default_factory=dict)  # "platform"/"model"/"recipe" -> the file that was read
 
     def pos(self, path) -> Position:
+        """Where a key came from: its own position, else its nearest parent's, else the file's first line."""
         path = tuple(path)
         while path:
             if path in self.origins:
@@ -360,6 +361,7 @@ def parse_override(text: str) -> tuple[tuple, object]:
 
 
 def apply_overrides(data: dict, origins: dict, overrides) -> None:
+    """Apply --set overrides in place, recording each as its own origin; all bad overrides reported at once."""
     errors = []
     for text in overrides:
         try:
