@@ -9,6 +9,7 @@ from moeforge.compiler.knobs import layout as L
 
 
 def put(doc: dict, dotted: str, value) -> None:
+    """Set a dotted path in a document, making the mappings on the way: how each importer files a value."""
     node = doc
     parts = dotted.split(".")
     for p in parts[:-1]:
@@ -25,6 +26,7 @@ def put_path(recipe: dict, model: dict, path: str, value) -> None:
 
 
 def has_path(recipe: dict, model: dict, path: str) -> bool:
+    """Whether an imported document states a path (`model.` paths in the model document), set even to None."""
     node = model if path.startswith("model.") else recipe
     for part in path.split(".")[1 if path.startswith("model.") else 0:]:
         if not isinstance(node, dict) or part not in node:

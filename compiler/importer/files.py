@@ -35,6 +35,7 @@ def render(imp: Imported, doc: dict, kind: str, source: str, path: Path) -> str:
 
 
 def write(imp: Imported, root: Path, source: str, force: bool = False) -> tuple[Path, Path]:
+    """Write the model then the recipe atomically; refuses to overwrite either without --force."""
     recipe_path = root / "imported" / f"{imp.recipe['name']}.yaml"
     model_path = root / "models" / f"{imp.model['name']}.yaml"
     for p in (recipe_path, model_path):
@@ -56,6 +57,7 @@ def compile_verdict(recipe_path: Path, root: Path) -> list[str]:
 
 
 def main(args) -> int:
+    """Entry for `moeforge import`: routes a config.json to the HF importer, writes the files, exits 2 on bad input."""
     source = args.source
     if hf.config_path(source) is not None:  # a model directory
         return hf.main(args)

@@ -305,6 +305,7 @@ def _number(text: str) -> bool:
 
 def import_text(text: str, name: str = "<launch>", platform: str | None = None, root: Path | None = None,
                 recipe_name: str | None = None) -> Imported:
+    """Turn a launch (script, args file, functional test or Bridge recipe) into recipe and model documents."""
     kind = detect(text, name)
     root = project.recipes() if root is None else root
     platforms = platform_docs(root)

@@ -12,18 +12,21 @@ rest inside each function (`# lazy:`): importing moeforge.compiler.importer.hf.f
 
 
 def config_path(source: str):
+    """The config.json a source names (a file or a model directory), for the import's file-kind dispatch."""
     from moeforge.compiler.launch_reader.kinds import hf_config_path as find  # lazy: see the docstring
 
     return find(source)
 
 
 def detect(source: str, text: str | None) -> bool:
+    """Whether a source is a Hugging Face config, without loading the rest of the compiler."""
     from moeforge.compiler.launch_reader.kinds import is_hf_config as is_hf  # lazy: see the docstring
 
     return is_hf(source, text)
 
 
 def main(args, text: str | None = None) -> int:
+    """Import a Hugging Face config (`moeforge import`), loading the reader only when one is imported."""
     from moeforge.compiler.importer.hf.document import main as run  # lazy: see the docstring
 
     return run(args, text)

@@ -124,6 +124,7 @@ def _scalar(value) -> str:
 
 
 def render_model(imp: HfImport, source: str, path: Path) -> str:
+    """The model document as YAML, each value commented with its config.json key; must read back unchanged."""
     lines = [comment(f"yaml-language-server: $schema={project.schema_ref(path, 'model')}"),
              comment(f"Imported by `moeforge import` from {source}: Hugging Face {imp.origin}, read as {imp.family}."),
              "# Each value's comment names the config.json key it came from (or the modelling code that fixes it)."]
@@ -149,6 +150,7 @@ def _line(text: str, source: str | None) -> str:
 
 
 def render_recipe(imp: HfImport, source: str, path: Path) -> str:
+    """A starter recipe for the imported model, its header saying what is left to megatron-core and the solver."""
     head = [comment(f"yaml-language-server: $schema={project.schema_ref(path, 'recipe')}"),
             comment(f"The model imported by `moeforge import` from {source}, on {imp.platform}. What is not stated here is"),
             "# megatron-core's default or the solver's choice: one node, no model parallelism. precision.dtype is",
@@ -159,6 +161,7 @@ def render_recipe(imp: HfImport, source: str, path: Path) -> str:
 
 
 def write(imp: HfImport, root: Path, source: str, force: bool = False) -> list[Path]:
+    """Write the model document (and its recipe, when one is made); refuses to overwrite any without --force."""
     model_path, recipe_path = root / "models" / f"{imp.name}.yaml", root / "imported" / f"{imp.name}.yaml"
     files = {model_path: render_model(imp, source, model_path)}
     if imp.recipe is not None:

@@ -72,6 +72,7 @@ class Read:
     unread: dict = field(default_factory=dict)     # config.json keys no field came from -> value
 
     def put(self, path: str, value, source: str) -> None:
+        """Record one read value with the config key (or code) it came from, for the document's comments."""
         self.fields[path] = (value, source)
 
 
@@ -84,6 +85,7 @@ class Keys:
         self.read: set = set()
 
     def has(self, *names) -> bool:
+        """Whether config.json sets any of these aliases to a value (a null counts as absent)."""
         return any(self.data.get(n) is not None for n in names)
 
     def get(self, *names, default=_MISSING, required: bool = False, null: bool = False):

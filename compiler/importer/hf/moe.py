@@ -8,6 +8,7 @@ from moeforge.compiler.launch_reader.text import ImportError_
 
 
 def moe(keys: Keys, out: Read) -> None:
+    """Read the MoE half of a config (experts, shared experts, MoE layers, router) into `out`, each with its source."""
     fam, get, put = keys.family, keys.get, out.put
     value, src = get(*F.EXPERTS, required=True)
     put("moe.num_experts", value, src)
