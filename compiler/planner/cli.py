@@ -15,6 +15,7 @@ from moeforge.compiler.planner import emit, report, search
 
 
 def parser() -> argparse.ArgumentParser:
+    """The plan-layout flags, its own since compiler/cli.py forwards everything after the command name."""
     p = argparse.ArgumentParser(
         prog="moeforge plan-layout",
         description="Rank the layouts (TP, PP, VPP, CP, EP, ETP, MBS, dispatcher, overlap, recompute) a model can "
@@ -45,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv) -> int:
+    """Entry for `moeforge plan-layout`: a bad setting or calibration ends as a message with exit 2."""
     return command_main("moeforge plan-layout", parser(), _run, argv, (calibration.CalibrationError, search.PlannerError))
 
 

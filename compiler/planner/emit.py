@@ -16,6 +16,7 @@ HEADER = ("# Written by `moeforge plan-layout`: the planner's best layout, check
 
 
 def description(ev: Evaluated, s: Setting) -> str:
+    """The emitted recipe's description: the layout and its estimate, so the file says why it was chosen."""
     t = ev.time
     cap = f" of {s.capacity_gb:g}" if s.capacity_gb else ""
     return (f"{s.model} on {s.gpus} x {s.platform}, planned by moeforge plan-layout: {ev.cand.describe()}, "
@@ -25,6 +26,7 @@ def description(ev: Evaluated, s: Setting) -> str:
 
 
 def recipe_text(ev: Evaluated, s: Setting) -> str:
+    """The winner as recipe YAML: the very document the rules confirmed, under the generated-file header."""
     doc = ev.cand.recipe(s, description(ev, s))
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=110)
 
@@ -50,6 +52,7 @@ def may_replace(path: str | Path, force: bool) -> None:
 
 
 def write(path: str | Path, text: str) -> Path:
+    """Write --emit's file atomically; an unwritable path is a PlannerError naming it, not a traceback."""
     path = Path(path)
     try:
         write_file_atomically(path, text)

@@ -32,6 +32,7 @@ def record(ev: Evaluated, capacity_gb: float | None) -> dict:
 
 
 def as_json(result: Result) -> str:
+    """`--format json`: field names are fixed, since checks and the validation read them."""
     cap = result.setting.capacity_gb
     s = result.setting
     return json.dumps({"model": s.model, "platform": s.platform, "gpus": s.gpus, "seq_length": s.seq,
@@ -66,6 +67,7 @@ def decimals(values) -> int:
 
 
 def table(result: Result) -> str:
+    """The ranked table for a terminal: confirmed, then estimated only (~), then rejected (x) with reasons."""
     s, cap = result.setting, result.setting.capacity_gb
     nodes = f"{s.nodes} node{'s' if s.nodes > 1 else ''}"
     more = (f", {len(result.unconfirmed)} more estimated only (~: past the {CONFIRM_BUDGET} compiles the rules "

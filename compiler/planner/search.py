@@ -51,10 +51,12 @@ class Evaluated:
 
     @property
     def memory_gb(self) -> float:
+        """Peak memory per rank in GiB (the table heads it GB), the unit the platform's memory_gb is read in."""
         return self.mem.total / GIB
 
     @property
     def step_s(self) -> float:
+        """Estimated step seconds; infinity when there is no estimate, so such a candidate sorts last."""
         return self.time.total_s if self.time else float("inf")
 
 
@@ -97,6 +99,7 @@ def document(kind: str, name: str) -> tuple[dict, Path]:
 
 def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: int | None = None,
             force_balance: bool = False) -> space.Setting:
+    """Load and check the model and platform for a search; refuses sizes out of range and partial nodes."""
     for name, value in (("--gpus", gpus), ("--seq", seq), ("--gbs", gbs)):
         if value is not None and value < 1:
             raise PlannerError(f"{name} must be a positive integer, got {value}")
@@ -156,6 +159,7 @@ class Compiler:
 
 
 def reasons_of(exc: CompileError) -> list[str]:
+    """The error diagnostics of a refused compile as `code: message`, a rejected candidate's reasons."""
     return [f"{d.code}: {d.message}" for d in exc.diagnostics if d.is_error] or [str(exc)]
 
 
@@ -287,6 +291,7 @@ def base_plan(comp: Compiler, s: space.Setting) -> dict:
 
 
 def search(s: space.Setting, top: int = 10, keep_rejected: bool = False, progress: bool = False) -> Result:
+    """Estimate all candidates, then confirm the fastest through the pipeline, at most CONFIRM_BUDGET compiles."""
     comp = Compiler(s)
     try:
         base = base_plan(comp, s)

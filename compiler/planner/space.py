@@ -60,14 +60,17 @@ class Setting:
 
     @property
     def gpus_per_node(self) -> int:
+        """GPUs per node of the platform (1 when unstated): the unit --gpus must be a multiple of."""
         return self.plat.get("gpus_per_node") or 1
 
     @property
     def nodes(self) -> int:
+        """Whole nodes the GPUs fill, at least one: resources.nodes of the emitted recipe."""
         return max(1, self.gpus // self.gpus_per_node)
 
     @property
     def capacity_gb(self) -> float | None:
+        """The GPU's memory in GB, or None when the platform does not state it (no memory filter)."""
         return ((self.plat.get("gpu") or {}).get("memory_gb")) or None
 
 
@@ -89,14 +92,17 @@ class Candidate:
     modules: tuple = ()
 
     def layout(self, s: Setting) -> Layout:
+        """The candidate's Layout, as the estimators and the rules see it; an even split lets them place layers."""
         return Layout(world_size=s.gpus, tp=self.tp, cp=self.cp, pp=self.pp, ep=self.ep, etp=self.etp,
                       vpp=self.vpp, gpus_per_node=s.gpus_per_node,
                       num_layers=s.arch["num_layers"] if self.split == "even" else None)
 
     def key(self) -> tuple:
+        """Sort key that breaks ties between equal estimates, so the ranking is deterministic."""
         return (self.tp, self.pp, self.vpp or 1, self.cp, self.ep, self.etp, self.mbs)
 
     def describe(self) -> str:
+        """The parallel sizes in the table's and the description's short form (TP2 PP4 ...)."""
         text = f"TP{self.tp} PP{self.pp}" + (f" VP{self.vpp}" if self.vpp else "") + f" CP{self.cp} EP{self.ep}"
         return text + f" ETP{self.etp} MBS{self.mbs}"
 
@@ -106,12 +112,15 @@ class Candidate:
         return self.split if self.pp > 1 else "-"
 
     def dispatcher_text(self) -> str:
+        """The dispatcher with its flex backend, if any, as the table prints it."""
         return self.dispatcher + (f"/{self.backend}" if self.backend else "")
 
     def overlap_text(self) -> str:
+        """Which overlaps are on (ep, wgrad), `-` for none, as the table prints them."""
         return "+".join(n for n, on in (("ep", self.ep_overlap), ("wgrad", self.delay_wgrad)) if on) or "-"
 
     def recompute_text(self) -> str:
+        """The recompute setting in the table's short form: `sel[modules]`, full or none."""
         if self.recompute == "selective":
             return "sel[" + ",".join(self.modules) + "]"
         return self.recompute or "none"

@@ -21,6 +21,7 @@ RATIO_LIMIT = 1.15    # or estimate it within 15 % of its own best"
 
 
 def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
+    """A tuned Bridge configuration as a planner candidate, so the planner estimates exactly that layout."""
     split = row.get("pipeline_split") or splits.conventional(s.arch, row["pp"], row["vpp"]) or "even"
     return space.Candidate(tp=row["tp"], pp=row["pp"], vpp=row["vpp"], cp=row["cp"], ep=row["ep"], etp=row["etp"],
                            mbs=row["mbs"], split=split, dispatcher=row["dispatcher"], backend=row["flex_backend"],
@@ -29,6 +30,7 @@ def tuned_candidate(row: dict, s: space.Setting) -> space.Candidate:
 
 
 def row_setting(row: dict) -> space.Setting:
+    """The planner setting a tuned configuration ran under (model, platform, GPUs, seq, GBS, routing)."""
     return search.setting(row["model"], row["platform"], row["ngpu"], row["seq"], row["gbs"],
                           row["force_load_balancing"])
 
@@ -73,10 +75,12 @@ def validate(row: dict, searched=None) -> dict:
 
 
 def passes(v: dict) -> bool:
+    """Issue 15's bar: legal, within memory, and ranked in the top RANK_LIMIT or within RATIO_LIMIT of the best."""
     return v["legal"] and v["within_memory"] and (v["rank"] <= RANK_LIMIT or v["ratio"] <= RATIO_LIMIT)
 
 
 def table(results: list[dict]) -> str:
+    """The validation results as a Markdown table, for the report the acceptance check writes."""
     lines = ["| tuned configuration | layout | legal | memory GB | rank | tuned s | best s | ratio | pass |",
              "|---|---|---|---|---|---|---|---|---|"]
     for v in results:
