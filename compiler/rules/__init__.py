@@ -96,6 +96,7 @@ class Rule:
 
     @cached_property
     def fields(self) -> frozenset[str]:
+        """The knobs the rule reads, in either half: the fields a diagnostic names and the solver indexes."""
         return self.when.fields() | self.require.fields()
 
 

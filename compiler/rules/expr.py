@@ -79,6 +79,7 @@ class Expr:
         return Arith("//", self, self._wrap(other))
 
     def isin(self, *values) -> "In":
+        """Membership as a node: Python's `in` cannot build an expression, so rules write F(x).isin(a, b)."""
         return In(self, tuple(values))
 
     __hash__ = object.__hash__
@@ -91,6 +92,7 @@ class Expr:
         return cached
 
     def children(self) -> tuple["Expr", ...]:
+        """The sub-expressions a walk descends into; a leaf has none."""
         return ()
 
 
@@ -99,6 +101,7 @@ class Field(Expr):
     name: str
 
     def fields(self):
+        """A field reads only itself: the leaf the cached union in Expr.fields starts from."""
         return frozenset((self.name,))
 
     def __repr__(self):
@@ -106,6 +109,7 @@ class Field(Expr):
 
 
 def F(name: str) -> Field:
+    """The rule catalogue's shorthand for a knob reference, so a rule reads like its Megatron assertion."""
     return Field(name)
 
 
@@ -124,6 +128,7 @@ class Cmp(Expr):
     b: Expr
 
     def children(self):
+        """Both operands, for the walks and Expr.fields."""
         return (self.a, self.b)
 
     def __repr__(self):
@@ -137,6 +142,7 @@ class Arith(Expr):
     b: Expr
 
     def children(self):
+        """Both operands, for the walks and Expr.fields."""
         return (self.a, self.b)
 
     def __repr__(self):
@@ -152,6 +158,7 @@ class _Junction(Expr):
         self.items = tuple(i if isinstance(i, Expr) else Const(i) for i in items)
 
     def children(self):
+        """Every operand of the And/Or, for the walks and Expr.fields."""
         return self.items
 
     def __repr__(self):
@@ -171,6 +178,7 @@ class Not(Expr):
     item: Expr
 
     def children(self):
+        """The negated operand, for the walks and Expr.fields."""
         return (self.item,)
 
     def __repr__(self):
@@ -183,6 +191,7 @@ class In(Expr):
     values: tuple
 
     def children(self):
+        """The tested operand (the values are constants, not expressions)."""
         return (self.item,)
 
     def __repr__(self):
@@ -197,6 +206,7 @@ class Has(Expr):
     member: str
 
     def children(self):
+        """The list-valued operand (the member is a constant, not an expression)."""
         return (self.item,)
 
     def __repr__(self):
@@ -210,6 +220,7 @@ class IsSet(Expr):
     item: Field
 
     def children(self):
+        """The optional operand whose being set is tested."""
         return (self.item,)
 
     def __repr__(self):
@@ -217,6 +228,7 @@ class IsSet(Expr):
 
 
 def Implies(a: Expr, b: Expr) -> Expr:
+    """a -> b as not-a-or-b, so no interpreter needs an implication step of its own."""
     return Or(Not(a), b)
 
 
@@ -254,6 +266,7 @@ class Walk:
         cls._table = {node: getattr(cls, name) for node, name in Walk.STEPS.items() if hasattr(cls, name)}
 
     def walk(self, expr: Expr, env):
+        """Dispatch to the interpreter's step for the node's type; a node it has no step for is a TypeError."""
         step = self._table.get(type(expr))
         if step is None:
             raise TypeError(f"{type(self).__name__} cannot read {expr!r}")
@@ -276,12 +289,15 @@ class Evaluate(Walk):
     """The value of an expression over field values (field -> value); UNKNOWN propagates like SQL NULL."""
 
     def on_field(self, e, env):
+        """A field's value, UNKNOWN when env lacks it, so a check on an unknown quantity is skipped, not failed."""
         return env.get(e.name, UNKNOWN)
 
     def on_const(self, e, env):
+        """A constant is its own value."""
         return e.value
 
     def on_and(self, e, env):
+        """False if any operand is False (even beside an UNKNOWN), else UNKNOWN if any is, else True."""
         unknown = False
         for item in e.items:
             v = self.walk(item, env)
@@ -292,6 +308,7 @@ class Evaluate(Walk):
         return UNKNOWN if unknown else True
 
     def on_or(self, e, env):
+        """True if any operand is True (even beside an UNKNOWN), else UNKNOWN if any is, else False."""
         unknown = False
         for item in e.items:
             v = self.walk(item, env)
@@ -302,22 +319,27 @@ class Evaluate(Walk):
         return UNKNOWN if unknown else False
 
     def on_not(self, e, env):
+        """Negation, UNKNOWN staying UNKNOWN."""
         v = self.walk(e.item, env)
         return v if v is UNKNOWN else not v
 
     def on_in(self, e, env):
+        """Membership in the constant values, UNKNOWN staying UNKNOWN."""
         v = self.walk(e.item, env)
         return v if v is UNKNOWN else v in e.values
 
     def on_has(self, e, env):
+        """Whether a list-valued knob holds the member; an unset list (None) holds nothing."""
         v = self.walk(e.item, env)
         return v if v is UNKNOWN else e.member in (v or ())
 
     def on_is_set(self, e, env):
+        """Whether an optional knob is set (not None), UNKNOWN staying UNKNOWN."""
         v = self.walk(e.item, env)
         return v if v is UNKNOWN else v is not None
 
     def on_cmp(self, e, env):
+        """Compare as the solver does: == and != on raw values, orderings with None and booleans as numbers."""
         a, b = self.walk(e.a, env), self.walk(e.b, env)
         if a is UNKNOWN or b is UNKNOWN:
             return UNKNOWN
@@ -326,6 +348,7 @@ class Evaluate(Walk):
         return COMPARISONS[e.op](_num(a), _num(b))
 
     def on_arith(self, e, env):
+        """Integer arithmetic as the solver encodes it; a division by zero is UNKNOWN (z3 leaves x % 0 unspecified)."""
         a, b = self.walk(e.a, env), self.walk(e.b, env)
         if a is UNKNOWN or b is UNKNOWN:
             return UNKNOWN
@@ -354,9 +377,11 @@ class Fold(Walk):
     """expr with the given fields replaced by constants and constant subtrees evaluated (by Evaluate)."""
 
     def on_field(self, e, values):
+        """A pinned field becomes its constant; an unpinned one stays for the solver."""
         return Const(values[e.name]) if e.name in values else e
 
     def on_const(self, e, values):
+        """A constant is already folded."""
         return e
 
     def _junction(self, e, values, absorbing: bool):
@@ -370,29 +395,37 @@ class Fold(Walk):
         return rest[0] if len(rest) == 1 else type(e)(*rest)
 
     def on_and(self, e, values):
+        """Fold an And: a False operand decides it, True operands drop out."""
         return self._junction(e, values, False)
 
     def on_or(self, e, values):
+        """Fold an Or: a True operand decides it, False operands drop out."""
         return self._junction(e, values, True)
 
     def on_not(self, e, values):
+        """Fold the operand; a constant result is negated now."""
         return _settled(Not(self.walk(e.item, values)))
 
     def on_in(self, e, values):
+        """Fold the operand; a constant result is tested against the values now."""
         return _settled(In(self.walk(e.item, values), e.values))
 
     def on_has(self, e, values):
+        """Fold the operand; a constant list is tested for the member now (None holds nothing)."""
         item = self.walk(e.item, values)
         return Has(item, e.member) if type(item) is Field else Const(e.member in (item.value or ()))
 
     def on_is_set(self, e, values):
+        """Fold the operand; a constant is tested for being set (not None) now."""
         item = self.walk(e.item, values)
         return IsSet(item) if type(item) is Field else Const(item.value is not None)
 
     def on_cmp(self, e, values):
+        """Fold both operands; two constants are compared now, as Evaluate compares them."""
         return _settled(Cmp(e.op, self.walk(e.a, values), self.walk(e.b, values)))
 
     def on_arith(self, e, values):
+        """Fold both operands; two constants are computed now, as Evaluate computes them."""
         return _settled(Arith(e.op, self.walk(e.a, values), self.walk(e.b, values)))
 
 

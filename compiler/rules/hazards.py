@@ -58,6 +58,7 @@ class Hazard:
 
     @property
     def fields(self) -> frozenset:
+        """The knobs the condition reads: the driver guards the solver's choice of any of them."""
         return self.when.fields()
 
     def matches(self, values: dict):
