@@ -21,6 +21,7 @@ LABEL_SWEEP, LABEL_POINT = "moeforge.dev/sweep", "moeforge.dev/point"
 
 
 def sweep_dir(sweep_name: str, out: str | None = None) -> Path:
+    """build/sweeps/NAME (or under --out): one place for where a sweep's builds, manifest and results live."""
     return Path(out or project.build()) / "sweeps" / sweep_name
 
 
@@ -74,14 +75,17 @@ def record_launch(top: Path, launch: dict) -> None:
 
 
 def update_launch(top: Path, index: int, **fields) -> None:
+    """Record a launch's outcome in the manifest (read, updated, rewritten atomically), keeping the other entries."""
     manifest = read_json(top / MANIFEST) or {}
     manifest["launches"][index].update(fields)
     write(top / MANIFEST, manifest)
 
 
 def planned(manifest: dict) -> list[dict]:
+    """The manifest's points that are to run: refused and collapsed points never launch."""
     return [p for p in manifest["points"] if p["verdict"] == "planned"]
 
 
 def dumps(manifest: dict) -> str:
+    """The manifest as written: sorted keys, so an unchanged sweep rewrites the same bytes."""
     return json.dumps(manifest, indent=2, sort_keys=True)

@@ -28,6 +28,7 @@ class Knob:
     detail: str
 
     def to_json(self) -> dict:
+        """The manifest's record of one collapsed knob (builds.py writes it beside the duplicate point)."""
         return {"knob": self.knob, "values": self.values, "planned": self.planned, "why": self.why,
                 "detail": self.detail}
 
@@ -39,6 +40,7 @@ class Collapsed:
     knobs: tuple          # Knob, ...
 
     def text(self) -> str:
+        """One line saying which point this one duplicates and why, for the check's output and the manifest."""
         if not self.knobs:
             return f"{self.point} = {self.twin}: the same values"
         return f"{self.point} = {self.twin}: " + "; ".join(k.detail for k in self.knobs)

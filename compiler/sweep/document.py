@@ -31,6 +31,7 @@ class Knob:
 
     @property
     def name(self) -> str:
+        """The knob's dotted path, the `--set` key it becomes."""
         return ".".join(self.path)
 
 
@@ -70,6 +71,7 @@ def find(name: str) -> Path:
 
 
 def display(path: Path) -> str:
+    """A path as messages show it: relative to the project root when under it, else as given."""
     try:
         return str(path.absolute().relative_to(project.root().absolute()))
     except ValueError:

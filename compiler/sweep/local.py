@@ -81,6 +81,7 @@ def run(jobs: list[Job], stream=None) -> list[dict]:
 
 
 def run_one(job: Job) -> dict:
+    """Run one repeat of a point under the watchdog and return its status record; never reuses an earlier report."""
     here = status.run_dir(job.build, job.repeat)
     here.mkdir(parents=True, exist_ok=True)
     log = here / "run.log"

@@ -171,12 +171,14 @@ def figure(doc: dict, data: dict | None = None):
 
 
 def png(fig) -> bytes:
+    """The figure as PNG bytes without a Software stamp, so the same results draw the same file."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     return buf.getvalue()
 
 
 def svg(fig) -> str:
+    """The figure as inline SVG for results.html, dates and ids fixed so the page is deterministic."""
     import matplotlib  # lazy: as above
 
     buf = io.StringIO()

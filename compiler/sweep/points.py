@@ -29,6 +29,7 @@ class Point:
 
     @property
     def values(self) -> dict:
+        """The point's knob values by dotted path, as the check and the results table list them."""
         return {k.name: k.value for k in self.knobs}
 
 
@@ -44,6 +45,7 @@ class Compiled:
 
     @property
     def refused(self) -> bool:
+        """Whether the compile refused the point (no plan): such a point is reported, never launched."""
         return self.plan is None
 
 
@@ -95,6 +97,7 @@ def compile_recipe(recipe: str, overrides: list[str]):
 
 
 def compile_point(sweep: Sweep, point: Point) -> Compiled:
+    """Compile one point as `moeforge compile --set ...` would; errors are located at the sweep file's value."""
     knobs = [*sweep.fixed, *point.knobs]
     overrides = [set_text(k) for k in knobs] + [f"name={sweep.name}-{point.id}"]
     out = Compiled(point, overrides)

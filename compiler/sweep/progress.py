@@ -19,6 +19,7 @@ class Progress:
                             bar_format="{desc}: {n}/{total} {bar} {elapsed} {postfix}")
 
     def update(self, done: int, running: int, failed: int) -> None:
+        """Redraw the bar with the counts; a no-op off a terminal, where `finished` prints a line per run instead."""
         if self.bar is None:
             return
         self.bar.set_postfix_str(f"done {done}, running {running}, failed {failed}", refresh=False)
@@ -32,5 +33,6 @@ class Progress:
                   flush=True)
 
     def close(self) -> None:
+        """Close the bar, if one was drawn, so the terminal's next line starts clean."""
         if self.bar is not None:
             self.bar.close()

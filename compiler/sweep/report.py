@@ -38,14 +38,17 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def value(v) -> str:
+    """A knob value as a table cell: `-` for unset, strings bare, anything else as JSON."""
     return "-" if v is None else v if isinstance(v, str) else json.dumps(v)
 
 
 def num(v, fmt: str) -> str:
+    """A number as a table cell in the given format, `-` when absent."""
     return "-" if v is None else format(v, fmt)
 
 
 def check_text(checked) -> str:
+    """What `sweep check` prints: a row per point with its verdict and estimate, then the collapses and totals."""
     sweep, compiled, collapsed = checked.sweep, checked.compiled, checked.collapsed
     swept = [".".join(p) for p in sweep.swept]
     short = short_names(swept)
@@ -91,6 +94,7 @@ def check_text(checked) -> str:
 
 
 def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
+    """What `sweep launch` prints when it ends: runs that failed, and the command that shows the results."""
     if not todo:
         return f"sweep {sweep.name}: every point already has a successful result (results: moeforge results " \
                f"{relative(top)})"

@@ -157,6 +157,7 @@ def _per_rank(lists: list) -> list[int]:
 
 
 def realised(report: dict) -> dict:
+    """What a run realised (entrypoint, device, layout, key fields), to compare with what was planned."""
     fields = report.get("realised") or {}
     layout = report.get("layout") or {}
     return {"entrypoint": report.get("entrypoint", "moeforge"), "device": report.get("device"),
@@ -220,6 +221,7 @@ def check(doc: dict) -> None:
 
 # ------------------------------------------------------------------------------------------- outputs
 def to_json(doc: dict) -> str:
+    """results.json's text: sorted keys, so the same runs give the same file."""
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
@@ -232,6 +234,7 @@ CSV_COLUMNS = ("id", "status", "duplicate_of", "step_time_median_s", "step_time_
 
 
 def rows(doc: dict) -> list[dict]:
+    """One flat row per point, the columns results.csv and the HTML table share."""
     out = []
     for p in doc["points"]:
         m, e = p["measured"] or {}, p["estimate"] or {}
@@ -276,6 +279,7 @@ def cell(v) -> object:
 
 
 def to_csv(doc: dict) -> str:
+    """results.csv: the swept values then the fixed columns, every cell escaped for a spreadsheet."""
     swept = [f"value:{k}" for k in doc["sweep"]["swept"]]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["id", *swept, *CSV_COLUMNS[1:]], extrasaction="ignore", lineterminator="\n")
@@ -286,6 +290,7 @@ def to_csv(doc: dict) -> str:
 
 
 def to_text(doc: dict) -> str:
+    """The terminal table `moeforge results` prints, measured beside estimated, relative to the baseline if any."""
     swept = doc["sweep"]["swept"]
     short = short_names(swept)
     base = doc["baseline"]

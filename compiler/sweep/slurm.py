@@ -45,6 +45,7 @@ def seconds(text: str) -> int:
 
 
 def limit(total: int) -> str:
+    """Seconds as Slurm's --time (D-HH:MM:SS), the form sbatch reads."""
     days, rest = divmod(total, 86400)
     h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)
@@ -76,6 +77,7 @@ def context(sweep, tasks: list[dict], contexts: dict, logs_dir: str, concurrency
 
 
 def render(ctx: dict) -> str:
+    """The job array script from templates/sweep.sbatch.j2, rendered with the sweep's context."""
     return emit.template_env().get_template(f"{SCRIPT}.j2").render(**ctx)
 
 

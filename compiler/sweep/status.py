@@ -34,6 +34,7 @@ RUNTIME_ERROR = re.compile(r"^(?:moeforge\.)?runtime\.(?:train|megatron)\[rank \
 
 
 def run_dir(point_dir: Path, repeat: int) -> Path:
+    """Where a repeat's record and log live: <point>/runs/<repeat>, one place for launcher and results."""
     return point_dir / "runs" / str(repeat)
 
 

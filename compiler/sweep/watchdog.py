@@ -42,6 +42,7 @@ def _mark_lost(status_path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Run the command, ending its process group when the launcher's pipe closes; exit with the run's status."""
     fd, status_path, cmd = int(argv[0]), argv[1], argv[2:]
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: None)  # the group's signal reaches the run itself; wait for it to end

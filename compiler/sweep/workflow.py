@@ -31,20 +31,24 @@ class Checked:
 
     @property
     def launchable(self) -> list[Compiled]:
+        """The points to launch: compiled, not refused, and not collapsed into a twin."""
         return [c for c in self.compiled if not c.refused and c.point.id not in self.collapsed]
 
     @property
     def refused(self) -> list[Compiled]:
+        """The points the compile refused, which check reports and launch skips."""
         return [c for c in self.compiled if c.refused]
 
 
 def check(name: str) -> Checked:
+    """Read the sweep, compile every point, collapse identical launches: what check and launch both start from."""
     sweep = document.load(name)
     compiled = points.compile_all(sweep, points.expand(sweep))
     return Checked(sweep, compiled, collapse(compiled))
 
 
 def write(checked: Checked, out: str | None = None) -> tuple[Path, dict]:
+    """Write every launchable point's build and the manifest under the sweep's directory; returns both."""
     top = builds.sweep_dir(checked.sweep.name, out)
     manifest = builds.write_builds(checked.sweep, checked.compiled, checked.collapsed, top)
     return top, manifest
