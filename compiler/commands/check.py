@@ -32,6 +32,7 @@ NON_RECIPE_DIRS = {"platforms", "models", "sweeps"}  # documents of their own ki
 
 
 def recipe_files(paths) -> list[Path]:
+    """The recipes under the paths (platform, model and sweep folders skipped); an id resolves as compile's does."""
     out = []
     for name in paths:
         path = Path(name)
@@ -95,6 +96,7 @@ def declared_kind(path: Path) -> str:
 
 
 def check_one(path: Path, strict: bool) -> list[Diagnostic]:
+    """One document's diagnostics by its kind; a crash it triggers is an E_INTERNAL at the file, not a traceback."""
     try:
         kind = declared_kind(path)
         if kind == "sweep":
@@ -199,6 +201,7 @@ def _check_all(files: list[Path], strict: bool) -> list[list[Diagnostic]]:
 
 
 def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool = False) -> int:
+    """Check every document named and print the report; exit 1 when any has an error, 0 otherwise."""
     files = document_files(paths)
     results = {}
     for name, diags in [f for f in files if isinstance(f, tuple)]:
@@ -236,6 +239,7 @@ _FORMATS = ("text", "json", "github")
 
 
 def arguments(c) -> None:
+    """check's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
     c.add_argument("--strict", action="store_true", help="silent Megatron behaviour is an error")
     c.add_argument("--format", choices=_FORMATS, default="text",
@@ -273,4 +277,5 @@ def fast_args(argv: list[str]):
 
 
 def run(args) -> int:
+    """Check the paths given, or the whole project's recipes/ when none are."""
     return check_paths(args.paths or [str(project.recipes())], args.strict, args.format, args.quiet, args.advice)

@@ -10,12 +10,14 @@ from moeforge.compiler.targets import emit
 
 
 def arguments(c) -> None:
+    """compile's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     recipe_arguments(c)
     c.add_argument("--out", default=None, help="build root (default: build/ under the project root)")
     output_arguments(c)
 
 
 def run(args) -> int:
+    """Compile and write build/<recipe>/ (a CompileError is reported by cli.py with exit 1)."""
     compiled, build_dir, kept = write_build(args)
     report_build(compiled, build_dir, kept, args)
     return 0

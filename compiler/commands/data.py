@@ -10,6 +10,7 @@ REST = "prepare and its own options"
 
 
 def parser() -> argparse.ArgumentParser:
+    """The data tools listed for `moeforge data --help`; each tool parses its own options in the runtime."""
     p = argparse.ArgumentParser(prog="moeforge data", description="Training data tools. They run in the runtime's "
                                 "Python (megatron-core): `make setup`, then .venv/bin/python -m moeforge.compiler data ...")
     data = p.add_subparsers(dest="data_command", required=True, metavar="{prepare}", help="data command")
@@ -19,6 +20,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def forward(argv: list[str]) -> int:
+    """Hand `data prepare` to the runtime; with no tool named, print the usage (exit 0 on --help, else 2)."""
     if argv[:1] == ["prepare"]:
         return cmd_data_prepare(argv[1:])
     try:  # no tool named: the usage, or --help

@@ -8,4 +8,5 @@ REST = "RUN and diagnose's own options"
 
 
 def forward(argv: list[str]) -> int:
+    """Hand diagnose's argv to its own parser: compiler/cli.py forwards everything after the command name."""
     return main(argv)

@@ -37,6 +37,7 @@ def _side(ref: str, overrides=()) -> tuple[str, dict, dict]:
 
 
 def diff(a: str, b: str) -> list[dict]:
+    """The knobs, facts and launch environment that differ between the two sides, each with where it came from."""
     (_, left, left_env), (_, right, right_env) = _side(a), _side(b)
     out = []
     for field in [k.field for k in K.KNOBS] + [k.field for k in K.FACTS]:
@@ -69,6 +70,7 @@ def _origin(d: dict | None) -> str:
 
 
 def render(rows: list[dict], a: str, b: str, fmt: str = "text") -> str:
+    """The differences as a unified-diff-like text (--- a, +++ b) or as JSON rows."""
     if fmt == "json":
         return json.dumps(rows, indent=2, default=str)
     if not rows:
@@ -84,12 +86,14 @@ def render(rows: list[dict], a: str, b: str, fmt: str = "text") -> str:
 
 
 def arguments(c) -> None:
+    """diff's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("a", help="recipe id or path, build/<recipe> directory, or plan.json")
     c.add_argument("b", help="the other side, the same kinds as A")
     c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
 
 
 def run(args) -> int:
+    """Print the differences; exit 1 when the sides differ, 0 when they resolve alike (as diff(1) does)."""
     rows = diff(args.a, args.b)
     print(render(rows, args.a, args.b, args.format))
     return 1 if rows else 0

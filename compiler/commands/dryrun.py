@@ -9,6 +9,7 @@ DESCRIPTION = ("Run python -m moeforge.runtime.dryrun in this interpreter (it ne
 
 
 def arguments(c) -> None:
+    """dryrun's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("plan", nargs="+", help="plan.json or build/<recipe> directory (several: each in turn)")
     c.add_argument("--rank", default="0", help="global rank, or a comma-separated list; negative counts from "
                                                "the last rank, e.g. 0,-1 (default 0)")
@@ -20,4 +21,5 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Build the ranks' shards in the runtime's Python (a subprocess): the compiler imports no torch."""
     return cmd_dryrun(args)

@@ -12,6 +12,7 @@ from moeforge.compiler.targets.explain import explain
 
 
 def arguments(c) -> None:
+    """explain's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     recipe_arguments(c)
     c.add_argument("--changed", action="store_true", help="only the values that differ from megatron-core's defaults")
     c.add_argument("--calibration", metavar="FILE|none", help="estimate with this calibration (default: the one "
@@ -19,6 +20,7 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Print every decision with its reason and the estimate; a bad calibration document is exit 1."""
     fmt = "json" if args.format == "json" else "text"
     compiled = driver.compile(args.recipe, args.overrides, strict=args.strict)
     try:  # the planner's estimate, with the calibration beside the platform (or the one chosen; "none": none)

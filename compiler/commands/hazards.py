@@ -30,6 +30,7 @@ def arguments(p) -> None:
 
 
 def run(args) -> int:
+    """The whole hazard catalogue, or with a recipe the hazards it meets grouped by what its versions decide."""
     if not args.recipe:
         return _print(args.format, {"hazards": [_entry(h) for h in H.HAZARDS]}, _catalogue_text())
     from moeforge.compiler.driver import compile as compile_recipe  # lazy: only a recipe needs the compiler

@@ -6,6 +6,7 @@ from moeforge.compiler.importer.files import main
 
 
 def arguments(c) -> None:
+    """import's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("source", help="the file to import ('-' reads stdin), or a model directory holding config.json")
     c.add_argument("--platform", help="platform name (default: guessed from the GPU the launch names; a Hugging Face "
                                       "config writes a recipe only with it)")
@@ -16,4 +17,5 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Run the import (compiler/importer/files.py), which reports bad sources itself with exit 2."""
     return main(args)

@@ -8,10 +8,12 @@ from moeforge.compiler.commands.scaffold import init
 
 
 def arguments(c) -> None:
+    """init's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("dir", nargs="?", default=None, help="the directory (default: --root, else the current one)")
 
 
 def run(args) -> int:
+    """Make the project (never overwriting a file) and print what was written and what to do next."""
     root = Path(args.dir).absolute() if args.dir else project.root()
     for name in init(root):
         print(f"wrote {name}")

@@ -153,11 +153,13 @@ def _plan(build: Path) -> dict:
 
 
 def slurm_command(build: Path, timeout: int) -> list[str]:
+    """sbatch --wait under timeout(1), run from the project root so the script's relative paths hold."""
     # no --output here: launch.sbatch's #SBATCH --output/--error put the logs in its logs directory
     return ["timeout", str(timeout), "sbatch", "--wait", "--parsable", f"--chdir={project.root()}", str(build / "launch.sbatch")]
 
 
 def run_local(build: Path) -> int:
+    """Run the build here in the job's Python and print its report; a run saved on a signal keeps its exit code."""
     python = job_python(_plan(build))
     before = _report_stamp(build)
     rc = subprocess.call(local_command(build), cwd=project.root(), env=job_env(python))
@@ -171,6 +173,7 @@ def run_local(build: Path) -> int:
 
 
 def run_slurm(build: Path, timeout: int) -> int:
+    """Submit launch.sbatch and wait; on failure print sbatch's error and the job's log files."""
     python = job_python(_plan(build))
     logs = logs_dir(build)
     if logs is not None:
@@ -224,6 +227,7 @@ def add_arguments(p: argparse.ArgumentParser, what: str = "build/<recipe> direct
 
 
 def main(argv=None) -> int:
+    """Entry for `python -m moeforge.compiler.commands.launch`, which takes --root itself."""
     p = argparse.ArgumentParser(prog="moeforge launch", description="Run a compiled build locally, on Slurm, "
                                 "or print the commands that would run.")
     add_arguments(p)
@@ -238,6 +242,7 @@ DESCRIPTION = ("Run build/<recipe>/ locally (torchrun.sh), on Slurm (sbatch --wa
 
 
 def arguments(c) -> None:
+    """launch's flags on its subparser: a build directory, or a recipe it compiles first."""
     add_arguments(c, "build/<recipe> directory (with plan.json), or a recipe id/path to compile first")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="with a recipe: override a recipe value before compiling (repeatable)")
@@ -262,6 +267,7 @@ def run(args) -> int:
 
 
 def run_build(args) -> int:
+    """Launch a compiled build on its target; no plan.json or a launch error is exit 2 with a message."""
     build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
     if not (build / "plan.json").exists():
         print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)

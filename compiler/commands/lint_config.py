@@ -8,4 +8,5 @@ REST = "FILE and lint-config's own options"
 
 
 def forward(argv: list[str]) -> int:
+    """Hand lint-config's argv to its own parser: compiler/cli.py forwards everything after the command name."""
     return main_lint_config(argv)

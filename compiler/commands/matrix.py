@@ -88,6 +88,7 @@ def _cell_job(job: tuple) -> dict:
 
 
 def build(paths=None) -> tuple[list[str], list[str], dict]:
+    """Compile every recipe on every platform, nodes scaled to keep the world size: rows, columns and cells."""
     files = recipe_files(paths or [str(project.recipes())])
     plats = platforms()
     gpn = gpus_per_node()
@@ -158,6 +159,7 @@ def _fit(name: str, width: int) -> str:
 
 
 def text(rows, plats, table) -> str:
+    """The matrix for a terminal, fitted to WIDTH columns, with a legend for the cell codes."""
     refs = _codes(rows, plats, table)
     cols = [max([len(p)] + [len(_label(table[(r, p)], refs)) for r in rows]) for p in plats]
     room = WIDTH - sum(w + 2 for w in cols)
@@ -193,6 +195,7 @@ def _details(c: dict) -> str:
 
 
 def page(rows, plats, table) -> str:
+    """The matrix as a self-contained HTML page (every value escaped), with each cell's details."""
     head = "".join(f"<th>{html.escape(p)}</th>" for p in plats)
     body = []
     for r in rows:
@@ -213,11 +216,13 @@ def page(rows, plats, table) -> str:
 
 
 def arguments(c) -> None:
+    """matrix's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("paths", nargs="*", help="recipe files or directories (default: the project's recipes/)")
     c.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page (with each cell's details)")
 
 
 def run(args) -> int:
+    """Print the matrix, and with --html write the page atomically."""
     rows, plats, table = build(args.paths or None)
     print(text(rows, plats, table))
     if args.html:

@@ -10,12 +10,14 @@ from moeforge.compiler.recipe.migrate import migrate_file
 
 
 def arguments(c) -> None:
+    """migrate's flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("files", nargs="+", help="recipe, platform or model YAML files")
     c.add_argument("--check", action="store_true",
                    help="change nothing: list the files that would change and exit 1 if there are any")
 
 
 def run(args) -> int:
+    """Migrate each file (or with --check, list what would change); a file that cannot be rewritten stays unchanged."""
     diags, stale = [], []
     for name in args.files:
         try:

@@ -6,6 +6,7 @@ from moeforge.compiler.commands.scaffold import new_model, new_platform, new_rec
 
 
 def arguments(c) -> None:
+    """new's subcommands (platform, model, recipe, sweep) and their names on its subparser."""
     new = c.add_subparsers(dest="what", required=True)
     n = new.add_parser("platform", help="recipes/platforms/NAME.yaml")
     n.add_argument("name", help="the platform's name (its file name)")
@@ -20,6 +21,7 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Write the new document (refusing to overwrite one) and print its path."""
     root = project.root()
     if args.what == "sweep":
         names = new_sweep(root, args.name, args.recipe)

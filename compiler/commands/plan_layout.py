@@ -8,4 +8,5 @@ REST = "MODEL --platform P --gpus N and plan-layout's own options"
 
 
 def forward(argv: list[str]) -> int:
+    """Hand plan-layout's argv to its own parser: compiler/cli.py forwards everything after the command name."""
     return main(argv)

@@ -5,6 +5,7 @@ from moeforge.compiler.commands.sweep import cmd_results
 
 
 def arguments(c) -> None:
+    """results' flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("dir", help="the sweep's build directory (build/sweeps/NAME) or the sweep's name")
     c.add_argument("--format", choices=("table", "csv", "json"), default="table", help="what to print (default table)")
     c.add_argument("--baseline", metavar="POINT", help="show every point relative to this one (e.g. p00)")
@@ -13,4 +14,5 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Collect and print a sweep's results (compiler/commands/sweep.py holds the run)."""
     return cmd_results(args)

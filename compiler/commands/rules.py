@@ -9,12 +9,14 @@ from moeforge.compiler.rules import CATALOGUE, PREFERENCES
 
 
 def arguments(c) -> None:
+    """rules' flags on its subparser (compiler/cli.py builds the parser from each command module)."""
     c.add_argument("ids", nargs="*", metavar="ID", help="rule or preference ids (case-insensitive; a trailing * "
                                                       "matches a prefix, e.g. EP_OVERLAP_*); default: all")
     c.add_argument("--format", choices=("text", "json"), default="text", help="output: text (default) or json")
 
 
 def run(args) -> int:
+    """Print the rules and preferences asked for; an unknown id is exit 2 with the nearest known ids."""
     rules, prefs = list(CATALOGUE), list(PREFERENCES)
     ids = getattr(args, "ids", None) or []
     if ids:

@@ -117,6 +117,7 @@ def _write(files: dict[Path, str], root: Path) -> list[str]:
 
 
 def init(root: Path) -> list[str]:
+    """The project's files: marker, schemas, READMEs, .gitignore, pre-commit and CI; refuses to overwrite any."""
     files = {root / MARKER: MOEFORGE_TOML,
              **{root / SCHEMA_DIR / name: text for name, text in schema_files().items()},
              root / "recipes" / "platforms" / "README.md": README["platforms"],
@@ -262,6 +263,7 @@ def platform_values(name: str) -> dict:
 
 
 def new_platform(root: Path, name: str) -> list[str]:
+    """recipes/platforms/NAME.yaml with every key commented from the schema; refuses to overwrite it."""
     _check_name(name, "platform")
     path = root / "recipes" / "platforms" / f"{name}.yaml"
     text = document("platform", platform_values(name),
@@ -270,6 +272,7 @@ def new_platform(root: Path, name: str) -> list[str]:
 
 
 def new_recipe(root: Path, model: str, platform: str) -> list[str]:
+    """recipes/MODEL/PLATFORM.yaml naming both, every other key commented; refuses to overwrite it."""
     _check_name(model, "model")
     _check_name(platform, "platform")
     path = root / "recipes" / model / f"{platform}.yaml"
@@ -294,6 +297,7 @@ def model_values(name: str) -> dict:
 
 
 def new_model(root: Path, name: str) -> list[str]:
+    """recipes/models/NAME.yaml, the required keys null to fill in; refuses to overwrite it."""
     _check_name(name, "model")
     path = root / "recipes" / "models" / f"{name}.yaml"
     text = document("model", model_values(name),

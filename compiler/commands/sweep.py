@@ -47,6 +47,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_results(args) -> int:
+    """`moeforge results`: DIR or the sweep's name; an unreadable result is exit 2, a bad calibration exit 1."""
     top = Path(args.dir)
     if not (top / builds.MANIFEST).exists() and (builds.sweep_dir(args.dir) / builds.MANIFEST).exists():
         top = builds.sweep_dir(args.dir)
@@ -72,6 +73,7 @@ DESCRIPTION = ("A sweep (recipes/sweeps/NAME.yaml, schemas/sweep.v1.json) is a r
 
 
 def arguments(c) -> None:
+    """sweep's subcommands (check, launch) and their flags on its subparser."""
     sweep = c.add_subparsers(dest="sweep_command", required=True)
     s = sweep.add_parser("check", help="compile every point: refused points, collapsed duplicates, estimates")
     s.add_argument("sweep", help="a sweep file, or its name (recipes/sweeps/NAME.yaml)")
@@ -88,4 +90,5 @@ def arguments(c) -> None:
 
 
 def run(args) -> int:
+    """Check or launch a sweep (the work is compiler/sweep's; this prints)."""
     return cmd_sweep(args)
