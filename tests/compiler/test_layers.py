@@ -4,6 +4,7 @@
 - packages import only downward, in the order compiler.LAYERS declares;
 - no private name (`_x`) is imported, or read off an imported module, across modules;
 - an import inside a function says why it is lazy (`# lazy: ...`, on its line or the line above);
+- every public function and method of the compiler has a docstring (issue 45: it says why);
 - the compiler never imports torch/megatron/transformer_engine; the runtime never imports the compiler.
 """
 import ast
@@ -170,6 +171,37 @@ def test_a_lazy_import_says_why():
                         silent.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert silent == [], "function-level imports without a `# lazy: why` comment: " + ", ".join(sorted(set(silent)))
 
+
+def _undocumented(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of each public function or method (module level or in a class, nested classes too) that has
+    no docstring; functions nested in functions are private to their caller and not counted."""
+    out = []
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not node.name.startswith("_") and ast.get_docstring(node) is None:
+                    out.append((node.lineno, node.name))
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body)
+    visit(tree.body)
+    return out
+
+
+def test_the_docstring_finder_finds_an_undocumented_function():
+    tree = ast.parse("def a():\n    'why'\n\ndef b():\n    def inner():\n        pass\n\n"
+                     "def _c():\n    pass\n\nclass K:\n    def m(self):\n        return 1\n"
+                     "    class Inner:\n        async def n(self):\n            pass\n")
+    assert _undocumented(tree) == [(4, "b"), (12, "m"), (15, "n")]
+
+
+def test_every_public_compiler_function_says_why():
+    """Issue 45: a public function or method of the compiler carries a docstring that says why it exists (its
+    caller, unit, invariant or what it refuses), so that a reader need not work it out from its callers."""
+    missing = [f"{path.relative_to(ROOT)}:{line} {name}" for path, _, tree in _sources("compiler").values()
+               for line, name in _undocumented(tree)]
+    assert missing == [], ("public functions without a docstring (add one line saying why): "
+                           + ", ".join(sorted(missing)))
 
 def test_compiler_sources_do_not_import_heavy_packages():
     bad = [(m, n) for m, n, _ in _imports("compiler") if n.split(".")[0] in HEAVY]
