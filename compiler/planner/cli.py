@@ -24,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="model name (a file in recipes/models/, e.g. qwen3-30b-a3b)")
     p.add_argument("--platform", help="platform name (a file in recipes/platforms/, e.g. h100)")
     p.add_argument("--gpus", type=int, help="number of GPUs (a whole number of nodes)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default 4096)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default 4096, or the model's max_position_embeddings if shorter)")
     p.add_argument("--gbs", type=int, default=None, help="global batch size in sequences (default 16 per GPU)")
     p.add_argument("--force-load-balancing", action="store_true",
                    help="plan for benchmark routing (moe.router.force_load_balancing), as Megatron-Bridge perf runs use; "

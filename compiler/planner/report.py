@@ -55,13 +55,14 @@ CALIBRATION_NOTE = ("step times: docs/layout-model.md, calibrated on H100 alltoa
 
 
 def decimals(values) -> int:
-    """Decimals for a column of step times: three significant digits of the smallest, more (up to 6) while
-    two different times would print alike, so that a small model's rows rank (0.0123 s, not 0.01 s)."""
+    """Decimals for a column of step times: three significant digits of the smallest, more (up to 9: a tiny
+    model's steps are microseconds) while two different times would print alike, so that a small model's rows
+    rank (0.0123 s, not 0.01 s)."""
     values = sorted({v for v in values if v and math.isfinite(v) and v > 0})
     if not values:
         return 2
-    d = min(6, max(2, 2 - math.floor(math.log10(values[0]))))
-    while d < 6 and len({f"{v:.{d}f}" for v in values}) < len(values):
+    d = min(9, max(2, 2 - math.floor(math.log10(values[0]))))
+    while d < 9 and len({f"{v:.{d}f}" for v in values}) < len(values):
         d += 1
     return d
 

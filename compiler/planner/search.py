@@ -118,7 +118,8 @@ def setting(model: str, platform: str, gpus: int, seq: int | None = None, gbs: i
     arch = dict(mdoc.get("architecture") or {})
     arch.update({k: v for k, v in (mdoc.get("moe") or {}).items() if k in ("num_experts", "router_topk")})
     arch["mtp_num_layers"] = mdoc.get("mtp_num_layers")
-    seq = space.DEFAULT_SEQ if seq is None else seq
+    if seq is None:  # the default, within the model's positions (Megatron-LM refuses a longer sequence)
+        seq = min(space.DEFAULT_SEQ, arch.get("max_position_embeddings") or space.DEFAULT_SEQ)
     gbs = space.DEFAULT_SEQS_PER_GPU * gpus if gbs is None else gbs
     return space.Setting(model, platform, gpus, seq, gbs, arch, pdoc, force_balance)
 

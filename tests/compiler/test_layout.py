@@ -112,9 +112,9 @@ def test_runtime_mirror_folds_every_small_layout_as_the_compiler_does():
 
 
 def test_runtime_micro_batch_count_is_the_compilers():
-    """runtime/plan.py's one copy of the micro-batch arithmetic agrees with compiler/knobs/layout.py's over a grid,
+    """runtime/plan/document.py's one copy of the micro-batch arithmetic agrees with compiler/knobs/layout.py's over a grid,
     the splits that do not divide included."""
-    from moeforge.runtime.plan import num_microbatches as runtime_count
+    from moeforge.runtime.plan.document import num_microbatches as runtime_count
 
     for gbs, mbs, dp in itertools.product(range(1, 65), (1, 2, 3, 4, 8), (1, 2, 3, 4, 6, 8, 16)):
         want = L.num_microbatches(gbs, mbs, dp) if L.batch_remainder(gbs, mbs, dp) == 0 else None
@@ -140,9 +140,9 @@ def _batch_arithmetic(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_the_micro_batch_arithmetic_has_one_home(tmp_path):
-    """num_microbatches = gbs / (mbs * dp) lives in compiler/knobs/layout.py, and in runtime/plan.py's documented
+    """num_microbatches = gbs / (mbs * dp) lives in compiler/knobs/layout.py, and in runtime/plan/document.py's documented
     copy (compared above); anywhere else in compiler/, runtime/ or bench/ it is a second home."""
-    homes = {"compiler/knobs/layout.py", "runtime/plan.py"}
+    homes = {"compiler/knobs/layout.py", "runtime/plan/document.py"}
     found = [f for top in ("compiler", "runtime", "bench") for p in sorted((ROOT / top).rglob("*.py"))
              for f in _batch_arithmetic(p)]
     assert {f.split(":")[0] for f in found} == homes, found

@@ -213,7 +213,7 @@ def test_a_poisoned_cache_never_changes_what_check_says(poisonable, tmp_path):
     import yaml
 
     honest = _verdicts(poisonable, None)
-    assert honest[0] == 1 and "checked 3 recipe(s)" in honest[1], honest
+    assert honest[0] == 1 and "checked 3 document(s)" in honest[1], honest
     for name in ("ep3", "unknown", "nan"):
         assert re.search(rf"^recipes/hostile/{name}\.yaml:\d+:\d+: error\[", honest[1], re.M), honest
     cache = tmp_path / "cache"

@@ -60,6 +60,7 @@ OUTSIDE_TRANSFORMER_CONFIG = {
     "MOE_LAYER_FREQ_ONE_ENTRY_PER_LAYER", "LINEAR_ATTENTION_FREQ_ONE_ENTRY_PER_LAYER", "MTP_NEEDS_SOFTMAX_LAST_LAYER",
     "GRAD_ACC_FUSION_NEEDS_APEX",  # tensor_parallel/layers.py's ColumnParallelLinear, likewise
     "ROUTER_FUSION_NEEDS_TE_2_6",  # moe_utils.py, at the router's first forward
+    "MOE_PROBS_ON_INPUT_NEEDS_TOP1",  # moe/experts.py, at the experts' first forward
     "SINKHORN_NO_AUX_LOSS",  # router.py's Sinkhorn balancing, likewise
     "EP_OVERLAP_MTP_NEEDS_MOE_LAST_LAYER",  # fine_grained_callables.py, when the combined schedule's first step starts
     "MOE_TP_NEEDS_SP",  # MoELayer.forward, when training

@@ -145,7 +145,9 @@ def test_emit_writes_a_recipe_that_compiles_and_checks(tmp_path):
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]   # no temporary left behind
     assert doc["moe"]["router"] == {"dtype": "fp32"}   # 128 experts: megatron-core warns on a bf16 router
     rc, out, err = run("--root", str(root), "compile", str(target), "--out", str(tmp_path / "build"))
-    assert rc == 0 and "warning[" not in out + err, out + err
+    # clean but for a field hazard the platform's unstated versions leave open (h100 states no NVSHMEM)
+    warnings = [line for line in (out + err).splitlines() if "warning[" in line]
+    assert rc == 0 and all("warning[HAZARD_" in w and "may apply" in w for w in warnings), out + err
     plan = json.loads((tmp_path / "build" / "planned" / "qwen-h100-x16" / "plan.json").read_text())
     assert plan["layout"]["ep"] == best["layout"]["ep"] and plan["layout"]["dp"] == best["layout"]["dp"]
     rc, out, err = run("--root", str(root), "check", str(target))
