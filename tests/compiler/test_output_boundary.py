@@ -46,12 +46,30 @@ def _escaped(node) -> bool:
         return True
     if isinstance(node, ast.JoinedStr):
         return all(isinstance(v, ast.Constant) for v in node.values)
+    if isinstance(node, ast.IfExp):  # json.dumps(doc) if json else printable(text)
+        return _escaped(node.body) and _escaped(node.orelse)
     if isinstance(node, ast.Call):
         name = _name(node.func) or ""
         if name.rsplit(".", 1)[-1] in ESCAPING_CALLS:
             return True
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("strip", "rstrip", "lstrip"):
+            return _escaped(node.func.value)  # trimming escaped text keeps it escaped
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "join" and len(node.args) == 1 \
+                and isinstance(node.func.value, ast.Constant):  # "\n".join(each line escaped)
+            return _escaped_items(node.args[0])
         if name == "json.dumps":
             return not any(k.arg == "ensure_ascii" for k in node.keywords)
+    return False
+
+
+def _escaped_items(node) -> bool:
+    """The items of a join: a comprehension of escaped values, or map(printable, ...)."""
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp)):
+        return _escaped(node.elt)
+    if isinstance(node, ast.Call) and _name(node.func) == "map" and node.args:
+        return (_name(node.args[0]) or "").rsplit(".", 1)[-1] in ESCAPING_CALLS
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_escaped(e) for e in node.elts)
     return False
 
 
