@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from moeforge.compiler.bounded import LIMITS, Unreadable, read_json
-from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.diagnostics import CompileError, Position, error, printable
 from moeforge.compiler import driver
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.knobs.display import display
@@ -91,5 +91,8 @@ def arguments(c) -> None:
 
 def run(args) -> int:
     rows = diff(args.a, args.b)
-    print(render(rows, args.a, args.b, args.format))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+    else:  # the two arguments and the documents' values, for a terminal
+        print("\n".join(map(printable, render(rows, args.a, args.b).split("\n"))))
     return 1 if rows else 0

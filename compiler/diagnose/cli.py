@@ -102,7 +102,7 @@ def run(args) -> int:
     if args.format == "json":
         print(json.dumps(out[0] if len(out) == 1 else {"repeats": out}, indent=2, allow_nan=False))
     else:
-        print("\n\n".join(text(d) for d in out))
+        print("\n\n".join("\n".join(map(printable, text(d).split("\n"))) for d in out))  # run and platform names
     return 0
 
 
