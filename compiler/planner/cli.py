@@ -118,8 +118,8 @@ def _evaluate(args) -> int:
     if args.format == "json":
         print(json.dumps({**report.record(ev, cap), "calibration": calibration.record(cal)}, indent=2))
     else:
-        text = report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE + "\n" + calibration.note(cal)
-        print("\n".join(map(printable, text.split("\n"))))  # the recipe's path, the calibration's platform
+        text = report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE  # the recipe's path
+        print("\n".join(map(printable, text.split("\n"))) + "\n" + calibration.note(cal))  # note(): escaped
     return 0
 
 
@@ -127,4 +127,4 @@ def _print(result: search.Result, fmt: str, cal) -> None:
     if fmt == "json":
         print(json.dumps({**json.loads(report.as_json(result)), "calibration": calibration.record(cal)}, indent=2))
     else:
-        print("\n".join(map(printable, (report.table(result) + "\n" + calibration.note(cal)).split("\n"))))
+        print("\n".join(map(printable, report.table(result).split("\n"))) + "\n" + calibration.note(cal))

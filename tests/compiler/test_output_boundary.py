@@ -83,7 +83,7 @@ def _escaped_items(node, known: frozenset) -> bool:
 def escapers() -> frozenset:
     """ESCAPING_CALLS and every function of compiler/ whose each return is escaped text (report.check_text
     returns lines already through printable: printing it as it is does not escape twice). A name counts only
-    when every function of compiler/ so named escapes (the scan resolves calls by their last name)."""
+    when every function of compiler/ so named that returns a value escapes (calls are resolved by last name)."""
     defs: dict[str, list] = {}
     for path in COMPILER.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -91,16 +91,20 @@ def escapers() -> frozenset:
                 defs.setdefault(node.name, []).append(node)
     known = frozenset(ESCAPING_CALLS)
     while True:
-        more = {name for name, fns in defs.items()
-                if name not in known and all(_returns_escaped(f, known) for f in fns)}
+        more = {name for name, fns in defs.items() if name not in known and any(_returns(f) for f in fns)
+                and all(_returns_escaped(f, known) for f in fns if _returns(f))}
         if not more:
             return known
         known |= more
 
 
+def _returns(function) -> list:
+    """The values it returns (none: a procedure, printing its result prints None; it decides nothing)."""
+    return [n.value for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None]
+
+
 def _returns_escaped(function, known: frozenset) -> bool:
-    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
-    return bool(returns) and all(r.value is not None and _escaped(r.value, known) for r in returns)
+    return all(_escaped(value, known) for value in _returns(function))
 
 
 @functools.lru_cache(maxsize=None)
