@@ -198,19 +198,19 @@ def print_commands(build: Path, timeout: int) -> int:
     try:
         python = job_python(_plan(build))
         path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
-    except LaunchError as exc:
-        path = f"# {exc}\n       "
+    except LaunchError as exc:  # said once, above the commands (they run with the PATH as it is)
+        path = ""
+        print("\n".join(printable(f"# {line}") for line in str(exc).split("\n")))
     env = job_env(Path(sys.executable))
     for name in ("MOEFORGE_HOME", "MOEFORGE_ROOT"):
         if name not in os.environ and name in env:
             path = f"{name}={shlex.quote(env[name])} {path}"
     root = shlex.quote(str(project.root()))
     logs = logs_dir(build)
-    # shell-quoted for copying, and escaped for the terminal (a knob value or a path may hold ESC or a newline)
-    print("\n".join(map(printable, f"local: cd {root} && {path}{shlex.join(local_command(build))}".split("\n"))))
+    # shell-quoted for copying, and escaped for the terminal (a path may hold ESC or a newline: one line each)
+    print(printable(f"local: cd {root} && {path}{shlex.join(local_command(build))}"))
     mkdir = f"mkdir -p {shlex.quote(str(project.root() / logs))} && " if logs is not None else ""
-    print("\n".join(map(printable, f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}"
-                                   .split("\n"))))
+    print(printable(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}"))
     print(printable(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}"))
     return 0
 

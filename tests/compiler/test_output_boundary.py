@@ -169,3 +169,13 @@ def test_reviewed_entries_still_exist():
 def test_pending_files_still_pending():
     """A file in PENDING that now passes the scan is taken off it (so the check covers it again)."""
     assert [rel for rel in sorted(PENDING) if not _violations([COMPILER / rel])] == []
+
+
+def test_escaping_twice_changes_nothing():
+    """An error escaped where it is raised (CalibrationError) and again as a command prints it shows the same:
+    printable leaves a backslash alone, so its own escapes are not escaped again."""
+    from moeforge.compiler.diagnostics import printable
+
+    for text in ("x\x1b]0;owned\x07\n::error::f", "  ::warning::w", "a ##[group] b", "\\x1b\\n", "\u2028\ud800"):
+        once = printable(text)
+        assert printable(once) == once and "\x1b" not in once and "\n" not in once
