@@ -102,11 +102,11 @@ def run(args) -> int:
     if args.format == "json":
         print(json.dumps(out[0] if len(out) == 1 else {"repeats": out}, indent=2, allow_nan=False))
     else:
-        print("\n\n".join(report_text(d) for d in out))
+        print("\n\n".join(text(d) for d in out))
     return 0
 
 
-def report_text(d: dict) -> str:
+def text(d: dict) -> str:
     lines = [f"{d['run']}: {d['step_s'] * 1e3:.1f} ms per step"
              + (f", peak {d['peak_memory_bytes'] / memory.GIB:.3f} GiB per rank" if d["peak_memory_bytes"] else ""),
              f"  walls from the {d['source']}", f"  {d['calibration_note']}", ""]

@@ -24,6 +24,7 @@ REVIEWED = {
     ("knobs/model_schema.py", "main"): "a developer tool: the schema's path in the checkout and a constant verdict",
     ("knobs/recipe_schema.py", "main"): "a developer tool: the schema's path in the checkout and a constant verdict",
     ("lint/config_lint.py", "main_lint_config"): "text is render_text's (each line through printable) or json.dumps'",
+    ("diagnose/cli.py", "run"): "json.dumps (ASCII), or text(): its lines each through printable (not twice)",
     ("commands/explain.py", "run"): "--format json: targets/explain's json.dumps (ASCII); text: each line printable",
     ("commands/runtime.py", "cmd_dryrun"): "json.dumps (ASCII) of the dry run's report, also written to --out",
     ("commands/sweep.py", "cmd_sweep"): "report.check_text: its lines each through printable (report.printable_lines)",
