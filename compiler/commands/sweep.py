@@ -35,7 +35,7 @@ def cmd_sweep(args) -> int:
         return 128 + getattr(exc, "signum", 2)
     if target == "print":
         return 0
-    print("\n" + report.launch_text(checked.sweep, todo, ran, top))  # its lines each through printable
+    print("\n" + report.launch_text(checked.sweep, todo, ran, top))
     if target == "slurm" and not args.no_wait:
         try:
             ran = [r for t in todo for r in status.runs(project.root() / t["build_dir"], checked.sweep.repeats,
