@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root, argv = argv[0].split("=", 1)[1], argv[1:]
     if root is not None and not Path(root).is_dir():
-        print(f"moeforge: --root {root}: not a directory", file=sys.stderr)
+        print(printable(f"moeforge: --root {root}: not a directory"), file=sys.stderr)
         return 2
     previous = project.chosen_root()
     project.set_root(root)

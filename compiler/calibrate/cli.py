@@ -205,7 +205,7 @@ def run(args, argv: list[str] = ()) -> int:
 
     write_file_atomically(out, document.render(doc, command, out))
     calib.load(out, platform)  # what was written reads back through the schema
-    print(f"wrote {out}", file=sys.stderr if args.format == "json" else sys.stdout)
+    print(printable(f"wrote {out}"), file=sys.stderr if args.format == "json" else sys.stdout)
     return 0
 
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from moeforge.compiler import bounded, project
-from moeforge.compiler.diagnostics import CompileError, Diagnostic, Position, merge_shared, render_all, shown, summary
+from moeforge.compiler.diagnostics import (CompileError, Diagnostic, Position, merge_shared, printable, render_all,
+                                           shown, summary)
 from moeforge.compiler import driver
 from moeforge.compiler.commands.options import output_arguments
 from moeforge.compiler.knobs.fields import megatron_core_diagnostics
@@ -230,8 +231,8 @@ def check_paths(paths, strict: bool, fmt: str, quiet: bool = False, advice: bool
             print(render_all(out, fmt))
         if fmt == "text":
             hidden = "" if advice or quiet or not counts["advice"] else " (shown with --advice)"
-            print(f"checked {len(files)} document(s): {counts['error']} error(s), {counts['warning']} warning(s), "
-                  f"{counts['advice']} advice{hidden}")
+            print(printable(f"checked {len(files)} document(s): {counts['error']} error(s), "
+                            f"{counts['warning']} warning(s), {counts['advice']} advice{hidden}"))
     return 1 if counts["error"] else 0
 
 

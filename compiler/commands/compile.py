@@ -5,7 +5,7 @@ from pathlib import Path
 
 from moeforge.compiler import driver, project
 from moeforge.compiler.commands.options import output_arguments, recipe_arguments
-from moeforge.compiler.diagnostics import CompileError, error, render_all, shown
+from moeforge.compiler.diagnostics import CompileError, error, printable, render_all, shown
 from moeforge.compiler.targets import emit
 
 
@@ -47,11 +47,11 @@ def report_build(compiled, build_dir: str, kept: list, args) -> None:
     if args.format == "text":
         lay = compiled.plan["layout"]
         tc = compiled.plan["transformer_config"]
-        print(f"compiled {compiled.composed.recipe_id} -> {build_dir}/  "
-              f"({lay['world_size']} ranks: TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']}; "
-              f"dispatcher {tc.get('moe_token_dispatcher_type')}; EP overlap "
-              f"{'on' if tc.get('overlap_moe_expert_parallel_comm') else 'off'}; delayed wgrad "
-              f"{'on' if tc.get('delay_wgrad_compute') else 'off'})")
+        print(printable(f"compiled {compiled.composed.recipe_id} -> {build_dir}/  "
+                        f"({lay['world_size']} ranks: TP{lay['tp']} PP{lay['pp']} EP{lay['ep']} DP{lay['dp']}; "
+                        f"dispatcher {tc.get('moe_token_dispatcher_type')}; EP overlap "
+                        f"{'on' if tc.get('overlap_moe_expert_parallel_comm') else 'off'}; delayed wgrad "
+                        f"{'on' if tc.get('delay_wgrad_compute') else 'off'})"))
 
 
 def _relative(path: Path) -> str:

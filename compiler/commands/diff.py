@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from moeforge.compiler.bounded import LIMITS, Unreadable, read_json
-from moeforge.compiler.diagnostics import CompileError, Position, error
+from moeforge.compiler.diagnostics import CompileError, Position, error, printable
 from moeforge.compiler import driver
 from moeforge.compiler.knobs import table as K
 from moeforge.compiler.knobs.display import display
@@ -95,5 +95,8 @@ def arguments(c) -> None:
 def run(args) -> int:
     """Print the differences; exit 1 when the sides differ, 0 when they resolve alike (as diff(1) does)."""
     rows = diff(args.a, args.b)
-    print(render(rows, args.a, args.b, args.format))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+    else:  # the two arguments and the documents' values, for a terminal
+        print("\n".join(map(printable, render(rows, args.a, args.b).split("\n"))))
     return 1 if rows else 0

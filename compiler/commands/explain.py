@@ -26,7 +26,8 @@ def run(args) -> int:
     try:  # the planner's estimate, with the calibration beside the platform (or the one chosen; "none": none)
         estimated = summary.of_plan(compiled.plan, args.calibration, compiled.composed.files.get("platform"))
     except CalibrationError as exc:
-        print(f"moeforge explain: error: {exc}", file=sys.stderr)
+        print("\n".join(printable(f"moeforge explain: error: {line}") for line in str(exc).split("\n")),
+              file=sys.stderr)
         return 1
     out = explain(compiled.resolved, fmt, args.changed, estimated)
     print(out if fmt == "json" else "\n".join(printable(line) for line in out.split("\n")))  # values are documents'

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from moeforge.compiler import project
 from moeforge.compiler.commands.scaffold import init
+from moeforge.compiler.diagnostics import printable
 
 
 def arguments(c) -> None:
@@ -16,7 +17,7 @@ def run(args) -> int:
     """Make the project (never overwriting a file) and print what was written and what to do next."""
     root = Path(args.dir).absolute() if args.dir else project.root()
     for name in init(root):
-        print(f"wrote {name}")
-    print(f"moeforge project at {root}: add platforms with `moeforge new platform NAME`, recipes with "
-          "`moeforge new recipe MODEL PLATFORM` (or `extends: builtin:<id>`), then `moeforge check`")
+        print(printable(f"wrote {name}"))
+    print(printable(f"moeforge project at {root}: add platforms with `moeforge new platform NAME`, recipes with "
+                    "`moeforge new recipe MODEL PLATFORM` (or `extends: builtin:<id>`), then `moeforge check`"))
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from moeforge.compiler import project
 from moeforge.compiler.bounded import LIMITS, Unreadable, read_json, read_text
 from moeforge.compiler.commands.compile import report_build, write_build
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.targets.emit import EXIT_SAVED_ON_SIGNAL
 from moeforge.compiler.targets.job import LaunchError, job_env, job_python, local_command, needs_venv312
 
@@ -102,7 +103,7 @@ def _print_report(build: Path, before: tuple | None) -> int:
     stamp = _report_stamp(build)
     if stamp is None or stamp == before:
         earlier = " (the one there is an earlier run's)" if stamp is not None else ""
-        print(f"moeforge: the run left no {path}{earlier}", file=sys.stderr)
+        print(printable(f"moeforge: the run left no {path}{earlier}"), file=sys.stderr)
         return 1
     try:
         report = read_json(path, LIMITS["report"])
@@ -112,9 +113,9 @@ def _print_report(build: Path, before: tuple | None) -> int:
     else:
         why = "not a report (a JSON object)"
     if text is None:
-        print(f"moeforge: {path}: cannot summarise the run's report: {why}", file=sys.stderr)
+        print(printable(f"moeforge: {path}: cannot summarise the run's report: {why}"), file=sys.stderr)
         return 1
-    print(text)
+    print("\n".join(map(printable, text.split("\n"))))  # the report's text: the run's own values
     return 0
 
 
@@ -167,7 +168,7 @@ def run_local(build: Path) -> int:
         _print_report(build, before)
         return rc
     if rc != 0:
-        print(f"moeforge: the local run exited with {rc}", file=sys.stderr)
+        print(printable(f"moeforge: the local run exited with {rc}"), file=sys.stderr)
         return rc
     return _print_report(build, before)
 
@@ -178,19 +179,19 @@ def run_slurm(build: Path, timeout: int) -> int:
     logs = logs_dir(build)
     if logs is not None:
         (project.root() / logs).mkdir(parents=True, exist_ok=True)  # sbatch opens the log files before the script runs
-        print(f"slurm logs: {project.root() / logs}/")
+        print(printable(f"slurm logs: {project.root() / logs}/"))
     before = _report_stamp(build)
     proc = subprocess.run(slurm_command(build, timeout), cwd=project.root(), capture_output=True, text=True,
                           env=job_env(python))
     job = proc.stdout.strip().split(";")[0] or "?"
-    print(f"slurm job {job} exited with {proc.returncode}")
+    print(printable(f"slurm job {job} exited with {proc.returncode}"))
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
+        sys.stderr.write("".join(printable(line) + "\n" for line in proc.stderr.splitlines()))
         if logs is not None and job.isdigit():  # the job's own log and each node's (launch.sbatch's names)
             where = project.root() / logs
             found = sorted(where.glob(f"*-{job}.*")) + sorted(where.glob(f"*-{job}-*.*"))
             if found:
-                print("logs of the job: " + ", ".join(str(p) for p in found), file=sys.stderr)
+                print(printable("logs of the job: " + ", ".join(str(p) for p in found)), file=sys.stderr)
         return proc.returncode
     return _print_report(build, before)
 
@@ -200,18 +201,20 @@ def print_commands(build: Path, timeout: int) -> int:
     try:
         python = job_python(_plan(build))
         path = f"PATH={shlex.quote(str(python.parent))}:\"$PATH\" "
-    except LaunchError as exc:
-        path = f"# {exc}\n       "
+    except LaunchError as exc:  # said once, above the commands (they run with the PATH as it is)
+        path = ""
+        print("\n".join(printable(f"# {line}") for line in str(exc).split("\n")))
     env = job_env(Path(sys.executable))
     for name in ("MOEFORGE_HOME", "MOEFORGE_ROOT"):
         if name not in os.environ and name in env:
             path = f"{name}={shlex.quote(env[name])} {path}"
     root = shlex.quote(str(project.root()))
     logs = logs_dir(build)
-    print(f"local: cd {root} && {path}{shlex.join(local_command(build))}")
+    # shell-quoted for copying, and escaped for the terminal (a path may hold ESC or a newline: one line each)
+    print(printable(f"local: cd {root} && {path}{shlex.join(local_command(build))}"))
     mkdir = f"mkdir -p {shlex.quote(str(project.root() / logs))} && " if logs is not None else ""
-    print(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}")
-    print(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}")
+    print(printable(f"slurm: cd {root} && {mkdir}{path}{shlex.join(slurm_command(build, timeout))}"))
+    print(printable(f"k8s:   kubectl apply -f {shlex.quote(str(build / 'pytorchjob.yaml'))}"))
     return 0
 
 
@@ -260,8 +263,8 @@ def run(args) -> int:
             report_build(compiled, build_dir, kept, options)
         args.build = str(Path(args.out or project.build()) / compiled.composed.recipe_id)
     elif args.overrides:
-        print(f"moeforge launch: --set applies to a recipe; {build} is already compiled "
-              "(compile it again with the overrides)", file=sys.stderr)
+        print(printable(f"moeforge launch: --set applies to a recipe; {build} is already compiled "
+                        "(compile it again with the overrides)"), file=sys.stderr)
         return 2
     return run_build(args)
 
@@ -270,7 +273,7 @@ def run_build(args) -> int:
     """Launch a compiled build on its target; no plan.json or a launch error is exit 2 with a message."""
     build = Path(args.build).absolute()  # the job runs in the project root, maybe not here
     if not (build / "plan.json").exists():
-        print(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first", file=sys.stderr)
+        print(printable(f"moeforge: {build} has no plan.json; run `make compile RECIPE=...` first"), file=sys.stderr)
         return 2
     try:
         if args.needs_venv312:
@@ -280,7 +283,7 @@ def run_build(args) -> int:
             return print_commands(build, args.timeout)
         return run_local(build) if args.target == "local" else run_slurm(build, args.timeout)
     except LaunchError as exc:
-        print(f"moeforge: {exc}", file=sys.stderr)
+        print("\n".join(printable(f"moeforge: {line}") for line in str(exc).split("\n")), file=sys.stderr)
         return 2
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from moeforge.compiler import project
 from moeforge.compiler.commands.check import recipe_files
-from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError, printable
 from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler import driver
 from moeforge.compiler.recipe.compose import RECIPES, display_path
@@ -224,7 +224,7 @@ def arguments(c) -> None:
 def run(args) -> int:
     """Print the matrix, and with --html write the page atomically."""
     rows, plats, table = build(args.paths or None)
-    print(text(rows, plats, table))
+    print("\n".join(map(printable, text(rows, plats, table).split("\n"))))  # recipe and platform names
     if args.html:
         write_file_atomically(Path(args.html), page(rows, plats, table))
     return 0

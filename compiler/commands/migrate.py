@@ -39,7 +39,7 @@ def run(args) -> int:
     if diags:
         raise CompileError(diags)
     if args.check:
-        print(f"{len(stale)} of {len(args.files)} file(s) would change" if stale
-              else f"{len(args.files)} file(s) already current")
+        print(printable(f"{len(stale)} of {len(args.files)} file(s) would change" if stale
+                        else f"{len(args.files)} file(s) already current"))
         return 1 if stale else 0
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from moeforge.compiler import project
 from moeforge.compiler.commands.scaffold import new_model, new_platform, new_recipe, new_sweep
+from moeforge.compiler.diagnostics import printable
 
 
 def arguments(c) -> None:
@@ -30,5 +31,5 @@ def run(args) -> int:
     else:
         names = (new_platform if args.what == "platform" else new_model)(root, args.name)
     for name in names:
-        print(f"wrote {name}")
+        print(printable(f"wrote {name}"))
     return 0

@@ -5,6 +5,7 @@ import fnmatch
 import json
 import sys
 
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.rules import CATALOGUE, PREFERENCES
 
 
@@ -27,8 +28,8 @@ def run(args) -> int:
 
             for i in missing:
                 near = difflib.get_close_matches(i.upper(), known, n=3)
-                print(f"moeforge rules: no rule or preference {i!r}" + (f"; did you mean {', '.join(near)}?"
-                                                                       if near else ""), file=sys.stderr)
+                print(printable(f"moeforge rules: no rule or preference {i!r}"
+                                + (f"; did you mean {', '.join(near)}?" if near else "")), file=sys.stderr)
             return 2
 
         def wanted(x) -> bool:

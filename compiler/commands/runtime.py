@@ -17,6 +17,7 @@ from pathlib import Path
 
 from moeforge.compiler.bounded import LIMITS, read_json
 from moeforge.compiler.commands.dryrun_report import with_estimates
+from moeforge.compiler.diagnostics import printable
 from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.files import write_file_atomically
 
@@ -37,7 +38,8 @@ def cmd_dryrun(args) -> int:
             text = json.dumps(with_estimates(read_json(raw, LIMITS["report"]), getattr(args, "calibration", None)),
                               indent=2, allow_nan=False) + "\n"
         except CalibrationError as exc:  # one line, as explain, plan-layout and diagnose say it
-            print(f"moeforge dryrun: error: {exc}", file=sys.stderr)
+            print("\n".join(printable(f"moeforge dryrun: error: {line}") for line in str(exc).split("\n")),
+                  file=sys.stderr)
             return 1
     if args.out:
         write_file_atomically(Path(args.out), text)
@@ -75,7 +77,7 @@ def _run_runtime(module: str, rest: list[str], prog: str, extra_env: dict | None
         try:
             child.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if quiet else None))
         except (OSError, ValueError) as exc:  # ValueError: an argument with a NUL byte
-            print(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}",
+            print(printable(f"{prog}: cannot start {sys.executable}: {getattr(exc, 'strerror', None) or exc}"),
                   file=sys.stderr)
             return 2
         while True:  # in steps: a signal landing just before one blocking wait began would reach the child late

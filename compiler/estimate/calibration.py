@@ -123,7 +123,7 @@ class Calibration:
                 f"sha256 {self.digest[:12]}): {fitted or 'no constant'}")
         if self.weak:
             line = f"calibration: weak ({'; '.join(self.weak)}): " + line
-        return printable(line)
+        return line
 
 
 def _fmt(v: float) -> str:
@@ -302,4 +302,4 @@ def note(cal: Calibration | None) -> str:
     """The line every estimating command prints: which calibration it used."""
     if cal is None:
         return "calibration: none (fixed constants: docs/layout-model.md, section 6)"
-    return cal.describe()  # "calibration: weak (...): ..." for one written with --accept-weak
+    return printable(cal.describe())  # "calibration: weak (...): ..." for one written with --accept-weak

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from moeforge.compiler.diagnostics import CompileError, render_all
+from moeforge.compiler.diagnostics import CompileError, printable, render_all
 from moeforge.compiler.diagnostics import command_main
 from moeforge.compiler.driver import load
 from moeforge.compiler.estimate import calibration
@@ -97,11 +97,12 @@ def _search(args, cal) -> int:
     if args.explain is not None:
         if not 1 <= args.explain <= len(result.ranked):
             raise search.PlannerError(f"--explain {args.explain}: there are {len(result.ranked)} ranked layouts")
-        print("\n" + report.explain(result.ranked[args.explain - 1], s.capacity_gb, f"rank {args.explain}"),
+        text = report.explain(result.ranked[args.explain - 1], s.capacity_gb, f"rank {args.explain}")
+        print("\n" + "\n".join(map(printable, text.split("\n"))),
               file=sys.stderr if args.format == "json" else sys.stdout)
     if args.emit:
         path = emit.write(args.emit, emit.recipe_text(result.ranked[0], s))
-        print(f"wrote {path}; {emit.next_step(path)}", file=sys.stderr)
+        print(printable(f"wrote {path}; {emit.next_step(path)}"), file=sys.stderr)
     return 0
 
 
@@ -119,7 +120,8 @@ def _evaluate(args) -> int:
     if args.format == "json":
         print(json.dumps({**report.record(ev, cap), "calibration": calibration.record(cal)}, indent=2))
     else:
-        print(report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE + "\n" + calibration.note(cal))
+        text = report.explain(ev, cap, args.evaluate) + "\n\n" + report.CALIBRATION_NOTE  # the recipe's path
+        print("\n".join(map(printable, text.split("\n"))) + "\n" + calibration.note(cal))  # note(): escaped
     return 0
 
 
@@ -127,4 +129,4 @@ def _print(result: search.Result, fmt: str, cal) -> None:
     if fmt == "json":
         print(json.dumps({**json.loads(report.as_json(result)), "calibration": calibration.record(cal)}, indent=2))
     else:
-        print(report.table(result) + "\n" + calibration.note(cal))
+        print("\n".join(map(printable, report.table(result).split("\n"))) + "\n" + calibration.note(cal))

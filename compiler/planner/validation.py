@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from moeforge.compiler.diagnostics import CompileError
+from moeforge.compiler.diagnostics import CompileError, printable
 from moeforge.compiler.knobs.layout import LayoutError
 from moeforge.compiler.planner import search, space, splits
 
@@ -113,7 +113,7 @@ if __name__ == "__main__":
 
     rows = json.load(open(sys.argv[1]))["rows"]
     results = [validate(r) for r in rows]
-    print(table(results))
+    print("\n".join(map(printable, table(results).split("\n"))))
     if "--update-readme" in sys.argv[2:]:
         from moeforge.compiler.files import write_file_atomically
 

@@ -90,14 +90,14 @@ def check_text(checked) -> str:
     lines += [f"estimates: {w}" for w in sorted(weak)]
     lines.append("est. memory: the planner's peak per rank, with its 5 GiB allowance for the CUDA context and "
                  "workspaces (docs/memory-model.md)")
-    return shown(lines)
+    return printable_lines(lines)
 
 
 def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
     """What `sweep launch` prints when it ends: runs that failed, and the command that shows the results."""
     if not todo:
-        return f"sweep {sweep.name}: every point already has a successful result (results: moeforge results " \
-               f"{relative(top)})"
+        return printable_lines([f"sweep {sweep.name}: every point already has a successful result (results: "
+                                f"moeforge results {relative(top)})"])
     lines = []
     if results:
         ok = sum(1 for r in results if r["status"] == "ok")
@@ -106,10 +106,10 @@ def launch_text(sweep, todo: list[dict], results: list[dict], top) -> str:
             if r["status"] != "ok":
                 lines.append(f"  {r['point']} repeat {r['repeat']}: {r['status']}: {r['error']} (log: {r['log']})")
     lines.append(f"results: moeforge results {relative(top)}")
-    return shown(lines)
+    return printable_lines(lines)
 
 
-def shown(lines: list[str]) -> str:
+def printable_lines(lines: list[str]) -> str:
     """Lines for a terminal or a CI log: each one through printable() (a line may hold several, each its
     own: the rendered diagnostics are already escaped, and escaping is idempotent on them)."""
     return "\n".join(printable(x) for line in lines for x in line.split("\n"))

@@ -23,7 +23,7 @@ from moeforge.compiler.estimate.calibration import CalibrationError
 from moeforge.compiler.recipe.validate import validator
 from moeforge.compiler.sweep import cost, estimates, inputs, plots, slurm, status
 from moeforge.compiler.sweep.builds import MANIFEST, relative
-from moeforge.compiler.sweep.report import num, short_names, shown, table, value
+from moeforge.compiler.sweep.report import num, short_names, printable_lines, table, value
 from moeforge.compiler.files import write_file_atomically
 
 SCHEMA = "results.v1.json"
@@ -328,7 +328,7 @@ def to_text(doc: dict) -> str:
         if p["status"] not in ("ok", "duplicate", "refused") and p["error"]:
             log = next((r["log"] for r in p["runs"] if r["status"] != "ok"), None)
             lines.append(f"{p['id']} {p['status']}: {p['error']}" + (f" (log: {log})" if log else ""))
-    return shown(lines)
+    return printable_lines(lines)
 
 
 def write_all(doc: dict, out: Path, plot: bool = True) -> tuple[list[Path], list[str]]:
