@@ -80,7 +80,8 @@ def shapes() -> dict:
             "peak_memory_source": {"type": ["string", "null"], "maxLength": 200},
             "realised": {"type": ["object", "null"]}, "layout": {"type": ["object", "null"]},
             "versions": {"type": ["object", "null"],
-                         "additionalProperties": {"type": ["string", "null"], "maxLength": 200}},
+                         # a version string; a backend's presence (deep_ep, hybrid_ep) as the preflight probes it
+                         "additionalProperties": {"type": ["string", "boolean", "null"], "maxLength": 200}},
             "entrypoint": {"type": "string", "maxLength": 200}, "device": opt_str, "schedule_taken": opt_str}}
     return {"sweep.json": manifest, "status.json": status, "report.json": report}
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import threading
 from pathlib import Path
@@ -323,9 +325,15 @@ def test_an_interrupted_run_leaves_nothing_and_keeps_the_old_dataset(tmp_path, h
 
 
 def test_without_megatron_core_one_line_says_which_environment(tmp_path):
-    """A real interpreter without megatron-core: a bare venv of this Python (no packages at all)."""
+    """A real interpreter without megatron-core: a bare venv of this Python with moeforge installed (editable, as
+    `make setup` installs it: the finder this venv has) and no other package."""
     bare = tmp_path / "bare"
     subprocess.run([PY, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=TIMEOUT)
+    [site] = bare.glob("lib/python3*/site-packages")
+    editable = sorted(Path(sysconfig.get_paths()["purelib"]).glob("__editable__*moeforge*"))
+    assert editable, "moeforge is not installed editable in this venv (make setup)"
+    for found in editable:
+        shutil.copy2(found, site / found.name)
     src = tmp_path / "c.jsonl"
     src.write_text('{"text": "x"}\n')
     run = prepare(src, "--tokenizer", "byte", "--output", tmp_path / "out" / "x",
