@@ -24,11 +24,22 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs on pytest-xdist workers with --dist loadgroup: a file's tests stay on one worker, so a
-    module-scoped fixture (a training run, a judge's Megatron import) is built once, and every test that
-    needs a real Slurm shares one worker, so the session starts each cluster once."""
+    """`make test` runs on pytest-xdist workers with --dist loadgroup. Tests that share an expensive fixture stay on
+    one worker, so it is built once: every test that needs a real Slurm shares one worker (the session starts each
+    cluster once), the users of a session-scoped fixture of ours (the planner's searches, the fuzz root) share one,
+    and a file whose tests share a module-scoped fixture (a training run, a judge's Megatron import) stays whole.
+    Every other test goes to whichever worker is free, so one long file does not hold a worker alone."""
     for item in items:
-        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        shared = [(name, defs[-1].scope) for name, defs in sorted(item._fixtureinfo.name2fixturedefs.items())
+                  if defs and defs[-1].baseid.startswith("tests") and defs[-1].scope in ("session", "package", "module")]
+        if item.get_closest_marker("slurm"):
+            group = "slurm"
+        elif any(scope != "module" for _, scope in shared):
+            group = "fixture:" + next(name for name, scope in shared if scope != "module")
+        elif shared:
+            group = item.nodeid.split("::")[0]
+        else:
+            continue
         item.add_marker(pytest.mark.xdist_group(group))
 
 
