@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import sys
 
-from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler.knobs.model import MODEL_KNOBS
-from moeforge.compiler.knobs.recipe_schema import NAME_PATTERN, value_schema
+from moeforge.compiler.knobs.recipe_schema import NAME_PATTERN, value_schema, write_or_check
 from moeforge.compiler.recipe.validate import KINDS
 from moeforge.compiler.resources import SCHEMAS
 
@@ -127,15 +126,7 @@ def text() -> str:
 
 def main(argv=None) -> int:
     """Write schemas/model.v1.json (`make schemas`), or with --check exit 1 when it differs from the knob table."""
-    args = sys.argv[1:] if argv is None else argv
-    wanted = text()
-    if "--check" in args:
-        same = FILE.read_text(encoding="utf-8") == wanted
-        print(f"{FILE}: {'up to date' if same else 'differs from the model rows: run make schemas'}")
-        return 0 if same else 1
-    write_file_atomically(FILE, wanted)
-    print(f"wrote {FILE}")
-    return 0
+    return write_or_check(FILE, text(), "the model rows", argv)
 
 
 if __name__ == "__main__":

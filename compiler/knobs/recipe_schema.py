@@ -11,10 +11,10 @@ the order of sections and keys (what an editor and `moeforge new` list) and each
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from moeforge.compiler.files import write_file_atomically
 from moeforge.compiler.knobs.row import Knob
 from moeforge.compiler.knobs.table import BY_PATH, DEPENDENT_DEFAULTS, KNOBS
 from moeforge.compiler.recipe.compose import NAME
@@ -234,19 +234,22 @@ def text() -> str:
     return json.dumps(schema(), indent=2) + "\n"
 
 
+def write_or_check(file: Path, wanted: str, source: str, argv=None) -> int:
+    """`make schemas` for any generated schema: rewrite `file` atomically, or with --check exit 1 when it lags
+    `source` (the rows it is generated from); one behaviour for the recipe and the model schema."""
+    args = sys.argv[1:] if argv is None else argv
+    if "--check" in args:
+        same = file.read_text(encoding="utf-8") == wanted
+        print(f"{file}: {'up to date' if same else f'differs from {source}: run make schemas'}")
+        return 0 if same else 1
+    write_file_atomically(file, wanted)
+    print(f"wrote {file}")
+    return 0
+
+
 def main(argv=None) -> int:
     """`make schemas`: rewrite the recipe schema atomically; with --check, exit 1 when it lags the knob table."""
-    args = sys.argv[1:] if argv is None else argv
-    wanted = text()
-    if "--check" in args:
-        same = FILE.read_text(encoding="utf-8") == wanted
-        print(f"{FILE}: {'up to date' if same else 'differs from the knob table: run make schemas'}")
-        return 0 if same else 1
-    tmp = Path(f"{FILE}.tmp")
-    tmp.write_text(wanted, encoding="utf-8")
-    os.replace(tmp, FILE)
-    print(f"wrote {FILE}")
-    return 0
+    return write_or_check(FILE, text(), "the knob table", argv)
 
 
 if __name__ == "__main__":
