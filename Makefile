@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 MCORE_VERSION ?= 0.16.1
 RECIPE ?= tiny-moe/cpu
-# make test's pytest-xdist workers: a file's tests stay on one worker, the Slurm tests share one
-# (tests/conftest.py); bench/suite_time.py measures the suite with them
+# make test's pytest-xdist workers (tests that share an expensive fixture stay on one: tests/conftest.py),
+# then the tests marked serial alone (they measure where time goes on this machine's CPUs); bench/suite_time.py
+# measures the suite
 TEST_WORKERS ?= 2
 TARGET ?= local
 SET ?=
@@ -113,7 +114,8 @@ $(MEGATRON_WHEELS)/.verified: $(WHEEL_SUMS) | $(STAMP)
 megatron-wheels: $(MEGATRON_WHEELS)/.verified ## cache the pinned megatron-core wheels the source-literal tests read
 
 test: $(STAMP) $(FIDELITY_ENV) $(MEGATRON_WHEELS)/.verified ## run the test suite
-	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=15
+	$(PY) -m pytest -q -x -m serial --durations=5
 
 check: $(STAMP) ## validate and solve every recipe in recipes/
 	$(MOEFORGE) check recipes

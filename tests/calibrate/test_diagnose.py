@@ -24,6 +24,8 @@ import pytest
 
 from moeforge.compiler.diagnose import trace
 
+# which wall dominates depends on what else uses the CPUs: these runs train alone, after the parallel workers
+pytestmark = pytest.mark.serial
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 LEAN = ["model.architecture.hidden_dropout=0", "model.architecture.attention_dropout=0",

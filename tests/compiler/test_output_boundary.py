@@ -21,8 +21,8 @@ ESCAPING_CALLS = {"printable", "render_all"}
 # json.dumps' ASCII or lines already through printable (escaping them again would double the backslashes).
 REVIEWED = {
     ("commands/rules.py", "run"): "the rule catalogue's own text (compiler/rules); an unknown id: through printable",
-    ("knobs/model_schema.py", "main"): "a developer tool: the schema's path in the checkout and a constant verdict",
-    ("knobs/recipe_schema.py", "main"): "a developer tool: the schema's path in the checkout and a constant verdict",
+    ("knobs/recipe_schema.py", "write_or_check"): "a developer tool (make schemas): the schema's path in the "
+                                                  "checkout, a constant verdict and a constant source name",
     ("lint/config_lint.py", "main_lint_config"): "text is render_text's (each line through printable) or json.dumps'",
     ("diagnose/cli.py", "run"): "json.dumps (ASCII), or text(): its lines each through printable (not twice)",
     ("commands/explain.py", "run"): "--format json: targets/explain's json.dumps (ASCII); text: each line printable",
