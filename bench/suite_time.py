@@ -54,7 +54,7 @@ def main() -> int:
     text = table(wall, output, rc, load)
     print(text)
     if rc != 0:  # a suite that stopped early did not take the suite's time: say why, and keep the README's figure
-        failed = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        failed = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR", "E "))][-60:]
         print("\n".join(failed) or output[-3000:])
         print("make test failed: README.md not updated", file=sys.stderr)
         return 0

@@ -34,9 +34,10 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def fresh(built, tmp_path):
-    """A private copy of the built project (a test may break any file in it)."""
+    """A private copy of the built project (a test may break any file in it), without the results another test
+    may have written into the shared one: a test that asserts none were written must not find those."""
     root = tmp_path / "proj"
-    shutil.copytree(built[0], root, symlinks=True)
+    shutil.copytree(built[0], root, symlinks=True, ignore=shutil.ignore_patterns("results.*"))
     return root, root / "build" / "sweeps" / "s"
 
 
