@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -108,10 +107,8 @@ def test_sixty_thousand_events_of_each_kind_split_in_n_log_n(tmp_path, monkeypat
         return minus(a, b)
 
     monkeypatch.setattr(trace, "_minus", counted)
-    start = time.monotonic()
     split = trace.split(path)
-    assert time.monotonic() - start < 120  # the quadratic split ran past 120 s; this is seconds
-    assert calls["pairs"] <= 4 * n
+    assert calls["pairs"] <= 4 * n  # the work is counted, not timed: the quadratic split ran past 120 s
     # the merge is exact: in each 4 us period communication 0..3; on a GPU compute 2..5 hides 2..3 and the
     # previous period's 0..1 (exposed 1 us; 2 us in the first), on a CPU the operator 3.5..3.9 hides nothing
     if gpu:
