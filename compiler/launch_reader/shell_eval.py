@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from moeforge.compiler.launch_reader.shell_ops import (MAX_EXPANDED, UNSET, Ctx, Fields, Operators, Unevaluated, ansi_c, parser,
-                                                       remove_pattern, substitute_pattern, test_words, to_int,
-                                                       unescape_dq, unescape_heredoc, unescape_word)
+from moeforge.compiler.launch_reader.shell_ops import (MAX_EXPANDED, UNSET, Ctx, Fields, Operators, parser, test_words,
+                                                       to_int)
+from moeforge.compiler.launch_reader.shell_text import (Unevaluated, ansi_c, remove_pattern, substitute_pattern,
+                                                        unescape_dq, unescape_heredoc, unescape_word)
 
 __all__ = ["Ctx", "Words", "parser", "test_words", "to_int"]  # what shell.py reads here
 
