@@ -4,8 +4,7 @@ raw, and with it a forged `::error` workflow command; import printed its `not im
 
 An ast scan of compiler/: each print() / sys.stdout.write / sys.stderr.write argument is a constant, an f-string
 of constants, or a call that escapes (printable, render_all: diagnostics escaped per format, json.dumps: control
-characters as \\uXXXX). Anything else is listed below with why it is safe (REVIEWED), or is a file another branch
-is fixing now (PENDING: expected to fail until that branch lands; remove the entry when it does)."""
+characters as \\uXXXX). Anything else is listed below with why it is safe (REVIEWED)."""
 from __future__ import annotations
 
 import ast
@@ -31,8 +30,6 @@ REVIEWED = {
     ("commands/sweep.py", "cmd_results"): "results.to_json: json.dumps (ASCII); to_csv: each cell through "
                                           "printable (results.cell); to_text: report.printable_lines",
 }
-# files another branch is fixing (expected to fail until it lands; remove the entry when it does): none now
-PENDING: set[str] = set()
 
 
 def _name(node) -> str | None:
@@ -156,20 +153,14 @@ def test_the_scan_follows_joins_and_escaping_functions(tmp_path):
     assert {"printable_lines", "check_text", "to_text"} <= escapers()
 
 
-def test_every_write_outside_the_pending_files_is_escaped():
-    files = [p for p in sorted(COMPILER.rglob("*.py")) if p.relative_to(COMPILER).as_posix() not in PENDING]
-    assert _violations(files) == {}
+def test_every_write_is_escaped():
+    assert _violations(sorted(COMPILER.rglob("*.py"))) == {}
 
 
 def test_reviewed_entries_still_exist():
     """An entry whose function no longer writes unescaped text is removed (the list stays what it says)."""
     for rel, function in REVIEWED:
         assert any(f == function for f, _, _ in unescaped_writes(COMPILER / rel)), (rel, function)
-
-
-def test_pending_files_still_pending():
-    """A file in PENDING that now passes the scan is taken off it (so the check covers it again)."""
-    assert [rel for rel in sorted(PENDING) if not _violations([COMPILER / rel])] == []
 
 
 def test_escaping_twice_changes_nothing():
